@@ -1,0 +1,187 @@
+/* Flash-style attention forward over the interleaved virtual sequence, one (b, h) per
+ * global row, written like a CPU GEMM micro-kernel:
+ *  - each work-item owns ATT_ROWS query rows (a register tile) and walks key blocks of ATT_KB
+ *    keys, packed [B*H][ceil(T/KB)][HEAD_DIM][KB] so that one vector load brings component c of
+ *    KB keys and the score tile grows by HEAD_DIM broadcast-FMAs (no horizontal sums);
+ *  - the softmax is online (running max and sum per row), in base 2 with the scale and log2(e)
+ *    folded into the queries, so no T x T matrix exists and extra memory is O(T*d);
+ *  - every mask is an interval [lo(t), hi(t)] of visible keys per row, so key blocks outside
+ *    the tile's union of intervals are never visited and fully visible blocks skip the mask;
+ *  - P.V accumulates into ATT_VD-wide vectors over the head dimension.
+ * HEAD_DIM is a compile-time constant so loops over it have known trip counts.
+ * Written for CPUs (PoCL vectorises explicit floatN inside a work-item); it is correct on
+ * GPUs, where a variant staging tiles in local memory would be faster. */
+
+#ifndef HEAD_DIM
+#error "HEAD_DIM must be defined by the host"
+#endif
+/* Query rows per work-item: the height of the register tile. */
+#ifndef ATT_ROWS
+#define ATT_ROWS 4
+#endif
+/* Keys per block: the width of the score vectors, 4, 8 or 16. The host packs keys to match. */
+#ifndef ATT_KB
+#define ATT_KB 16
+#endif
+/* Vector width over the head dimension in P.V: 4, 8 or 16. */
+#ifndef ATT_VD
+#define ATT_VD 16
+#endif
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define floatK CAT(float, ATT_KB)
+#define intK CAT(int, ATT_KB)
+#define floatV CAT(float, ATT_VD)
+#define vloadK CAT(vload, ATT_KB)
+#define vstoreK CAT(vstore, ATT_KB)
+#define vloadV CAT(vload, ATT_VD)
+#define vstoreV CAT(vstore, ATT_VD)
+#define VCHUNKS ((HEAD_DIM + ATT_VD - 1) / ATT_VD)
+
+#if ATT_KB == 4
+#define KEY_IOTA ((int4)(0, 1, 2, 3))
+#elif ATT_KB == 8
+#define KEY_IOTA ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
+#elif ATT_KB == 16
+#define KEY_IOTA ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#else
+#error "ATT_KB must be 4, 8 or 16"
+#endif
+
+#define MASK_CAUSAL 0
+#define MASK_TOKEN_CAUSAL 1
+
+/* Visible keys of virtual query t: [lo, hi]. window is in tokens, 0 for global. */
+static inline int2 visible_range(int t, int T, int P, int mask, int window)
+{
+    const int n = t / P;
+    int lo, hi;
+    if (mask == MASK_CAUSAL) {
+        hi = t;
+        lo = window > 0 ? max(0, t - window * P + 1) : 0;
+    } else if (mask == MASK_TOKEN_CAUSAL) {
+        hi = min(T - 1, (n + 1) * P - 1);
+        lo = window > 0 ? max(0, n - window + 1) * P : 0;
+    } else {
+        hi = window > 0 ? min(T - 1, (n + window) * P - 1) : T - 1;
+        lo = window > 0 ? max(0, n - window + 1) * P : 0;
+    }
+    return (int2)(lo, hi);
+}
+
+/* Chunk cv of a row of HEAD_DIM floats, zero beyond the row's end. */
+static inline floatV load_chunk(const __global float *row, int cv)
+{
+    const int c = cv * ATT_VD;
+    if (c + ATT_VD <= HEAD_DIM) return vloadV(0, row + c);
+    float tmp[ATT_VD];
+    for (int i = 0; i < ATT_VD; ++i) tmp[i] = c + i < HEAD_DIM ? row[c + i] : 0.0f;
+    return vloadV(0, tmp);
+}
+
+static inline void store_chunk(__global float *row, int cv, floatV x)
+{
+    const int c = cv * ATT_VD;
+    if (c + ATT_VD <= HEAD_DIM) {
+        vstoreV(x, 0, row + c);
+        return;
+    }
+    float tmp[ATT_VD];
+    vstoreV(x, 0, tmp);
+    for (int i = 0; c + i < HEAD_DIM; ++i) row[c + i] = tmp[i];
+}
+
+__kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */
+                                __global const float *kp, ulong k_off,  /* key blocks, see above */
+                                __global const float *v, ulong v_off,   /* [B*H][T][HEAD_DIM] */
+                                __global float *o, ulong o_off,         /* [B*H][T][HEAD_DIM] */
+                                __global float *lse, ulong lse_off,     /* [B*H][T] natural log */
+                                int want_lse, int T, int P, int mask, int window,
+                                float scale_log2) /* score scale * log2(e) */
+{
+    const int t0 = get_global_id(0) * ATT_ROWS;
+    const int bh = get_global_id(1);
+    if (t0 >= T) return;
+    const int blocks = (T + ATT_KB - 1) / ATT_KB;
+    const __global float *qb = q + q_off + (size_t)bh * T * HEAD_DIM;
+    const __global float *kb = kp + k_off + (size_t)bh * blocks * HEAD_DIM * ATT_KB;
+    const __global float *vb = v + v_off + (size_t)bh * T * HEAD_DIM;
+
+    /* Rows past T (the last tile's tail) repeat row T-1 and are not stored. */
+    float qs[ATT_ROWS][HEAD_DIM];
+    int lo[ATT_ROWS], hi[ATT_ROWS];
+    int lo_min = T, lo_max = 0, hi_min = T, hi_max = 0;
+    for (int r = 0; r < ATT_ROWS; ++r) {
+        const int t = min(t0 + r, T - 1);
+        const int2 range = visible_range(t, T, P, mask, window);
+        lo[r] = range.x;
+        hi[r] = range.y;
+        lo_min = min(lo_min, lo[r]);
+        lo_max = max(lo_max, lo[r]);
+        hi_min = min(hi_min, hi[r]);
+        hi_max = max(hi_max, hi[r]);
+        for (int c = 0; c < HEAD_DIM; ++c) qs[r][c] = qb[(size_t)t * HEAD_DIM + c] * scale_log2;
+    }
+
+    floatV acc[ATT_ROWS][VCHUNKS];
+    float m[ATT_ROWS], l[ATT_ROWS];
+    for (int r = 0; r < ATT_ROWS; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int cv = 0; cv < VCHUNKS; ++cv) acc[r][cv] = (floatV)(0.0f);
+    }
+
+    for (int blk = lo_min / ATT_KB; blk <= hi_max / ATT_KB; ++blk) {
+        const int j0 = blk * ATT_KB;
+        const __global float *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
+        floatK s[ATT_ROWS];
+        for (int r = 0; r < ATT_ROWS; ++r) s[r] = (floatK)(0.0f);
+        for (int c = 0; c < HEAD_DIM; ++c) {
+            const floatK kv = vloadK(0, kblk + (size_t)c * ATT_KB);
+            for (int r = 0; r < ATT_ROWS; ++r) s[r] = fma((floatK)(qs[r][c]), kv, s[r]);
+        }
+
+        const int whole = j0 >= lo_max && j0 + ATT_KB - 1 <= hi_min;
+        float pr[ATT_ROWS][ATT_KB];
+        for (int r = 0; r < ATT_ROWS; ++r) {
+            if (!whole) {
+                const intK u = (intK)(j0) + KEY_IOTA;
+                s[r] = select((floatK)(-INFINITY), s[r], (u >= (intK)(lo[r])) & (u <= (intK)(hi[r])));
+            }
+            vstoreK(s[r], 0, pr[r]);
+            float mx = pr[r][0];
+            for (int j = 1; j < ATT_KB; ++j) mx = fmax(mx, pr[r][j]);
+            const float m_new = fmax(m[r], mx);
+            /* A row that has seen no visible key yet keeps m = -inf; base 0 makes every
+             * exponential exactly 0 instead of NaN. */
+            const float base = m_new == -INFINITY ? 0.0f : m_new;
+            const float corr = exp2(m[r] - base);
+            const floatK p = exp2(s[r] - (floatK)(base));
+            vstoreK(p, 0, pr[r]);
+            float sum = 0.0f;
+            for (int j = 0; j < ATT_KB; ++j) sum += pr[r][j];
+            l[r] = l[r] * corr + sum;
+            m[r] = m_new;
+            for (int cv = 0; cv < VCHUNKS; ++cv) acc[r][cv] *= corr;
+        }
+
+        for (int j = 0; j < ATT_KB; ++j) {
+            /* Padding keys past T have probability 0; clamping keeps their reads in bounds. */
+            const __global float *vrow = vb + (size_t)min(j0 + j, T - 1) * HEAD_DIM;
+            for (int cv = 0; cv < VCHUNKS; ++cv) {
+                const floatV vv = load_chunk(vrow, cv);
+                for (int r = 0; r < ATT_ROWS; ++r) acc[r][cv] = fma((floatV)(pr[r][j]), vv, acc[r][cv]);
+            }
+        }
+    }
+
+    for (int r = 0; r < ATT_ROWS; ++r) {
+        const int t = t0 + r;
+        if (t >= T) break;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
+        for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, acc[r][cv] * inv);
+        if (want_lse) lse[lse_off + (size_t)bh * T + t] = l[r] > 0.0f ? (m[r] + log2(l[r])) * M_LN2_F : -INFINITY;
+    }
+}

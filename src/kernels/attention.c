@@ -1,0 +1,56 @@
+/* Host side of cl/attention.cl: tile configuration per device and launch geometry. */
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "common/checked.h"
+#include "runtime/launch.h"
+
+void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg)
+{
+    /* CPUs: a 4 x 16 register tile of 512-bit vectors, one work-item per group so PoCL does not
+     * try to vectorise across work-items. GPUs: one row per work-item keeps private memory
+     * small; a local-memory variant belongs to the tuning work. */
+    cfg->key_block = 16;
+    cfg->vec = head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
+    if (ctx->info.is_gpu) {
+        cfg->rows = 1;
+        cfg->group = 64;
+    } else {
+        cfg->rows = head_dim > 128 ? 2 : 4;
+        cfg->group = 1;
+    }
+}
+
+iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
+                                  iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
+                                  size_t window, float scale)
+{
+    char options[160];
+    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_KB=%d -DATT_VD=%d", dims->d, cfg->rows,
+             cfg->key_block, cfg->vec);
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_fwd_f32", &k));
+    const int want_lse = lse.mem != NULL;
+    iha_args a = iha__args_begin(k);
+    iha__arg_mem(&a, qt.mem);
+    iha__arg_ulong(&a, qt.offset);
+    iha__arg_mem(&a, kt_packed.mem);
+    iha__arg_ulong(&a, kt_packed.offset);
+    iha__arg_mem(&a, vt.mem);
+    iha__arg_ulong(&a, vt.offset);
+    iha__arg_mem(&a, o.mem);
+    iha__arg_ulong(&a, o.offset);
+    iha__arg_mem(&a, want_lse ? lse.mem : o.mem);
+    iha__arg_ulong(&a, want_lse ? lse.offset : 0);
+    iha__arg_int(&a, want_lse);
+    iha__arg_int(&a, (cl_int)dims->T);
+    iha__arg_int(&a, (cl_int)dims->P);
+    iha__arg_int(&a, mask);
+    iha__arg_int(&a, (cl_int)window);
+    iha__arg_float(&a, (cl_float)(scale * 1.4426950408889634));
+    const size_t global[2] = {(dims->T + (size_t)cfg->rows - 1) / (size_t)cfg->rows, dims->B * dims->H};
+    const size_t local[2] = {cfg->group, 1};
+    return iha__launch(ctx, &a, 2, global, local, "attention_fwd_f32");
+}

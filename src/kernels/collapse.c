@@ -1,0 +1,27 @@
+/* Host side of cl/collapse.cl (fold-back of pseudo-heads with R). */
+#include "kernels/kernels.h"
+#include "runtime/launch.h"
+
+iha_status iha__collapse_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref o, iha_ref r, iha_ref y)
+{
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "collapse.cl", "", "collapse_heads_f32", &k));
+    const int identity = r.mem == NULL;
+    iha_args a = iha__args_begin(k);
+    iha__arg_mem(&a, o.mem);
+    iha__arg_ulong(&a, o.offset);
+    iha__arg_mem(&a, identity ? o.mem : r.mem);
+    iha__arg_ulong(&a, identity ? 0 : r.offset);
+    iha__arg_int(&a, identity);
+    iha__arg_mem(&a, y.mem);
+    iha__arg_ulong(&a, y.offset);
+    iha__arg_int(&a, (cl_int)dims->N);
+    iha__arg_int(&a, (cl_int)dims->H);
+    iha__arg_int(&a, (cl_int)dims->d);
+    iha__arg_int(&a, (cl_int)dims->P);
+    size_t g = ctx->info.is_gpu ? 64 : 8;
+    while (g > 1 && g / 2 >= dims->d) g /= 2;
+    const size_t global[3] = {dims->d, dims->N, dims->B * dims->H};
+    const size_t local[3] = {g, 1, 1};
+    return iha__launch(ctx, &a, 3, global, local, "collapse_heads_f32");
+}

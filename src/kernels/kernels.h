@@ -1,0 +1,47 @@
+/* Host side of the OpenCL kernels in cl/: argument packing, build options, launch geometry.
+ * Callers (src/layer) have validated shapes; these functions only enqueue. */
+#ifndef IHA_KERNELS_KERNELS_H
+#define IHA_KERNELS_KERNELS_H
+#include "runtime/context.h"
+
+/* Dimensions shared by the stages of one layer. */
+typedef struct iha_dims {
+    size_t B, N, H, d, P, T;
+} iha_dims;
+
+/* A device tensor position: buffer plus element offset. */
+typedef struct iha_ref {
+    cl_mem mem;
+    size_t offset;
+} iha_ref;
+
+/* Tile configuration of attention.cl (its #ifndef defaults, chosen per device). */
+typedef struct iha_attention_config {
+    int rows;       /* ATT_ROWS: query rows per work-item */
+    int key_block;  /* ATT_KB: keys per block, 4, 8 or 16 */
+    int vec;        /* ATT_VD: vector width over d in P.V, 4, 8 or 16 */
+    size_t group;   /* work-items per work-group along the row blocks */
+} iha_attention_config;
+
+void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg);
+
+/* Elements of the key-block layout for dims (B*H*ceil(T/KB)*KB*d); 0 on overflow. */
+size_t iha__packed_keys_elements(const iha_dims *dims, int key_block);
+
+/* Mixing (cl/mix.cl): src [B][N][H][d] -> dst rows [B][H][T][d], or the key-block layout when
+ * key_block > 0. alpha.mem NULL means identity (P == 1). rope NULL means no rotary. */
+iha_status iha__mix_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src, iha_ref alpha, iha_ref dst,
+                            cl_mem rope, int key_block);
+/* Collapse (cl/collapse.cl): o [B][H][T][d] -> y [B][N][H][d]. r.mem NULL means identity. */
+iha_status iha__collapse_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref o, iha_ref r, iha_ref y);
+/* Repacking (cl/pack_keys.cl): keys as rows [B*H][T][d] -> key-block layout. */
+iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src, iha_ref dst, int key_block);
+/* Attention (cl/attention.cl) over rows qt, vt, o and packed keys; lse.mem may be NULL.
+ * window is in tokens (0: global) and already clamped below N. */
+iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
+                                  iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
+                                  size_t window, float scale);
+/* The rotary cos/sin table for positions 0..T-1 and head width d (computed in double on the
+ * host, cached in the context while T, d and base stay the same). */
+iha_status iha__rope_table(iha_context *ctx, size_t T, size_t d, float base, cl_mem *out);
+#endif

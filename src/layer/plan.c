@@ -1,0 +1,130 @@
+/* Shape, option and buffer validation; the sizes derived from a shape, overflow-checked. */
+#include "layer/plan.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "common/checked.h"
+
+#define IHA_MAX_HEAD_DIM 256
+
+static iha_status check_options(iha_context *ctx, const iha_attention_options *o, iha_plan *p)
+{
+    IHA_RETURN_ERROR_IF(o->mask != IHA_MASK_CAUSAL && o->mask != IHA_MASK_TOKEN_CAUSAL && o->mask != IHA_MASK_NONE,
+                        ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "unknown mask %d (use IHA_MASK_CAUSAL, IHA_MASK_TOKEN_CAUSAL or IHA_MASK_NONE)", o->mask);
+    IHA_RETURN_ERROR_IF(o->window < 0, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "window must be 0 (global) or a positive number of tokens, got %lld", (long long)o->window);
+    IHA_RETURN_ERROR_IF(!isfinite(o->scale), ctx, IHA_ERROR_INVALID_ARGUMENT, "scale must be finite, got %g",
+                        (double)o->scale);
+    IHA_RETURN_ERROR_IF(o->rope && (p->dims.d % 2 != 0), ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "rotary embedding needs an even head width, got d=%zu", p->dims.d);
+    IHA_RETURN_ERROR_IF(o->rope && (!isfinite(o->rope_base) || o->rope_base < 0.0f), ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "rope_base must be positive and finite (0 for the default 10000), got %g",
+                        (double)o->rope_base);
+    p->mask = o->mask;
+    /* A window of N tokens or more hides nothing: treat it as global, which also keeps
+     * window*P inside int range in the kernels. */
+    p->window = (uint64_t)o->window >= p->dims.N ? 0 : (size_t)o->window;
+    p->scale = o->scale != 0.0f ? o->scale : (float)(1.0 / sqrt((double)p->dims.d));
+    p->rope = o->rope != 0;
+    p->rope_base = o->rope_base != 0.0f ? o->rope_base : 10000.0f;
+    return IHA_OK;
+}
+
+iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                          int with_model_dim, iha_plan *p)
+{
+    IHA_RETURN_ERROR_IF(shape == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "shape is NULL");
+    IHA_RETURN_ERROR_IF(options == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "options is NULL");
+    memset(p, 0, sizeof *p);
+    const size_t B = shape->batch, N = shape->tokens, H = shape->heads, d = shape->head_dim, P = shape->pseudo;
+    const size_t D = with_model_dim ? shape->model_dim : 1;
+    IHA_RETURN_ERROR_IF(B == 0 || N == 0 || H == 0 || d == 0 || P == 0 || D == 0, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "every dimension must be at least 1 (batch=%zu tokens=%zu model_dim=%zu heads=%zu "
+                        "head_dim=%zu pseudo=%zu)",
+                        B, N, shape->model_dim, H, d, P);
+    IHA_RETURN_ERROR_IF(d > IHA_MAX_HEAD_DIM, ctx, IHA_ERROR_INVALID_ARGUMENT, "head_dim %zu exceeds the maximum of %d",
+                        d, IHA_MAX_HEAD_DIM);
+
+    size_t T, HP;
+    const size_t fx[3] = {B, N, D}, ftok[4] = {B, N, H, d}, fw[3] = {D, H, d}, fmix[3] = {H, H, P};
+    int ok = iha__mul(N, P, &T) && iha__mul(H, P, &HP) && iha__mul_n(&p->x_elems, 3, fx) &&
+             iha__mul_n(&p->token_elems, 4, ftok) && iha__mul_n(&p->w_elems, 3, fw) &&
+             iha__mul_n(&p->mix_elems, 3, fmix);
+    if (ok) {
+        const size_t fvirt[4] = {B, H, T, d}, flse[3] = {B, H, T};
+        ok = iha__mul_n(&p->virtual_elems, 4, fvirt) && iha__mul_n(&p->lse_elems, 3, flse) &&
+             iha__mul(T, d, &(size_t){0}) && T <= SIZE_MAX - 64;
+    }
+    /* Bytes too: every element count is later multiplied by sizeof(float). */
+    ok = ok && p->x_elems <= SIZE_MAX / 8 && p->token_elems <= SIZE_MAX / 8 && p->virtual_elems <= SIZE_MAX / 8;
+    IHA_RETURN_ERROR_IF(!ok, ctx, IHA_ERROR_SIZE_OVERFLOW,
+                        "the shape's sizes overflow size_t (batch=%zu tokens=%zu heads=%zu head_dim=%zu pseudo=%zu "
+                        "model_dim=%zu)",
+                        B, N, H, d, P, shape->model_dim);
+    /* Kernels index within one sequence with int and multiply by at most 2T. */
+    IHA_RETURN_ERROR_IF(T > INT_MAX / 4 || HP > INT_MAX || B * H > UINT32_MAX || N * D > INT_MAX * (size_t)8, ctx, IHA_ERROR_UNSUPPORTED,
+                        "the virtual sequence (T=N*P=%zu) or head count is too large for this library's kernels", T);
+
+    p->dims = (iha_dims){B, N, H, d, P, T};
+    p->D = D;
+    IHA_FORWARD_IF_ERROR(check_options(ctx, options, p));
+    iha__attention_config_default(ctx, d, &p->attention);
+    p->packed_elems = iha__packed_keys_elements(&p->dims, p->attention.key_block);
+    IHA_RETURN_ERROR_IF(p->packed_elems == 0 || p->packed_elems > SIZE_MAX / 8, ctx, IHA_ERROR_SIZE_OVERFLOW,
+                        "the packed key buffer's size overflows size_t");
+    return IHA_OK;
+}
+
+iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, const char *name)
+{
+    IHA_RETURN_ERROR_IF(buf.mem == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "buffer %s is NULL", name);
+    size_t size = 0;
+    cl_int err = clGetMemObjectInfo(buf.mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+    IHA_RETURN_ERROR_IF(err != CL_SUCCESS, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "buffer %s is not a valid cl_mem (clGetMemObjectInfo: %s)", name, iha__cl_error_name(err));
+    size_t end;
+    IHA_RETURN_ERROR_IF(!iha__add(buf.offset, elems, &end) || end > SIZE_MAX / sizeof(float), ctx,
+                        IHA_ERROR_SIZE_OVERFLOW, "buffer %s: offset %zu + %zu elements overflows size_t", name,
+                        buf.offset, elems);
+    IHA_RETURN_ERROR_IF(end * sizeof(float) > size, ctx, IHA_ERROR_BUFFER_TOO_SMALL,
+                        "buffer %s holds %zu bytes but needs %zu (offset %zu + %zu floats)", name, size,
+                        end * sizeof(float), buf.offset, elems);
+    return IHA_OK;
+}
+
+iha_status iha__check_weights(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, int with_projections)
+{
+    IHA_RETURN_ERROR_IF(w == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "weights is NULL");
+    if (with_projections) {
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wq, p->w_elems, "wq"));
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wk, p->w_elems, "wk"));
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wv, p->w_elems, "wv"));
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wo, p->w_elems, "wo"));
+    }
+    const int nulls = (w->alpha_q.mem == NULL) + (w->alpha_k.mem == NULL) + (w->alpha_v.mem == NULL) + (w->r.mem == NULL);
+    if (nulls == 4) {
+        IHA_RETURN_ERROR_IF(p->dims.P != 1, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                            "alpha_q, alpha_k, alpha_v and r may be NULL (identity) only when pseudo == 1, not %zu",
+                            p->dims.P);
+        return IHA_OK;
+    }
+    IHA_RETURN_ERROR_IF(nulls != 0, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "give all of alpha_q, alpha_k, alpha_v and r, or (with pseudo == 1) none of them");
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_q, p->mix_elems, "alpha_q"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_k, p->mix_elems, "alpha_k"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_v, p->mix_elems, "alpha_v"));
+    return iha__check_buffer(ctx, w->r, p->mix_elems, "r");
+}
+
+iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elems, iha_buffer in, size_t in_elems,
+                               const char *out_name, const char *in_name)
+{
+    if (out.mem != in.mem) return IHA_OK;
+    const int apart = out.offset + out_elems <= in.offset || in.offset + in_elems <= out.offset;
+    IHA_RETURN_ERROR_IF(!apart, ctx, IHA_ERROR_INVALID_ARGUMENT, "output %s overlaps input %s in the same buffer",
+                        out_name, in_name);
+    return IHA_OK;
+}

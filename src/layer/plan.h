@@ -1,0 +1,37 @@
+/* Validation of a call's shape, options and buffers, and the sizes derived from them. Every
+ * check runs before anything is enqueued, so a refused call writes nothing. */
+#ifndef IHA_LAYER_PLAN_H
+#define IHA_LAYER_PLAN_H
+#include "kernels/kernels.h"
+
+typedef struct iha_plan {
+    iha_dims dims;
+    size_t D;
+    size_t token_elems;    /* B*N*H*d: Q, K, V, Y */
+    size_t virtual_elems;  /* B*H*T*d: Qt, Vt, O */
+    size_t packed_elems;   /* Kt in the attention kernel's key-block layout */
+    size_t lse_elems;      /* B*H*T */
+    size_t x_elems;        /* B*N*D: X, Z */
+    size_t w_elems;        /* D*H*d: W_Q, W_K, W_V, W_O */
+    size_t mix_elems;      /* H*H*P: alpha, R */
+    iha_attention_config attention;
+    int mask;
+    size_t window;         /* tokens; 0 also when the window covers the whole sequence */
+    float scale;
+    int rope;
+    float rope_base;
+} iha_plan;
+
+/* Checks shape and options; with_model_dim also checks and sizes D. */
+iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                          int with_model_dim, iha_plan *plan);
+/* Checks that buf holds `elems` floats from its offset (against CL_MEM_SIZE). */
+iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, const char *name);
+/* Checks alpha_q, alpha_k, alpha_v and r (all NULL is the P = 1 identity shortcut) and, when
+ * with_projections, wq, wk, wv, wo. */
+iha_status iha__check_weights(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w,
+                              int with_projections);
+/* Refuses an output that overlaps an input in the same cl_mem. */
+iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elems, iha_buffer in, size_t in_elems,
+                               const char *out_name, const char *in_name);
+#endif

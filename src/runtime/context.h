@@ -1,0 +1,85 @@
+/* The context structure and the error-flow helpers every module uses. */
+#ifndef IHA_RUNTIME_CONTEXT_H
+#define IHA_RUNTIME_CONTEXT_H
+#include "iha.h"
+#include "common/message.h"
+#include "runtime/program.h"
+
+/* Internal device buffers, grown on demand and reused between calls. */
+typedef enum iha_workspace_slot {
+    IHA_WS_Q,      /* projected Q  [B][N][H][d] */
+    IHA_WS_K,
+    IHA_WS_V,
+    IHA_WS_QT,     /* pseudo-queries [B][H][T][d] */
+    IHA_WS_KT,     /* pseudo-keys, packed in key blocks (see cl/attention.cl) */
+    IHA_WS_VT,     /* pseudo-values [B][H][T][d] */
+    IHA_WS_O,      /* attention output [B][H][T][d] */
+    IHA_WS_Y,      /* collapsed [B][N][H][d] */
+    IHA_WS_ROPE,   /* rotary cos/sin table [T][d/2][2] */
+    IHA_WS_HOST_A, /* host-call staging */
+    IHA_WS_HOST_B,
+    IHA_WS_COUNT
+} iha_workspace_slot;
+
+typedef struct iha_rope_key {
+    size_t positions, head_dim;
+    float base;
+} iha_rope_key;
+
+struct iha_context {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    iha_device_info info;
+
+    iha_message message;
+    cl_int cl_error;
+
+    char *cache_dir;  /* NULL: disk cache off */
+    char *kernel_dir; /* NULL: embedded sources */
+    iha_program_cache programs;
+
+    cl_mem workspace[IHA_WS_COUNT];
+    size_t workspace_bytes[IHA_WS_COUNT];
+    iha_rope_key rope_key; /* what IHA_WS_ROPE holds */
+
+    int time_stages;
+    iha_stage_times stage_times;
+};
+
+/* Records a failure and returns `status`, for `return iha__fail(ctx, ...)`. */
+iha_status iha__fail(iha_context *ctx, iha_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Records a failed OpenCL call `what` with its code, mapping allocation failures to
+ * IHA_ERROR_DEVICE_MEMORY and the rest to IHA_ERROR_OPENCL. */
+iha_status iha__fail_cl(iha_context *ctx, cl_int err, const char *what);
+/* "CL_OUT_OF_RESOURCES" and so on; "CL_UNKNOWN_ERROR" for codes it does not know. */
+const char *iha__cl_error_name(cl_int err);
+
+#define IHA_RETURN_ERROR_IF(cond, ctx, status, ...)                 \
+    do {                                                            \
+        if (cond) return iha__fail((ctx), (status), __VA_ARGS__);   \
+    } while (0)
+#define IHA_FORWARD_IF_ERROR(expr)               \
+    do {                                         \
+        iha_status iha_fwd_ = (expr);            \
+        if (iha_fwd_ != IHA_OK) return iha_fwd_; \
+    } while (0)
+#define IHA_CL_CHECK(ctx, call, what)                                  \
+    do {                                                               \
+        cl_int iha_cl_ = (call);                                       \
+        if (iha_cl_ != CL_SUCCESS) return iha__fail_cl((ctx), iha_cl_, (what)); \
+    } while (0)
+
+/* A device buffer of at least `bytes` in workspace slot `slot` (reallocated when too small). */
+iha_status iha__workspace_get(iha_context *ctx, iha_workspace_slot slot, size_t bytes, cl_mem *out);
+void iha__workspace_release(iha_context *ctx);
+
+/* Device selection and description (device.c). */
+iha_status iha__device_describe(cl_platform_id platform, cl_device_id device, unsigned pi, unsigned di,
+                                iha_device_info *info);
+/* Chooses a device for `spec` (NULL: first GPU, else first device). On failure writes why
+ * into msg. */
+iha_status iha__device_select(const char *spec, cl_platform_id *platform, cl_device_id *device,
+                              iha_device_info *info, iha_message *msg);
+#endif

@@ -1,0 +1,237 @@
+/* Building programs from cl/ sources, with an in-memory cache per context and the disk cache. */
+#include "runtime/program.h"
+#include "common/hash.h"
+#include "runtime/context.h"
+#include "runtime/disk_cache.h"
+#include "runtime/kernel_sources.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *dup_string(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+/* Reads cl/`file` from the developer's kernel directory. */
+static char *read_source_file(iha_context *ctx, const char *file, size_t *length)
+{
+    char path[4200];
+    int n = snprintf(path, sizeof path, "%s/%s", ctx->kernel_dir, file);
+    if (n < 0 || (size_t)n >= sizeof path) return NULL;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    char *text = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long size = ftell(f);
+        if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1)) != NULL) {
+            if (fread(text, 1, (size_t)size, f) == (size_t)size) {
+                text[size] = '\0';
+                *length = (size_t)size;
+            } else {
+                free(text);
+                text = NULL;
+            }
+        }
+    }
+    fclose(f);
+    return text;
+}
+
+static uint64_t program_key(const iha_context *ctx, const char *source, const char *options)
+{
+    uint64_t h = IHA_HASH_SEED;
+    h = iha__hash_string(h, source);
+    h = iha__hash_string(h, options);
+    h = iha__hash_string(h, ctx->info.device_name);
+    h = iha__hash_string(h, ctx->info.driver_version);
+    h = iha__hash_string(h, ctx->info.platform_version);
+    h = iha__hash_string(h, IHA_VERSION_STRING);
+    return h;
+}
+
+static iha_status build_log_failure(iha_context *ctx, cl_program program, const char *file, const char *options,
+                                    cl_int err)
+{
+    iha__fail(ctx, IHA_ERROR_BUILD, "building cl/%s with options \"%s\" failed: %s (%d); build log:\n", file, options,
+              iha__cl_error_name(err), (int)err);
+    ctx->cl_error = err;
+    size_t size = 0;
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) == CL_SUCCESS && size) {
+        char *log = malloc(size + 1);
+        if (log && clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, size, log, NULL) == CL_SUCCESS) {
+            log[size] = '\0';
+            iha__message_append(&ctx->message, log);
+        }
+        free(log);
+    }
+    return IHA_ERROR_BUILD;
+}
+
+/* Tries the disk cache; returns a built program or NULL. */
+static cl_program load_cached(iha_context *ctx, uint64_t key, const char *options)
+{
+    if (ctx->cache_dir == NULL) return NULL;
+    size_t length = 0;
+    unsigned char *binary = iha__disk_cache_read(ctx->cache_dir, key, &length);
+    if (binary == NULL) return NULL;
+    const unsigned char *bins[1] = {binary};
+    cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+    cl_program program = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &length, bins, &status, &err);
+    free(binary);
+    if (err != CL_SUCCESS || status != CL_SUCCESS) return NULL;
+    if (clBuildProgram(program, 1, &ctx->device, options, NULL, NULL) != CL_SUCCESS) {
+        clReleaseProgram(program);
+        return NULL;
+    }
+    return program;
+}
+
+static iha_status build_from_source(iha_context *ctx, const char *file, const char *source, size_t length,
+                                    const char *options, cl_program *out)
+{
+    cl_int err = CL_SUCCESS;
+    cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, &length, &err);
+    if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clCreateProgramWithSource");
+    err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        iha_status st = build_log_failure(ctx, program, file, options, err);
+        clReleaseProgram(program);
+        return st;
+    }
+    *out = program;
+    return IHA_OK;
+}
+
+static iha_status program_get(iha_context *ctx, const char *file, const char *options, iha_program_entry **out)
+{
+    iha_program_cache *cache = &ctx->programs;
+    for (size_t i = 0; i < cache->count; ++i) {
+        if (strcmp(cache->entries[i].file, file) == 0 && strcmp(cache->entries[i].options, options) == 0) {
+            *out = &cache->entries[i];
+            return IHA_OK;
+        }
+    }
+    if (cache->count == cache->capacity) {
+        size_t cap = cache->capacity ? cache->capacity * 2 : 16;
+        iha_program_entry *grown = realloc(cache->entries, cap * sizeof *grown);
+        IHA_RETURN_ERROR_IF(grown == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the program cache");
+        cache->entries = grown;
+        cache->capacity = cap;
+    }
+
+    size_t length = 0;
+    char *from_dir = NULL;
+    const char *source;
+    if (ctx->kernel_dir != NULL) {
+        from_dir = read_source_file(ctx, file, &length);
+        IHA_RETURN_ERROR_IF(from_dir == NULL, ctx, IHA_ERROR_IO, "cannot read kernel source %s/%s", ctx->kernel_dir,
+                            file);
+        source = from_dir;
+    } else {
+        const iha_kernel_source *embedded = iha__kernel_source_find(file);
+        IHA_RETURN_ERROR_IF(embedded == NULL, ctx, IHA_ERROR_BUILD, "no embedded kernel source named %s", file);
+        source = embedded->text;
+        length = embedded->length;
+    }
+
+    iha_program_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = program_key(ctx, source, options);
+    e.program = load_cached(ctx, e.key, options);
+    e.on_disk = e.program != NULL;
+    iha_status st = IHA_OK;
+    if (e.program == NULL) st = build_from_source(ctx, file, source, length, options, &e.program);
+    free(from_dir);
+    if (st != IHA_OK) return st;
+    e.file = dup_string(file);
+    e.options = dup_string(options);
+    if (e.file == NULL || e.options == NULL) {
+        free(e.file);
+        free(e.options);
+        clReleaseProgram(e.program);
+        return iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the program cache");
+    }
+    cache->entries[cache->count] = e;
+    *out = &cache->entries[cache->count++];
+    return IHA_OK;
+}
+
+iha_status iha__kernel_get(iha_context *ctx, const char *file, const char *options, const char *name, cl_kernel *out)
+{
+    iha_program_entry *e = NULL;
+    IHA_FORWARD_IF_ERROR(program_get(ctx, file, options, &e));
+    for (size_t i = 0; i < e->kernel_count; ++i) {
+        if (strcmp(e->kernel_names[i], name) == 0) {
+            *out = e->kernels[i];
+            e->launched = 1;
+            return IHA_OK;
+        }
+    }
+    IHA_RETURN_ERROR_IF(e->kernel_count == IHA_PROGRAM_MAX_KERNELS, ctx, IHA_ERROR_UNSUPPORTED,
+                        "too many kernels taken from cl/%s", file);
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(e->program, name, &err);
+    if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clCreateKernel");
+    char *copy = dup_string(name);
+    if (copy == NULL) {
+        clReleaseKernel(k);
+        return iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the kernel cache");
+    }
+    e->kernel_names[e->kernel_count] = copy;
+    e->kernels[e->kernel_count++] = k;
+    e->launched = 1;
+    *out = k;
+    return IHA_OK;
+}
+
+static void write_binary(iha_context *ctx, iha_program_entry *e)
+{
+    size_t size = 0;
+    if (clGetProgramInfo(e->program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
+        return;
+    unsigned char *binary = malloc(size);
+    if (binary == NULL) return;
+    unsigned char *bins[1] = {binary};
+    if (clGetProgramInfo(e->program, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS &&
+        iha__disk_cache_write(ctx->cache_dir, e->key, binary, size) == 0)
+        e->on_disk = 1;
+    free(binary);
+}
+
+void iha__program_cache_flush(iha_context *ctx)
+{
+    if (ctx->cache_dir == NULL) return;
+    int pending = 0;
+    for (size_t i = 0; i < ctx->programs.count; ++i)
+        pending |= ctx->programs.entries[i].launched && !ctx->programs.entries[i].on_disk;
+    if (!pending || clFinish(ctx->queue) != CL_SUCCESS) return;
+    for (size_t i = 0; i < ctx->programs.count; ++i) {
+        iha_program_entry *e = &ctx->programs.entries[i];
+        if (e->launched && !e->on_disk) {
+            write_binary(ctx, e);
+            e->on_disk = 1; /* one attempt per process: a failing disk must not cost every call */
+        }
+    }
+}
+
+void iha__program_cache_release(iha_program_cache *cache)
+{
+    for (size_t i = 0; i < cache->count; ++i) {
+        iha_program_entry *e = &cache->entries[i];
+        for (size_t k = 0; k < e->kernel_count; ++k) {
+            clReleaseKernel(e->kernels[k]);
+            free(e->kernel_names[k]);
+        }
+        clReleaseProgram(e->program);
+        free(e->file);
+        free(e->options);
+    }
+    free(cache->entries);
+    cache->entries = NULL;
+    cache->count = cache->capacity = 0;
+}

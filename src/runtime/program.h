@@ -1,0 +1,45 @@
+/* Built OpenCL programs: an in-memory cache per context, backed by the on-disk cache
+ * (disk_cache.h). A program is identified by its source file in cl/ and its build options. */
+#ifndef IHA_RUNTIME_PROGRAM_H
+#define IHA_RUNTIME_PROGRAM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include "iha.h"
+
+#define IHA_PROGRAM_MAX_KERNELS 4
+
+typedef struct iha_program_entry {
+    uint64_t key;   /* disk-cache key: source, options, device, driver, platform, library version */
+    char *file;
+    char *options;
+    cl_program program;
+    int on_disk;    /* loaded from or already written to the disk cache */
+    int launched;   /* a kernel of it was handed out, so PoCL has compiled machine code */
+    size_t kernel_count;
+    char *kernel_names[IHA_PROGRAM_MAX_KERNELS];
+    cl_kernel kernels[IHA_PROGRAM_MAX_KERNELS];
+} iha_program_entry;
+
+typedef struct iha_program_cache {
+    iha_program_entry *entries;
+    size_t count, capacity;
+} iha_program_cache;
+
+struct iha_context;
+
+/* The kernel `name` of cl/`file` built with `options` (e.g. "-DHEAD_DIM=64"), built or loaded
+ * on first use. The kernel is owned by the context; do not release it. */
+iha_status iha__kernel_get(struct iha_context *ctx, const char *file, const char *options, const char *name,
+                           cl_kernel *out);
+/* Writes the binaries of launched programs that are not on disk yet. It first waits for the
+ * queue: PoCL compiles machine code at the first launch, and a binary taken earlier would have
+ * to be compiled again by the next process. No-op when the disk cache is off. Failures to
+ * write are ignored: the cache is an optimisation. */
+void iha__program_cache_flush(struct iha_context *ctx);
+void iha__program_cache_release(iha_program_cache *cache);
+#endif
