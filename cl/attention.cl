@@ -8,7 +8,9 @@
  *  - every mask is an interval [lo(t), hi(t)] of visible keys per row, so key blocks outside
  *    the tile's union of intervals are never visited and fully visible blocks skip the mask;
  *  - P.V accumulates into ATT_VD-wide vectors over the head dimension.
- * HEAD_DIM is a compile-time constant so loops over it have known trip counts.
+ * HEAD_DIM is a compile-time constant so loops over it have known trip counts, and the small
+ * loops over rows, keys and chunks are unrolled so the tiles live in registers, not on the stack
+ * (measured on PoCL/AVX2: 30 -> 53 GFLOP/s at T=4096, d=64).
  * Written for CPUs (PoCL vectorises explicit floatN inside a work-item); it is correct on
  * GPUs, where a variant staging tiles in local memory would be faster. */
 
@@ -112,6 +114,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
     float qs[ATT_ROWS][HEAD_DIM];
     int lo[ATT_ROWS], hi[ATT_ROWS];
     int lo_min = T, lo_max = 0, hi_min = T, hi_max = 0;
+    #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         const int t = min(t0 + r, T - 1);
         const int2 range = visible_range(t, T, P, mask, window);
@@ -126,9 +129,11 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
 
     floatV acc[ATT_ROWS][VCHUNKS];
     float m[ATT_ROWS], l[ATT_ROWS];
+    #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
+        #pragma unroll
         for (int cv = 0; cv < VCHUNKS; ++cv) acc[r][cv] = (floatV)(0.0f);
     }
 
@@ -136,14 +141,18 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         const int j0 = blk * ATT_KB;
         const __global float *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
         floatK s[ATT_ROWS];
+        #pragma unroll
         for (int r = 0; r < ATT_ROWS; ++r) s[r] = (floatK)(0.0f);
         for (int c = 0; c < HEAD_DIM; ++c) {
             const floatK kv = vloadK(0, kblk + (size_t)c * ATT_KB);
+            #pragma unroll
             for (int r = 0; r < ATT_ROWS; ++r) s[r] = fma((floatK)(qs[r][c]), kv, s[r]);
         }
 
         const int whole = j0 >= lo_max && j0 + ATT_KB - 1 <= hi_min;
         float pr[ATT_ROWS][ATT_KB];
+        float corr_r[ATT_ROWS];
+        #pragma unroll
         for (int r = 0; r < ATT_ROWS; ++r) {
             if (!whole) {
                 const intK u = (intK)(j0) + KEY_IOTA;
@@ -151,6 +160,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
             }
             vstoreK(s[r], 0, pr[r]);
             float mx = pr[r][0];
+            #pragma unroll
             for (int j = 1; j < ATT_KB; ++j) mx = fmax(mx, pr[r][j]);
             const float m_new = fmax(m[r], mx);
             /* A row that has seen no visible key yet keeps m = -inf; base 0 makes every
@@ -160,19 +170,31 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
             const floatK p = exp2(s[r] - (floatK)(base));
             vstoreK(p, 0, pr[r]);
             float sum = 0.0f;
+            #pragma unroll
             for (int j = 0; j < ATT_KB; ++j) sum += pr[r][j];
             l[r] = l[r] * corr + sum;
             m[r] = m_new;
-            for (int cv = 0; cv < VCHUNKS; ++cv) acc[r][cv] *= corr;
+            corr_r[r] = corr;
         }
 
-        for (int j = 0; j < ATT_KB; ++j) {
-            /* Padding keys past T have probability 0; clamping keeps their reads in bounds. */
-            const __global float *vrow = vb + (size_t)min(j0 + j, T - 1) * HEAD_DIM;
-            for (int cv = 0; cv < VCHUNKS; ++cv) {
-                const floatV vv = load_chunk(vrow, cv);
-                for (int r = 0; r < ATT_ROWS; ++r) acc[r][cv] = fma((floatV)(pr[r][j]), vv, acc[r][cv]);
+        /* P.V with the head dimension outermost: per chunk only ATT_ROWS accumulators are
+         * live, which fits 16 AVX2 registers; the whole tile would spill. */
+        size_t vrow[ATT_KB];
+        #pragma unroll
+        for (int j = 0; j < ATT_KB; ++j) vrow[j] = (size_t)min(j0 + j, T - 1) * HEAD_DIM;
+        #pragma unroll
+        for (int cv = 0; cv < VCHUNKS; ++cv) {
+            floatV a[ATT_ROWS];
+            #pragma unroll
+            for (int r = 0; r < ATT_ROWS; ++r) a[r] = acc[r][cv] * corr_r[r];
+            #pragma unroll
+            for (int j = 0; j < ATT_KB; ++j) {
+                const floatV vv = load_chunk(vb + vrow[j], cv);
+                #pragma unroll
+                for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pr[r][j]), vv, a[r]);
             }
+            #pragma unroll
+            for (int r = 0; r < ATT_ROWS; ++r) acc[r][cv] = a[r];
         }
     }
 
@@ -181,6 +203,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         if (t >= T) break;
         const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
         __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
+        #pragma unroll
         for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, acc[r][cv] * inv);
         if (want_lse) lse[lse_off + (size_t)bh * T + t] = l[r] > 0.0f ? (m[r] + log2(l[r])) * M_LN2_F : -INFINITY;
     }

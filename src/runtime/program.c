@@ -107,8 +107,17 @@ static iha_status build_from_source(iha_context *ctx, const char *file, const ch
     return IHA_OK;
 }
 
-static iha_status program_get(iha_context *ctx, const char *file, const char *options, iha_program_entry **out)
+/* "-w": compilers such as PoCL's clang print warning counts to stderr themselves, and the
+ * library must not print; a failing build still returns its errors in the log. */
+#define IHA_BASE_BUILD_OPTIONS "-w"
+
+static iha_status program_get(iha_context *ctx, const char *file, const char *kernel_options,
+                              iha_program_entry **out)
 {
+    char options[512];
+    int n = snprintf(options, sizeof options, "%s %s", IHA_BASE_BUILD_OPTIONS, kernel_options);
+    IHA_RETURN_ERROR_IF(n < 0 || (size_t)n >= sizeof options, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "build options too long for cl/%s", file);
     iha_program_cache *cache = &ctx->programs;
     for (size_t i = 0; i < cache->count; ++i) {
         if (strcmp(cache->entries[i].file, file) == 0 && strcmp(cache->entries[i].options, options) == 0) {

@@ -1,0 +1,152 @@
+/*
+ * cmd_forward.c - "iha forward": one IHA layer on NumPy files, for checking the library
+ * against other implementations and for using it without writing C.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "cli.h"
+#include "iha.h"
+#include "layer_files.h"
+#include "mask_names.h"
+#include "npy.h"
+#include "timer.h"
+
+static cli_option options[] = {
+    {"in", "DIR", "directory with x.npy, wq/wk/wv/wo.npy, alpha_q/k/v.npy, r.npy (required)", NULL},
+    {"out", "FILE", "where to write Z as float32 .npy [B, N, D] (required)", NULL},
+    {"mask", "MASK", "causal (default), token_causal or none", NULL},
+    {"window", "W", "sliding window in tokens; 0 (default) is global", NULL},
+    {"rope-base", "B", "apply rotary embedding at virtual positions with this base (d even)", NULL},
+    {"scale", "S", "attention score scale (default 1/sqrt(d))", NULL},
+    {"device", "SPEC", "P:D index or name substring (default $IHA_DEVICE, else first GPU)", NULL},
+    {NULL, NULL, NULL, NULL},
+};
+
+static cli_spec spec = {
+    "forward",
+    "--in DIR --out FILE [options]",
+    "Runs one Interleaved Head Attention layer Z = IHA(X) on the NumPy files in DIR and writes\n"
+    "Z. Files are little-endian float32 or float64 in C order; shapes: x [B,N,D], wq wk wv\n"
+    "[D,H*d], wo [H*d,D], alpha_q alpha_k alpha_v r [H,H,P]. H and P come from alpha_q.npy,\n"
+    "d = columns of wq.npy / H. Exit status: 0 success, 1 failure, 2 usage error.",
+    options,
+};
+
+/* Reads the options into the attention options; returns -1 after a usage message. */
+static int read_options(iha_attention_options *attention)
+{
+    float scale = 0, rope_base = 0;
+    size_t window = 0;
+    int mask = IHA_MASK_CAUSAL;
+    if (!cli_get(&spec, "in") || !cli_get(&spec, "out")) {
+        cli_error(&spec, "--in DIR and --out FILE are required (see 'iha forward --help')");
+        return -1;
+    }
+    if (cli_get_choice(&spec, "mask", mask_names, &mask) || cli_get_size(&spec, "window", 0, INT64_MAX, &window) ||
+        cli_get_positive_float(&spec, "scale", &scale) ||
+        cli_get_positive_float(&spec, "rope-base", &rope_base))
+        return -1;
+    iha_attention_options_init(attention);
+    attention->mask = mask;
+    attention->window = (int64_t)window;
+    attention->scale = scale;
+    attention->rope = cli_get(&spec, "rope-base") != NULL;
+    attention->rope_base = rope_base;
+    return 0;
+}
+
+/* Finding out that the output cannot be written after a long run would waste it. */
+static int check_output_dir(const char *out)
+{
+    const char *slash = strrchr(out, '/');
+    char dir[4096];
+    int n = slash ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - out), out) : snprintf(dir, sizeof dir, ".");
+    if (n < 0 || (size_t)n >= sizeof dir) {
+        cli_error(&spec, "--out path is too long");
+        return -1;
+    }
+    if (dir[0] == '\0') /* "--out /z.npy" */
+        snprintf(dir, sizeof dir, "/");
+    if (access(dir, W_OK | X_OK) != 0) {
+        cli_error(&spec, "cannot write into directory '%s' of --out: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs the layer; on success prints the device and time after the layer's description. */
+static int run(const layer_files *files, const iha_attention_options *attention, float *z, char *summary,
+               size_t summary_size)
+{
+    iha_context_options context_options;
+    iha_context_options_init(&context_options);
+    context_options.device = cli_get(&spec, "device");
+    iha_context *ctx = NULL;
+    char message[1024];
+    iha_status status = iha_context_create(&ctx, &context_options, message, sizeof message);
+    if (status != IHA_OK) {
+        cli_error(&spec, "%s: %s", iha_status_name(status), message);
+        return -1;
+    }
+    iha_host_weights weights = layer_files_weights(files);
+    double start = timer_seconds();
+    status = iha_forward_host(ctx, &files->shape, attention, &weights, files->x.data, z);
+    double seconds = timer_seconds() - start;
+    if (status != IHA_OK)
+        cli_error(&spec, "%s: %s", iha_status_name(status), iha_context_message(ctx));
+    else
+        snprintf(summary, summary_size, "device %s, %.3f s including kernel builds and copies",
+                 iha_context_device_name(ctx), seconds);
+    iha_context_free(ctx);
+    return status == IHA_OK ? 0 : -1;
+}
+
+int cmd_forward(int argc, char **argv)
+{
+    int code = cli_parse(&spec, argc, argv);
+    if (code >= 0)
+        return code;
+    iha_attention_options attention;
+    if (read_options(&attention))
+        return CLI_EXIT_USAGE;
+    if (check_output_dir(cli_get(&spec, "out")))
+        return CLI_EXIT_FAILURE;
+    layer_files files;
+    char err[1024];
+    if (layer_files_load(cli_get(&spec, "in"), &files, err, sizeof err)) {
+        cli_error(&spec, "%s", err);
+        return CLI_EXIT_FAILURE;
+    }
+    const iha_shape *s = &files.shape;
+    /* Same count as x.npy, which the reader already sized without overflow. */
+    float *z = malloc(files.x.header.count * sizeof *z);
+    int rc = CLI_EXIT_FAILURE;
+    if (!z) {
+        cli_error(&spec, "out of memory for the output");
+        goto done;
+    }
+    char summary[512];
+    if (run(&files, &attention, z, summary, sizeof summary))
+        goto done;
+    const size_t shape[3] = {s->batch, s->tokens, s->model_dim};
+    if (npy_write_f32(cli_get(&spec, "out"), shape, 3, z, err, sizeof err)) {
+        cli_error(&spec, "%s", err);
+        goto done;
+    }
+    printf("layer B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, mask %s, window %lld, rotary %s\n", s->batch, s->tokens,
+           s->model_dim, s->heads, s->head_dim, s->pseudo, mask_names[attention.mask], (long long)attention.window,
+           attention.rope ? "on" : "off");
+    printf("%s\n", summary);
+    printf("wrote %s, float32 (%zu, %zu, %zu)\n", cli_get(&spec, "out"), shape[0], shape[1], shape[2]);
+    rc = CLI_EXIT_OK;
+done:
+    free(z);
+    layer_files_free(&files);
+    return rc;
+}

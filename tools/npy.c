@@ -1,0 +1,569 @@
+/*
+ * npy.c - bounded .npy parsing (header dictionary, float32/float64 data) and an atomic
+ * float32 writer. See npy.h for the contract; the format is NumPy's NEP 1 ("format.py").
+ */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, getpid: the writer's atomic rename */
+#endif
+#include "npy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+
+static int fail(char *err, size_t err_size, const char *format, ...)
+{
+    if (err && err_size) {
+        va_list args;
+        va_start(args, format);
+        vsnprintf(err, err_size, format, args);
+        va_end(args);
+    }
+    return -1;
+}
+
+/* Copies up to 24 characters of untrusted header text into a message, replacing anything
+ * unprintable, so that a message never carries control bytes to the terminal. */
+static const char *excerpt(const char *p, const char *end, char buf[32])
+{
+    size_t n = 0;
+    while (p < end && n < 24) {
+        unsigned char c = (unsigned char)*p++;
+        buf[n++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (p < end) {
+        memcpy(buf + n, "...", 3);
+        n += 3;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* ---- Header dictionary: a tiny parser for the Python literal NumPy writes --------------- */
+
+typedef struct cursor {
+    const char *p, *end;
+    char *err;
+    size_t err_size;
+} cursor;
+
+static void skip_space(cursor *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static int accept_char(cursor *c, char ch)
+{
+    skip_space(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+static int accept_word(cursor *c, const char *word)
+{
+    size_t n = strlen(word);
+    skip_space(c);
+    if ((size_t)(c->end - c->p) >= n && memcmp(c->p, word, n) == 0) {
+        c->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+/* A quoted string without escapes (NumPy never writes any in these fields). */
+static int parse_string(cursor *c, const char *what, char *out, size_t out_size)
+{
+    char ex[32];
+    skip_space(c);
+    if (c->p >= c->end || (*c->p != '\'' && *c->p != '"'))
+        return fail(c->err, c->err_size, "header: %s must be a quoted string, got '%s'", what,
+                    excerpt(c->p, c->end, ex));
+    char quote = *c->p++;
+    size_t n = 0;
+    while (c->p < c->end && *c->p != quote) {
+        if (*c->p == '\\' || n + 1 >= out_size)
+            return fail(c->err, c->err_size, "header: %s string is malformed or too long", what);
+        out[n++] = *c->p++;
+    }
+    if (c->p >= c->end)
+        return fail(c->err, c->err_size, "header: %s string is not terminated", what);
+    c->p++;
+    out[n] = '\0';
+    return 0;
+}
+
+static int parse_dimension(cursor *c, size_t *out)
+{
+    char ex[32];
+    skip_space(c);
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9')
+        return fail(c->err, c->err_size, "header: bad shape tuple near '%s' (expected a non-negative integer)",
+                    excerpt(c->p, c->end, ex));
+    size_t value = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        size_t digit = (size_t)(*c->p - '0');
+        if (value > (SIZE_MAX - digit) / 10)
+            return fail(c->err, c->err_size, "header: shape dimension is too large for this machine");
+        value = value * 10 + digit;
+        c->p++;
+    }
+    if (c->p < c->end && *c->p == 'L') /* Python 2 long literal, found in old files */
+        c->p++;
+    *out = value;
+    return 0;
+}
+
+/* "()", "(5,)", "(2, 3)" or "(2, 3,)". "(5)" is rejected: in Python it is an int, not a tuple. */
+static int parse_shape(cursor *c, npy_header *h)
+{
+    char ex[32];
+    const char *start = c->p;
+    if (!accept_char(c, '('))
+        return fail(c->err, c->err_size, "header: 'shape' must be a tuple, got '%s'", excerpt(c->p, c->end, ex));
+    h->ndim = 0;
+    if (accept_char(c, ')'))
+        return 0;
+    for (;;) {
+        if (h->ndim == NPY_MAX_DIMS)
+            return fail(c->err, c->err_size, "header: shape has more than %d dimensions", NPY_MAX_DIMS);
+        if (parse_dimension(c, &h->shape[h->ndim]))
+            return -1;
+        h->ndim++;
+        int comma = accept_char(c, ',');
+        if (accept_char(c, ')')) {
+            if (h->ndim == 1 && !comma)
+                return fail(c->err, c->err_size, "header: bad shape tuple '%s' (a 1-tuple needs a trailing comma)",
+                            excerpt(start, c->p, ex));
+            return 0;
+        }
+        if (!comma)
+            return fail(c->err, c->err_size, "header: bad shape tuple near '%s'", excerpt(c->p, c->end, ex));
+    }
+}
+
+static int check_descr(cursor *c, const char *descr, npy_header *h)
+{
+    if (strcmp(descr, "<f4") == 0) {
+        h->dtype = NPY_F32;
+        return 0;
+    }
+    if (strcmp(descr, "<f8") == 0) {
+        h->dtype = NPY_F64;
+        return 0;
+    }
+    if (strcmp(descr, ">f4") == 0 || strcmp(descr, ">f8") == 0)
+        return fail(c->err, c->err_size,
+                    "dtype '%s' is big-endian, which is not supported: save it little-endian, e.g. a.astype('<f%c')",
+                    descr, descr[2]);
+    return fail(c->err, c->err_size, "dtype '%s' is not supported: need float32 ('<f4') or float64 ('<f8')", descr);
+}
+
+/* The dictionary: exactly the keys descr, fortran_order and shape, in any order, once each. */
+static int parse_dictionary(cursor *c, npy_header *h)
+{
+    char ex[32];
+    int have_descr = 0, have_order = 0, have_shape = 0;
+    if (!accept_char(c, '{'))
+        return fail(c->err, c->err_size, "header: expected a dictionary '{...}', got '%s'", excerpt(c->p, c->end, ex));
+    while (!accept_char(c, '}')) {
+        char key[32], descr[32];
+        if (parse_string(c, "a dictionary key", key, sizeof key))
+            return -1;
+        if (!accept_char(c, ':'))
+            return fail(c->err, c->err_size, "header: expected ':' after key '%s'", key);
+        if (strcmp(key, "descr") == 0 && !have_descr) {
+            if (parse_string(c, "'descr'", descr, sizeof descr) || check_descr(c, descr, h))
+                return -1;
+            have_descr = 1;
+        } else if (strcmp(key, "fortran_order") == 0 && !have_order) {
+            if (accept_word(c, "True"))
+                return fail(c->err, c->err_size,
+                            "fortran_order is True: only C-order arrays are supported (save np.ascontiguousarray(a))");
+            if (!accept_word(c, "False"))
+                return fail(c->err, c->err_size, "header: 'fortran_order' must be True or False, got '%s'",
+                            excerpt(c->p, c->end, ex));
+            have_order = 1;
+        } else if (strcmp(key, "shape") == 0 && !have_shape) {
+            if (parse_shape(c, h))
+                return -1;
+            have_shape = 1;
+        } else {
+            return fail(c->err, c->err_size, "header: unexpected or repeated key '%s'", key);
+        }
+        if (!accept_char(c, ',')) {
+            if (!accept_char(c, '}'))
+                return fail(c->err, c->err_size, "header: expected ',' or '}' near '%s'", excerpt(c->p, c->end, ex));
+            break;
+        }
+    }
+    skip_space(c);
+    if (c->p != c->end)
+        return fail(c->err, c->err_size, "header: unexpected text after the dictionary: '%s'", excerpt(c->p, c->end, ex));
+    if (!have_descr || !have_order || !have_shape)
+        return fail(c->err, c->err_size, "header: missing key '%s'",
+                    !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
+    return 0;
+}
+
+/* ---- Header ------------------------------------------------------------------------------ */
+
+static int element_count(const npy_header *h, size_t *count, char *err, size_t err_size)
+{
+    size_t n = 1;
+    for (size_t i = 0; i < h->ndim; i++) {
+        if (h->shape[i] != 0 && n > SIZE_MAX / h->shape[i]) {
+            char shape[128];
+            npy_format_shape(h->shape, h->ndim, shape, sizeof shape);
+            return fail(err, err_size, "shape %s has too many elements (the size overflows)", shape);
+        }
+        n *= h->shape[i];
+    }
+    *count = n;
+    return 0;
+}
+
+int npy_parse_header(const unsigned char *bytes, size_t size, npy_header *out, char *err, size_t err_size)
+{
+    npy_header h;
+    memset(&h, 0, sizeof h);
+    if (!bytes || !out)
+        return fail(err, err_size, "no input");
+    if (size == 0)
+        return fail(err, err_size, "empty file: not a .npy file");
+    if (memcmp(bytes, npy_magic, size < sizeof npy_magic ? size : sizeof npy_magic) != 0)
+        return fail(err, err_size, "bad magic: not a .npy file (expected \\x93NUMPY)");
+    if (size < 8)
+        return fail(err, err_size, "truncated: the file ends inside the magic and version (%zu bytes)", size);
+    h.version_major = bytes[6];
+    if ((bytes[6] < 1 || bytes[6] > 3) || bytes[7] != 0)
+        return fail(err, err_size, "unsupported .npy format version %u.%u (expected 1.0, 2.0 or 3.0)", bytes[6],
+                    bytes[7]);
+    size_t prefix = h.version_major == 1 ? 10 : 12;
+    if (size < prefix)
+        return fail(err, err_size, "truncated: the file ends inside the header length field (%zu bytes)", size);
+    size_t header_len = (size_t)bytes[8] | (size_t)bytes[9] << 8;
+    if (h.version_major > 1)
+        header_len |= (size_t)bytes[10] << 16 | (size_t)bytes[11] << 24;
+    if (header_len > NPY_MAX_HEADER - prefix)
+        return fail(err, err_size, "header length %zu is larger than the %d bytes accepted", header_len,
+                    NPY_MAX_HEADER);
+    if (header_len > size - prefix)
+        return fail(err, err_size, "truncated: header length %zu goes beyond the end of the file (%zu bytes)",
+                    header_len, size);
+    cursor c = {(const char *)bytes + prefix, (const char *)bytes + prefix + header_len, err, err_size};
+    if (parse_dictionary(&c, &h) || element_count(&h, &h.count, err, err_size))
+        return -1;
+    if (h.count > SIZE_MAX / (size_t)h.dtype) {
+        char shape[128];
+        npy_format_shape(h.shape, h.ndim, shape, sizeof shape);
+        return fail(err, err_size, "shape %s has too many elements (the byte size overflows)", shape);
+    }
+    h.data_bytes = h.count * (size_t)h.dtype;
+    h.data_offset = prefix + header_len;
+    *out = h;
+    return 0;
+}
+
+/* ---- Data ------------------------------------------------------------------------------- */
+
+/* Decodes little-endian bytes whatever the host's byte order. Returns the index of the first
+ * float64 value that is finite but overflows float32, or `count` when there is none. */
+static size_t convert(const unsigned char *src, npy_dtype dtype, size_t count, float *dst)
+{
+    for (size_t i = 0; i < count; i++) {
+        const unsigned char *b = src + i * (size_t)dtype;
+        if (dtype == NPY_F32) {
+            uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+            memcpy(&dst[i], &u, sizeof u);
+        } else {
+            uint64_t u = 0;
+            for (int k = 7; k >= 0; k--)
+                u = u << 8 | b[k];
+            double v;
+            memcpy(&v, &u, sizeof v);
+            dst[i] = (float)v;
+            if (isfinite(v) && !isfinite(dst[i]))
+                return i;
+        }
+    }
+    return count;
+}
+
+static int convert_checked(const unsigned char *src, npy_dtype dtype, size_t count, size_t first_index, float *dst,
+                           char *err, size_t err_size)
+{
+    size_t bad = convert(src, dtype, count, dst);
+    if (bad < count)
+        return fail(err, err_size, "element %zu does not fit in float32 (|value| > 3.4e38)", first_index + bad);
+    return 0;
+}
+
+static const char *dtype_name(npy_dtype dtype) { return dtype == NPY_F32 ? "float32" : "float64"; }
+
+static int length_error(const npy_header *h, size_t have, char *err, size_t err_size)
+{
+    char shape[128];
+    npy_format_shape(h->shape, h->ndim, shape, sizeof shape);
+    return fail(err, err_size, "data is %zu bytes but shape %s of %s needs %zu bytes (%s)", have, shape,
+                dtype_name(h->dtype), h->data_bytes, have < h->data_bytes ? "truncated" : "trailing data");
+}
+
+static float *allocate_floats(size_t count)
+{
+    /* count * 4 cannot overflow: count * element size was checked and is at least as large. */
+    return malloc(count ? count * sizeof(float) : 1);
+}
+
+int npy_parse(const unsigned char *bytes, size_t size, npy_array *out, char *err, size_t err_size)
+{
+    if (!out)
+        return fail(err, err_size, "no output");
+    memset(out, 0, sizeof *out);
+    npy_header h;
+    if (npy_parse_header(bytes, size, &h, err, err_size))
+        return -1;
+    if (size - h.data_offset != h.data_bytes)
+        return length_error(&h, size - h.data_offset, err, err_size);
+    float *data = allocate_floats(h.count);
+    if (!data)
+        return fail(err, err_size, "out of memory for %zu elements", h.count);
+    if (convert_checked(bytes + h.data_offset, h.dtype, h.count, 0, data, err, err_size)) {
+        free(data);
+        return -1;
+    }
+    out->header = h;
+    out->data = data;
+    return 0;
+}
+
+/* Reads the magic, the length field and the header itself: at most NPY_MAX_HEADER bytes. */
+static int read_header(FILE *f, npy_header *h, char *err, size_t err_size)
+{
+    unsigned char buf[NPY_MAX_HEADER];
+    size_t have = fread(buf, 1, 12, f);
+    if (have < 12 && ferror(f))
+        return fail(err, err_size, "read error: %s", strerror(errno));
+    size_t want = have;
+    if (have >= 10 && memcmp(buf, npy_magic, sizeof npy_magic) == 0 && buf[6] >= 1 && buf[6] <= 3 && buf[7] == 0) {
+        size_t prefix = buf[6] == 1 ? 10 : 12;
+        size_t len = (size_t)buf[8] | (size_t)buf[9] << 8;
+        if (buf[6] > 1 && have >= 12)
+            len |= (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+        want = len <= NPY_MAX_HEADER - prefix ? prefix + len : have;
+    }
+    if (want > have) {
+        have += fread(buf + have, 1, want - have, f);
+        if (have < want && ferror(f))
+            return fail(err, err_size, "read error: %s", strerror(errno));
+    }
+    if (npy_parse_header(buf, have, h, err, err_size))
+        return -1;
+    /* The first read may have taken bytes past a version-1 header; put the stream at the data. */
+    if (fseek(f, (long)h->data_offset, SEEK_SET) != 0)
+        return fail(err, err_size, "cannot seek to the data: %s", strerror(errno));
+    return 0;
+}
+
+static int read_data(FILE *f, const npy_header *h, float *data, char *err, size_t err_size)
+{
+    unsigned char chunk[1 << 16];
+    size_t per_chunk = sizeof chunk / (size_t)h->dtype, done = 0;
+    while (done < h->count) {
+        size_t n = h->count - done < per_chunk ? h->count - done : per_chunk;
+        size_t got = fread(chunk, (size_t)h->dtype, n, f);
+        if (got < n) {
+            if (ferror(f))
+                return fail(err, err_size, "read error: %s", strerror(errno));
+            return length_error(h, (done + got) * (size_t)h->dtype, err, err_size);
+        }
+        if (convert_checked(chunk, h->dtype, n, done, data + done, err, err_size))
+            return -1;
+        done += n;
+    }
+    if (fgetc(f) != EOF)
+        return fail(err, err_size, "trailing data after the %zu bytes that the shape needs", h->data_bytes);
+    return 0;
+}
+
+int npy_read(const char *path, npy_array *out, char *err, size_t err_size)
+{
+    if (!out)
+        return fail(err, err_size, "no output");
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fail(err, err_size, "cannot open: %s", strerror(errno));
+    npy_header h;
+    float *data = NULL;
+    struct stat st;
+    int rc = -1;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fail(err, err_size, "not a regular file");
+        goto done;
+    }
+    if (read_header(f, &h, err, err_size))
+        goto done;
+    /* Check the length before allocating, so a forged shape cannot make us allocate much. */
+    uintmax_t file_size = (uintmax_t)st.st_size;
+    if (file_size < h.data_offset || file_size - h.data_offset != h.data_bytes) {
+        length_error(&h, file_size < h.data_offset ? 0 : (size_t)(file_size - h.data_offset), err, err_size);
+        goto done;
+    }
+    data = allocate_floats(h.count);
+    if (!data) {
+        fail(err, err_size, "out of memory for %zu elements", h.count);
+        goto done;
+    }
+    if (read_data(f, &h, data, err, err_size))
+        goto done;
+    out->header = h;
+    out->data = data;
+    data = NULL;
+    rc = 0;
+done:
+    free(data);
+    fclose(f);
+    return rc;
+}
+
+void npy_free(npy_array *array)
+{
+    if (!array)
+        return;
+    free(array->data);
+    memset(array, 0, sizeof *array);
+}
+
+/* ---- Writer ----------------------------------------------------------------------------- */
+
+void npy_format_shape(const size_t *shape, size_t ndim, char *buf, size_t buf_size)
+{
+    size_t used = 0;
+    if (!buf_size)
+        return;
+    snprintf(buf, buf_size, "()");
+    for (size_t i = 0; i <= ndim && ndim && used < buf_size; i++) {
+        int n = i == ndim ? snprintf(buf + used, buf_size - used, ndim == 1 ? ",)" : ")")
+                          : snprintf(buf + used, buf_size - used, "%s%zu", i ? ", " : "(", shape[i]);
+        if (n < 0)
+            return;
+        used += (size_t)n;
+    }
+}
+
+static int write_all(int fd, const void *bytes, size_t n)
+{
+    const unsigned char *p = bytes;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The version-1.0 image of the header, padded with spaces so the data starts 64-byte aligned
+ * (what NumPy writes). Returns its length, or 0 when the shape text does not fit. */
+static size_t format_header(const size_t *shape, size_t ndim, unsigned char *buf, size_t buf_size)
+{
+    char shape_text[NPY_MAX_DIMS * 24 + 8];
+    npy_format_shape(shape, ndim, shape_text, sizeof shape_text);
+    char dict[sizeof shape_text + 64];
+    int n = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape_text);
+    if (n < 0 || (size_t)n >= sizeof dict)
+        return 0;
+    size_t len = (size_t)n + 1; /* the final '\n' */
+    size_t total = (10 + len + 63) / 64 * 64;
+    if (total > buf_size || total - 10 > 0xffff)
+        return 0;
+    memcpy(buf, npy_magic, sizeof npy_magic);
+    buf[6] = 1;
+    buf[7] = 0;
+    buf[8] = (unsigned char)((total - 10) & 0xff);
+    buf[9] = (unsigned char)((total - 10) >> 8);
+    memcpy(buf + 10, dict, (size_t)n);
+    memset(buf + 10 + n, ' ', total - 10 - (size_t)n - 1);
+    buf[total - 1] = '\n';
+    return total;
+}
+
+static int write_image(int fd, const size_t *shape, size_t ndim, size_t count, const float *data)
+{
+    unsigned char header[NPY_MAX_DIMS * 24 + 192];
+    size_t header_len = format_header(shape, ndim, header, sizeof header);
+    if (!header_len || write_all(fd, header, header_len))
+        return -1;
+    unsigned char chunk[1 << 16];
+    for (size_t done = 0; done < count;) {
+        size_t n = count - done < sizeof chunk / 4 ? count - done : sizeof chunk / 4;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &data[done + i], sizeof u);
+            for (int k = 0; k < 4; k++)
+                chunk[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
+        }
+        if (write_all(fd, chunk, 4 * n))
+            return -1;
+        done += n;
+    }
+    return fsync(fd);
+}
+
+int npy_write_f32(const char *path, const size_t *shape, size_t ndim, const float *data, char *err,
+                  size_t err_size)
+{
+    if (!path || (ndim && !shape) || ndim > NPY_MAX_DIMS)
+        return fail(err, err_size, "invalid arguments to the .npy writer");
+    npy_header h = {.ndim = ndim, .dtype = NPY_F32};
+    for (size_t i = 0; i < ndim; i++)
+        h.shape[i] = shape[i];
+    size_t count = 0;
+    if (element_count(&h, &count, err, err_size))
+        return -1;
+    if (count && !data)
+        return fail(err, err_size, "no data to write");
+    size_t tmp_size = strlen(path) + 32;
+    char *tmp = malloc(tmp_size);
+    if (!tmp)
+        return fail(err, err_size, "out of memory");
+    snprintf(tmp, tmp_size, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0) {
+        fail(err, err_size, "cannot create a temporary file beside %s: %s", path, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    int rc = write_image(fd, shape, ndim, count, data);
+    int saved = errno;
+    if (close(fd) != 0 && rc == 0) {
+        rc = -1;
+        saved = errno;
+    }
+    if (rc == 0 && rename(tmp, path) != 0) {
+        rc = -1;
+        saved = errno;
+    }
+    if (rc != 0) {
+        unlink(tmp);
+        fail(err, err_size, "cannot write %s: %s", path, strerror(saved));
+    }
+    free(tmp);
+    return rc;
+}

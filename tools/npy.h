@@ -1,0 +1,66 @@
+/*
+ * npy.h - reader and writer of NumPy .npy files (format versions 1.0, 2.0, 3.0), reduced to
+ * what the iha tool exchanges: little-endian float32 or float64 arrays in C order, read into
+ * float32 and written as float32.
+ *
+ * The reader treats its input as hostile (files come from users and from a fuzzer): parsing is
+ * bounded by the header length, every size computation is checked for overflow, the header is
+ * at most NPY_MAX_HEADER bytes, and the data must have exactly the length the shape implies.
+ * Every failure returns -1 with a one-line message naming the problem; nothing aborts.
+ */
+#ifndef IHA_TOOLS_NPY_H
+#define IHA_TOOLS_NPY_H
+
+#include <stddef.h>
+
+/* NumPy's own limit on dimensions (NPY_MAXDIMS before NumPy 2). */
+#define NPY_MAX_DIMS 32
+/* Longest header accepted, magic and length fields included. NumPy writes a few hundred bytes;
+ * the bound keeps a forged length field from making us read or allocate megabytes. */
+#define NPY_MAX_HEADER 65536
+
+typedef enum npy_dtype { NPY_F32 = 4, NPY_F64 = 8 } npy_dtype; /* value = bytes per element */
+
+typedef struct npy_header {
+    int version_major;                /* 1, 2 or 3 */
+    npy_dtype dtype;                  /* element type stored in the file */
+    size_t ndim;                      /* 0 for a scalar */
+    size_t shape[NPY_MAX_DIMS];
+    size_t count;                     /* product of shape (1 for a scalar) */
+    size_t data_offset;               /* bytes from the start of the file to the data */
+    size_t data_bytes;                /* count * element size */
+} npy_header;
+
+typedef struct npy_array {
+    npy_header header;
+    float *data; /* count floats, owned by the array (NULL when count is 0) */
+} npy_array;
+
+/* Parses the header at the start of `bytes` (size bytes long; more may follow). Checks the
+ * magic, version, header length and the dictionary ('descr', 'fortran_order', 'shape', no
+ * other key, none twice). Does not look at the data. Returns 0, or -1 with a message in err. */
+int npy_parse_header(const unsigned char *bytes, size_t size, npy_header *out, char *err, size_t err_size);
+
+/* Parses a whole .npy image held in memory, converting the data to float32. The data must be
+ * exactly header.data_bytes long. On success *out owns its data (npy_free). On failure *out
+ * holds no memory. Returns 0 or -1 with a message. */
+int npy_parse(const unsigned char *bytes, size_t size, npy_array *out, char *err, size_t err_size);
+
+/* Reads a .npy file without holding the raw bytes twice: header first, then the data in
+ * chunks, converted to float32. Same checks and ownership as npy_parse; the message does not
+ * repeat the path (callers prefix it). */
+int npy_read(const char *path, npy_array *out, char *err, size_t err_size);
+
+/* Releases the data of an array (NULL or an empty array is fine). */
+void npy_free(npy_array *array);
+
+/* Writes a float32 C-order .npy file (version 1.0 header) of the given shape. Writes to a
+ * temporary file beside `path` and renames it, so a reader never sees a partial file.
+ * Returns 0 or -1 with a message. */
+int npy_write_f32(const char *path, const size_t *shape, size_t ndim, const float *data, char *err,
+                  size_t err_size);
+
+/* "(2, 3, 4)" for a shape, as NumPy prints it; for messages. Truncates to buf_size. */
+void npy_format_shape(const size_t *shape, size_t ndim, char *buf, size_t buf_size);
+
+#endif

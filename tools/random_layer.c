@@ -1,0 +1,146 @@
+/*
+ * random_layer.c - drawing a random layer and keeping host and device copies of it.
+ */
+#include "random_layer.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+static int fail(char *err, size_t err_size, const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    vsnprintf(err, err_size, format, args);
+    va_end(args);
+    return -1;
+}
+
+/* a*b*c*sizeof(float), or 0 when it overflows. */
+static size_t bytes_of(size_t a, size_t b, size_t c)
+{
+    size_t n = a;
+    if (b && n > SIZE_MAX / b)
+        return 0;
+    n *= b;
+    if (c && n > SIZE_MAX / c)
+        return 0;
+    n *= c;
+    return n > SIZE_MAX / sizeof(float) ? 0 : n * sizeof(float);
+}
+
+static float *random_tensor(rng *g, size_t bytes, float scale)
+{
+    float *t = malloc(bytes);
+    if (t)
+        rng_fill(g, t, bytes / sizeof(float), scale);
+    return t;
+}
+
+static cl_mem upload(cl_context cl, const float *host, size_t bytes, cl_int *status)
+{
+    cl_mem_flags flags = CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0);
+    return clCreateBuffer(cl, flags, bytes, (void *)host, status);
+}
+
+int random_layer_create(iha_context *ctx, const iha_shape *s, uint64_t seed, random_layer *layer, char *err,
+                        size_t err_size)
+{
+    memset(layer, 0, sizeof *layer);
+    layer->shape = *s;
+    size_t hd = s->heads * s->head_dim; /* both small: the caller bounds every dimension */
+    size_t x_bytes = bytes_of(s->batch, s->tokens, s->model_dim);
+    size_t w_bytes = bytes_of(s->model_dim, hd, 1);
+    size_t mix_bytes = bytes_of(s->heads, s->heads, s->pseudo);
+    if (!x_bytes || !w_bytes || !mix_bytes)
+        return fail(err, err_size, "the shape's tensors are too large for this machine");
+    rng g = {seed};
+    float w_scale = 1.0f / sqrtf((float)s->model_dim), o_scale = 1.0f / sqrtf((float)hd);
+    /* A pseudo-head sums H heads; a collapsed head sums H*P pseudo-heads. */
+    float mix_scale = 1.0f / sqrtf((float)s->heads), r_scale = 1.0f / sqrtf((float)(s->heads * s->pseudo));
+    layer->x = random_tensor(&g, x_bytes, 1.0f);
+    layer->wq = random_tensor(&g, w_bytes, w_scale);
+    layer->wk = random_tensor(&g, w_bytes, w_scale);
+    layer->wv = random_tensor(&g, w_bytes, w_scale);
+    layer->wo = random_tensor(&g, w_bytes, o_scale);
+    layer->alpha_q = random_tensor(&g, mix_bytes, mix_scale);
+    layer->alpha_k = random_tensor(&g, mix_bytes, mix_scale);
+    layer->alpha_v = random_tensor(&g, mix_bytes, mix_scale);
+    layer->r = random_tensor(&g, mix_bytes, r_scale);
+    layer->z = malloc(x_bytes);
+    if (!layer->x || !layer->wq || !layer->wk || !layer->wv || !layer->wo || !layer->alpha_q || !layer->alpha_k ||
+        !layer->alpha_v || !layer->r || !layer->z) {
+        random_layer_free(layer);
+        return fail(err, err_size, "out of host memory");
+    }
+    cl_context cl = iha_context_cl_context(ctx);
+    cl_int st[10];
+    iha_layer_weights *w = &layer->weights;
+    layer->x_mem = upload(cl, layer->x, x_bytes, &st[0]);
+    layer->z_mem = upload(cl, NULL, x_bytes, &st[1]);
+    w->wq.mem = upload(cl, layer->wq, w_bytes, &st[2]);
+    w->wk.mem = upload(cl, layer->wk, w_bytes, &st[3]);
+    w->wv.mem = upload(cl, layer->wv, w_bytes, &st[4]);
+    w->wo.mem = upload(cl, layer->wo, w_bytes, &st[5]);
+    w->alpha_q.mem = upload(cl, layer->alpha_q, mix_bytes, &st[6]);
+    w->alpha_k.mem = upload(cl, layer->alpha_k, mix_bytes, &st[7]);
+    w->alpha_v.mem = upload(cl, layer->alpha_v, mix_bytes, &st[8]);
+    w->r.mem = upload(cl, layer->r, mix_bytes, &st[9]);
+    for (int i = 0; i < 10; i++) {
+        if (st[i] != CL_SUCCESS) {
+            random_layer_free(layer);
+            return fail(err, err_size, "clCreateBuffer failed with OpenCL error %d", (int)st[i]);
+        }
+    }
+    return 0;
+}
+
+int random_layer_poison_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size)
+{
+    const float nan = NAN;
+    size_t bytes = bytes_of(layer->shape.batch, layer->shape.tokens, layer->shape.model_dim);
+    cl_command_queue queue = iha_context_cl_queue(ctx);
+    cl_int st = clEnqueueFillBuffer(queue, layer->z_mem, &nan, sizeof nan, 0, bytes, 0, NULL, NULL);
+    if (st == CL_SUCCESS)
+        st = clFinish(queue);
+    return st == CL_SUCCESS ? 0 : fail(err, err_size, "filling the output with NaN failed: OpenCL error %d", (int)st);
+}
+
+int random_layer_read_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size)
+{
+    size_t bytes = bytes_of(layer->shape.batch, layer->shape.tokens, layer->shape.model_dim);
+    cl_int st = clEnqueueReadBuffer(iha_context_cl_queue(ctx), layer->z_mem, CL_TRUE, 0, bytes, layer->z, 0, NULL,
+                                    NULL);
+    return st == CL_SUCCESS ? 0 : fail(err, err_size, "reading the output failed: OpenCL error %d", (int)st);
+}
+
+static void release(cl_mem *mem)
+{
+    if (*mem)
+        clReleaseMemObject(*mem);
+    *mem = NULL;
+}
+
+void random_layer_free(random_layer *layer)
+{
+    release(&layer->x_mem);
+    release(&layer->z_mem);
+    release(&layer->weights.wq.mem);
+    release(&layer->weights.wk.mem);
+    release(&layer->weights.wv.mem);
+    release(&layer->weights.wo.mem);
+    release(&layer->weights.alpha_q.mem);
+    release(&layer->weights.alpha_k.mem);
+    release(&layer->weights.alpha_v.mem);
+    release(&layer->weights.r.mem);
+    float **host[] = {&layer->x, &layer->wq, &layer->wk, &layer->wv, &layer->wo,
+                      &layer->alpha_q, &layer->alpha_k, &layer->alpha_v, &layer->r, &layer->z};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) {
+        free(*host[i]);
+        *host[i] = NULL;
+    }
+}

@@ -1,0 +1,35 @@
+/*
+ * random_layer.h - a random IHA layer of a given shape, in host memory (for the float64
+ * reference) and in device buffers of one context (for timing without host copies).
+ */
+#ifndef IHA_TOOLS_RANDOM_LAYER_H
+#define IHA_TOOLS_RANDOM_LAYER_H
+
+#include <stdint.h>
+
+#include "iha.h"
+
+typedef struct random_layer {
+    iha_shape shape;
+    /* Host copies, owned: x [B][N][D], the weights in SPEC's layouts, z [B][N][D]. */
+    float *x, *wq, *wk, *wv, *wo, *alpha_q, *alpha_k, *alpha_v, *r, *z;
+    /* Device copies, owned: the same tensors (z uninitialised). */
+    cl_mem x_mem, z_mem;
+    iha_layer_weights weights;
+} random_layer;
+
+/* Draws the layer from `seed` and uploads it on ctx's OpenCL context. Weights are scaled by
+ * 1/sqrt(fan-in) so activations stay of order one and the softmax is neither flat nor one-hot.
+ * Returns 0, or -1 with a message in err; *layer then holds nothing. */
+int random_layer_create(iha_context *ctx, const iha_shape *shape, uint64_t seed, random_layer *layer, char *err,
+                        size_t err_size);
+
+/* Fills the device output with NaN, so that an element the library skips shows up. */
+int random_layer_poison_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size);
+
+/* Copies the device output into layer->z (blocking). */
+int random_layer_read_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size);
+
+void random_layer_free(random_layer *layer);
+
+#endif
