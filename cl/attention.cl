@@ -1,7 +1,7 @@
 /* Flash-style attention forward over the interleaved virtual sequence, one (b, h) per
  * global row, written like a CPU GEMM micro-kernel:
- *  - each work-item owns ATT_ROWS query rows (a register tile) and walks key blocks of ATT_KB
- *    keys, packed [B*H][ceil(T/KB)][HEAD_DIM][KB] so that one vector load brings component c of
+ *  - each work-item owns ATT_TILES register tiles of ATT_ROWS query rows and walks key blocks of
+ *    ATT_KB keys, packed [B*H][ceil(T/KB)][HEAD_DIM][KB] so that one vector load brings component c of
  *    KB keys and the score tile grows by HEAD_DIM broadcast-FMAs (no horizontal sums);
  *  - the softmax is online (running max and sum per row), in base 2 with the scale and log2(e)
  *    folded into the queries, so no T x T matrix exists and extra memory is O(T*d);
@@ -17,9 +17,14 @@
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined by the host"
 #endif
-/* Query rows per work-item: the height of the register tile. */
+/* Query rows of one register tile. */
 #ifndef ATT_ROWS
 #define ATT_ROWS 4
+#endif
+/* Register tiles per work-item. The tiles take turns on each key block while it is in L1, so
+ * keys and values stream from memory once per ATT_ROWS * ATT_TILES query rows. */
+#ifndef ATT_TILES
+#define ATT_TILES 4
 #endif
 /* Keys per block: the width of the score vectors, 4, 8 or 16. The host packs keys to match. */
 #ifndef ATT_KB
@@ -94,6 +99,102 @@ static inline void store_chunk(__global float *row, int cv, floatV x)
     for (int i = 0; c + i < HEAD_DIM; ++i) row[c + i] = tmp[i];
 }
 
+/* Running state of one register tile: scaled queries, visible ranges, softmax state, output. */
+typedef struct tile_state {
+    float q[ATT_ROWS][HEAD_DIM]; /* queries times scale * log2(e) */
+    int lo[ATT_ROWS], hi[ATT_ROWS];
+    int lo_min, lo_max, hi_min, hi_max;
+    float m[ATT_ROWS], l[ATT_ROWS]; /* running max (base 2) and sum of exponentials */
+    floatV acc[ATT_ROWS][VCHUNKS];  /* unnormalised output */
+} tile_state;
+
+static inline void tile_init(tile_state *ts, const __global float *qb, int t0, int T, int P, int mask, int window,
+                             float scale_log2)
+{
+    ts->lo_min = T;
+    ts->lo_max = 0;
+    ts->hi_min = T;
+    ts->hi_max = 0;
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS; ++r) {
+        /* Rows past T (the last tile's tail) repeat row T-1 and are not stored. */
+        const int t = min(t0 + r, T - 1);
+        const int2 range = visible_range(t, T, P, mask, window);
+        ts->lo[r] = range.x;
+        ts->hi[r] = range.y;
+        ts->lo_min = min(ts->lo_min, range.x);
+        ts->lo_max = max(ts->lo_max, range.x);
+        ts->hi_min = min(ts->hi_min, range.y);
+        ts->hi_max = max(ts->hi_max, range.y);
+        for (int c = 0; c < HEAD_DIM; ++c) ts->q[r][c] = qb[(size_t)t * HEAD_DIM + c] * scale_log2;
+        ts->m[r] = -INFINITY;
+        ts->l[r] = 0.0f;
+        #pragma unroll
+        for (int cv = 0; cv < VCHUNKS; ++cv) ts->acc[r][cv] = (floatV)(0.0f);
+    }
+}
+
+/* One register tile against the key block starting at key j0. */
+static inline void tile_step(tile_state *ts, const __global float *kblk, const __global float *vb, int j0, int T)
+{
+    floatK s[ATT_ROWS];
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS; ++r) s[r] = (floatK)(0.0f);
+    for (int c = 0; c < HEAD_DIM; ++c) {
+        const floatK kv = vloadK(0, kblk + (size_t)c * ATT_KB);
+        #pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) s[r] = fma((floatK)(ts->q[r][c]), kv, s[r]);
+    }
+
+    const int whole = j0 >= ts->lo_max && j0 + ATT_KB - 1 <= ts->hi_min;
+    float pr[ATT_ROWS][ATT_KB];
+    float corr[ATT_ROWS];
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS; ++r) {
+        if (!whole) {
+            const intK u = (intK)(j0) + KEY_IOTA;
+            s[r] = select((floatK)(-INFINITY), s[r], (u >= (intK)(ts->lo[r])) & (u <= (intK)(ts->hi[r])));
+        }
+        vstoreK(s[r], 0, pr[r]);
+        float mx = pr[r][0];
+        #pragma unroll
+        for (int j = 1; j < ATT_KB; ++j) mx = fmax(mx, pr[r][j]);
+        const float m_new = fmax(ts->m[r], mx);
+        /* A row that has seen no visible key yet keeps m = -inf; base 0 makes every
+         * exponential exactly 0 instead of NaN. */
+        const float base = m_new == -INFINITY ? 0.0f : m_new;
+        corr[r] = exp2(ts->m[r] - base);
+        const floatK p = exp2(s[r] - (floatK)(base));
+        vstoreK(p, 0, pr[r]);
+        float sum = 0.0f;
+        #pragma unroll
+        for (int j = 0; j < ATT_KB; ++j) sum += pr[r][j];
+        ts->l[r] = ts->l[r] * corr[r] + sum;
+        ts->m[r] = m_new;
+    }
+
+    /* P.V with the head dimension outermost: per chunk only ATT_ROWS accumulators are live,
+     * which fits 16 AVX2 registers; the whole tile would spill. Padding keys past T have
+     * probability 0; clamping their rows keeps the reads in bounds. */
+    size_t vrow[ATT_KB];
+    #pragma unroll
+    for (int j = 0; j < ATT_KB; ++j) vrow[j] = (size_t)min(j0 + j, T - 1) * HEAD_DIM;
+    #pragma unroll
+    for (int cv = 0; cv < VCHUNKS; ++cv) {
+        floatV a[ATT_ROWS];
+        #pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv] * corr[r];
+        #pragma unroll
+        for (int j = 0; j < ATT_KB; ++j) {
+            const floatV vv = load_chunk(vb + vrow[j], cv);
+            #pragma unroll
+            for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pr[r][j]), vv, a[r]);
+        }
+        #pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] = a[r];
+    }
+}
+
 __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */
                                 __global const float *kp, ulong k_off,  /* key blocks, see above */
                                 __global const float *v, ulong v_off,   /* [B*H][T][HEAD_DIM] */
@@ -102,7 +203,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
                                 int want_lse, int T, int P, int mask, int window,
                                 float scale_log2) /* score scale * log2(e) */
 {
-    const int t0 = get_global_id(0) * ATT_ROWS;
+    const int t0 = get_global_id(0) * (ATT_ROWS * ATT_TILES);
     const int bh = get_global_id(1);
     if (t0 >= T) return;
     const int blocks = (T + ATT_KB - 1) / ATT_KB;
@@ -110,101 +211,35 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
     const __global float *kb = kp + k_off + (size_t)bh * blocks * HEAD_DIM * ATT_KB;
     const __global float *vb = v + v_off + (size_t)bh * T * HEAD_DIM;
 
-    /* Rows past T (the last tile's tail) repeat row T-1 and are not stored. */
-    float qs[ATT_ROWS][HEAD_DIM];
-    int lo[ATT_ROWS], hi[ATT_ROWS];
-    int lo_min = T, lo_max = 0, hi_min = T, hi_max = 0;
-    #pragma unroll
-    for (int r = 0; r < ATT_ROWS; ++r) {
-        const int t = min(t0 + r, T - 1);
-        const int2 range = visible_range(t, T, P, mask, window);
-        lo[r] = range.x;
-        hi[r] = range.y;
-        lo_min = min(lo_min, lo[r]);
-        lo_max = max(lo_max, lo[r]);
-        hi_min = min(hi_min, hi[r]);
-        hi_max = max(hi_max, hi[r]);
-        for (int c = 0; c < HEAD_DIM; ++c) qs[r][c] = qb[(size_t)t * HEAD_DIM + c] * scale_log2;
-    }
-
-    floatV acc[ATT_ROWS][VCHUNKS];
-    float m[ATT_ROWS], l[ATT_ROWS];
-    #pragma unroll
-    for (int r = 0; r < ATT_ROWS; ++r) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-        #pragma unroll
-        for (int cv = 0; cv < VCHUNKS; ++cv) acc[r][cv] = (floatV)(0.0f);
+    tile_state tiles[ATT_TILES];
+    int lo_min = T, hi_max = 0;
+    for (int i = 0; i < ATT_TILES; ++i) {
+        tile_init(&tiles[i], qb, min(t0 + i * ATT_ROWS, T - 1), T, P, mask, window, scale_log2);
+        lo_min = min(lo_min, tiles[i].lo_min);
+        hi_max = max(hi_max, tiles[i].hi_max);
     }
 
     for (int blk = lo_min / ATT_KB; blk <= hi_max / ATT_KB; ++blk) {
         const int j0 = blk * ATT_KB;
         const __global float *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
-        floatK s[ATT_ROWS];
-        #pragma unroll
-        for (int r = 0; r < ATT_ROWS; ++r) s[r] = (floatK)(0.0f);
-        for (int c = 0; c < HEAD_DIM; ++c) {
-            const floatK kv = vloadK(0, kblk + (size_t)c * ATT_KB);
-            #pragma unroll
-            for (int r = 0; r < ATT_ROWS; ++r) s[r] = fma((floatK)(qs[r][c]), kv, s[r]);
-        }
-
-        const int whole = j0 >= lo_max && j0 + ATT_KB - 1 <= hi_min;
-        float pr[ATT_ROWS][ATT_KB];
-        float corr_r[ATT_ROWS];
-        #pragma unroll
-        for (int r = 0; r < ATT_ROWS; ++r) {
-            if (!whole) {
-                const intK u = (intK)(j0) + KEY_IOTA;
-                s[r] = select((floatK)(-INFINITY), s[r], (u >= (intK)(lo[r])) & (u <= (intK)(hi[r])));
-            }
-            vstoreK(s[r], 0, pr[r]);
-            float mx = pr[r][0];
-            #pragma unroll
-            for (int j = 1; j < ATT_KB; ++j) mx = fmax(mx, pr[r][j]);
-            const float m_new = fmax(m[r], mx);
-            /* A row that has seen no visible key yet keeps m = -inf; base 0 makes every
-             * exponential exactly 0 instead of NaN. */
-            const float base = m_new == -INFINITY ? 0.0f : m_new;
-            const float corr = exp2(m[r] - base);
-            const floatK p = exp2(s[r] - (floatK)(base));
-            vstoreK(p, 0, pr[r]);
-            float sum = 0.0f;
-            #pragma unroll
-            for (int j = 0; j < ATT_KB; ++j) sum += pr[r][j];
-            l[r] = l[r] * corr + sum;
-            m[r] = m_new;
-            corr_r[r] = corr;
-        }
-
-        /* P.V with the head dimension outermost: per chunk only ATT_ROWS accumulators are
-         * live, which fits 16 AVX2 registers; the whole tile would spill. */
-        size_t vrow[ATT_KB];
-        #pragma unroll
-        for (int j = 0; j < ATT_KB; ++j) vrow[j] = (size_t)min(j0 + j, T - 1) * HEAD_DIM;
-        #pragma unroll
-        for (int cv = 0; cv < VCHUNKS; ++cv) {
-            floatV a[ATT_ROWS];
-            #pragma unroll
-            for (int r = 0; r < ATT_ROWS; ++r) a[r] = acc[r][cv] * corr_r[r];
-            #pragma unroll
-            for (int j = 0; j < ATT_KB; ++j) {
-                const floatV vv = load_chunk(vb + vrow[j], cv);
-                #pragma unroll
-                for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pr[r][j]), vv, a[r]);
-            }
-            #pragma unroll
-            for (int r = 0; r < ATT_ROWS; ++r) acc[r][cv] = a[r];
+        for (int i = 0; i < ATT_TILES; ++i) {
+            /* Blocks outside this tile's visible keys are skipped, not computed and masked. */
+            if (j0 + ATT_KB - 1 < tiles[i].lo_min || j0 > tiles[i].hi_max) continue;
+            tile_step(&tiles[i], kblk, vb, j0, T);
         }
     }
 
-    for (int r = 0; r < ATT_ROWS; ++r) {
-        const int t = t0 + r;
-        if (t >= T) break;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
-        #pragma unroll
-        for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, acc[r][cv] * inv);
-        if (want_lse) lse[lse_off + (size_t)bh * T + t] = l[r] > 0.0f ? (m[r] + log2(l[r])) * M_LN2_F : -INFINITY;
+    for (int i = 0; i < ATT_TILES; ++i) {
+        const tile_state *ts = &tiles[i];
+        for (int r = 0; r < ATT_ROWS; ++r) {
+            const int t = t0 + i * ATT_ROWS + r;
+            if (t >= T) return;
+            const float inv = ts->l[r] > 0.0f ? 1.0f / ts->l[r] : 0.0f;
+            __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
+            #pragma unroll
+            for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, ts->acc[r][cv] * inv);
+            if (want_lse)
+                lse[lse_off + (size_t)bh * T + t] = ts->l[r] > 0.0f ? (ts->m[r] + log2(ts->l[r])) * M_LN2_F : -INFINITY;
+        }
     }
 }

@@ -1,5 +1,19 @@
 /* Fold-back of pseudo-heads: Y[b][n][h][c] = sum_m sum_p R[h][m][p] * O[b][m][n*P+p][c].
- * Memory-bound; one work-item per output element, neighbouring work-items on neighbouring c. */
+ * Memory-bound. Two variants of one contract, chosen per device:
+ *   collapse_heads_f32       one output element per work-item (coalesced on GPUs);
+ *   collapse_heads_rows_f32  one (token, head) row per work-item, COLLAPSE_VEC columns at a time
+ *                            in explicit vectors (vectorises on CPUs). */
+
+/* Columns per vector in collapse_heads_rows_f32: 4, 8 or 16. */
+#ifndef COLLAPSE_VEC
+#define COLLAPSE_VEC 8
+#endif
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define floatC CAT(float, COLLAPSE_VEC)
+#define vloadC CAT(vload, COLLAPSE_VEC)
+#define vstoreC CAT(vstore, COLLAPSE_VEC)
 
 __kernel void collapse_heads_f32(__global const float *o, ulong o_off, /* [B][H][T][d] */
                                  __global const float *r, ulong r_off, /* [H][H][P] */
@@ -24,4 +38,42 @@ __kernel void collapse_heads_f32(__global const float *o, ulong o_off, /* [B][H]
         }
     }
     y[y_off + (((size_t)b * N + n) * H + h) * d + c] = acc;
+}
+
+static inline floatC load_cols(const __global float *row, int c, int d)
+{
+    if (c + COLLAPSE_VEC <= d) return vloadC(0, row + c);
+    float tmp[COLLAPSE_VEC];
+    for (int i = 0; i < COLLAPSE_VEC; ++i) tmp[i] = c + i < d ? row[c + i] : 0.0f;
+    return vloadC(0, tmp);
+}
+
+__kernel void collapse_heads_rows_f32(__global const float *o, ulong o_off, __global const float *r, ulong r_off,
+                                      int identity, __global float *y, ulong y_off, int N, int H, int d, int P)
+{
+    const int n = get_global_id(0);
+    const int bh = get_global_id(1);
+    if (n >= N) return;
+    const int h = bh % H, b = bh / H;
+    const size_t T = (size_t)N * P;
+    __global float *out = y + y_off + (((size_t)b * N + n) * H + h) * d;
+    for (int c = 0; c < d; c += COLLAPSE_VEC) {
+        floatC acc = (floatC)(0.0f);
+        if (identity) {
+            acc = load_cols(o + o_off + ((size_t)bh * T + n) * d, c, d);
+        } else {
+            for (int m = 0; m < H; ++m) {
+                const __global float *om = o + o_off + (((size_t)b * H + m) * T + (size_t)n * P) * d;
+                const __global float *rm = r + r_off + ((size_t)h * H + m) * P;
+                for (int p = 0; p < P; ++p) acc = fma((floatC)(rm[p]), load_cols(om + (size_t)p * d, c, d), acc);
+            }
+        }
+        if (c + COLLAPSE_VEC <= d) {
+            vstoreC(acc, 0, out + c);
+        } else {
+            float tmp[COLLAPSE_VEC];
+            vstoreC(acc, 0, tmp);
+            for (int i = 0; c + i < d; ++i) out[c + i] = tmp[i];
+        }
+    }
 }

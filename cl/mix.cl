@@ -1,18 +1,40 @@
 /* Head mixing into pseudo-heads, interleaved token-major, with optional rotary.
  *   dst[b][h][t][c] = sum_m alpha[m][h][p] * src[b][n][m][c],  t = n*P + p
  * then, when asked, the rotate-half rotation of the pair (c, c + d/2) at position t, from a
- * cos/sin table the host computed in double precision (a float angle t*theta loses ~1e-3 at
- * t = 32768, far outside the contract).
- * Memory-bound: each work-item makes one column pair of one virtual row, so reads of a source
- * row are contiguous across neighbouring work-items on GPUs and in one work-item's loop on CPUs.
+ * cos/sin table [T][2][d/2] (cos row, then sin row) that the host computed in double precision:
+ * a float angle t*theta loses ~1e-3 at t = 32768, far outside the contract.
  * Output layout: key_block == 0 gives rows [B*H][T][d]; key_block = KB > 0 gives the key-block
- * layout of attention.cl, [B*H][ceil(T/KB)][d][KB], with the padding rows written as zeros. */
+ * layout of attention.cl, [B*H][ceil(T/KB)][d][KB], with the padding rows written as zeros.
+ * Two variants of one contract, chosen per device:
+ *   mix_heads_f32       one column pair per work-item: neighbouring work-items read
+ *                       neighbouring addresses, which is what GPUs coalesce;
+ *   mix_heads_rows_f32  one (token, head) per work-item, MIX_VEC columns at a time in explicit
+ *                       vectors, which is what vectorises on CPUs (PoCL). */
+
+/* Columns per vector in mix_heads_rows_f32: 4, 8 or 16. */
+#ifndef MIX_VEC
+#define MIX_VEC 8
+#endif
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define floatM CAT(float, MIX_VEC)
+#define vloadM CAT(vload, MIX_VEC)
+#define vstoreM CAT(vstore, MIX_VEC)
+
+/* Address of element (t, c) of virtual row t in either output layout. */
+static inline size_t out_index(int bh, int t, int c, int T, int d, int key_block)
+{
+    if (key_block == 0) return ((size_t)bh * T + t) * d + c;
+    const int blocks = (T + key_block - 1) / key_block;
+    return (((size_t)bh * blocks + t / key_block) * d + c) * key_block + t % key_block;
+}
 
 __kernel void mix_heads_f32(__global const float *src, ulong src_off,     /* [B][N][H][d] */
                             __global const float *alpha, ulong alpha_off, /* [H][H][P] */
                             int identity,                                 /* P == 1, alpha = I */
                             __global float *dst, ulong dst_off,
-                            __global const float *rope, int use_rope,     /* [T][d/2] of (cos, sin) */
+                            __global const float *rope, int use_rope,     /* [T][2][d/2] */
                             int N, int H, int d, int P, int key_block)
 {
     const int i = get_global_id(0);
@@ -42,22 +64,81 @@ __kernel void mix_heads_f32(__global const float *src, ulong src_off,     /* [B]
             }
         }
         if (use_rope) {
-            const __global float *cs = rope + ((size_t)t * pairs + i) * 2;
-            const float y0 = x0 * cs[0] - x1 * cs[1];
-            const float y1 = x1 * cs[0] + x0 * cs[1];
+            const __global float *cs = rope + (size_t)t * d;
+            const float y0 = x0 * cs[i] - x1 * cs[pairs + i];
+            const float y1 = x1 * cs[i] + x0 * cs[pairs + i];
             x0 = y0;
             x1 = y1;
         }
     }
+    dst[dst_off + out_index(bh, t, c0, T, d, key_block)] = x0;
+    if (has1) dst[dst_off + out_index(bh, t, c1, T, d, key_block)] = x1;
+}
 
-    if (key_block == 0) {
-        __global float *out = dst + dst_off + ((size_t)bh * T + t) * d;
-        out[c0] = x0;
-        if (has1) out[c1] = x1;
-    } else {
-        const int blocks = rows / key_block;
-        __global float *out = dst + dst_off + (((size_t)bh * blocks + t / key_block) * d) * key_block + t % key_block;
-        out[(size_t)c0 * key_block] = x0;
-        if (has1) out[(size_t)c1 * key_block] = x1;
+/* Columns [c, c + MIX_VEC) of a row, zeros from `limit` on. */
+static inline floatM load_cols(const __global float *row, int c, int limit)
+{
+    if (c + MIX_VEC <= limit) return vloadM(0, row + c);
+    float tmp[MIX_VEC];
+    for (int i = 0; i < MIX_VEC; ++i) tmp[i] = c + i < limit ? row[c + i] : 0.0f;
+    return vloadM(0, tmp);
+}
+
+/* The mixed columns [c, c + MIX_VEC) below `limit`, of rows m*d apart (one per source head). */
+static inline floatM mix_cols(const __global float *row, const __global float *a, int identity, int h, int H, int P,
+                              int d, int c, int limit)
+{
+    if (identity) return load_cols(row + (size_t)h * d, c, limit);
+    floatM acc = (floatM)(0.0f);
+    for (int m = 0; m < H; ++m) acc = fma((floatM)(a[(size_t)m * H * P]), load_cols(row + (size_t)m * d, c, limit), acc);
+    return acc;
+}
+
+static inline void store_cols(__global float *dst, int bh, int t, int c, floatM x, int limit, int T, int d,
+                              int key_block)
+{
+    float tmp[MIX_VEC];
+    if (key_block == 0 && c + MIX_VEC <= limit) {
+        vstoreM(x, 0, dst + out_index(bh, t, c, T, d, 0));
+        return;
+    }
+    vstoreM(x, 0, tmp);
+    for (int i = 0; i < MIX_VEC && c + i < limit; ++i) dst[out_index(bh, t, c + i, T, d, key_block)] = tmp[i];
+}
+
+__kernel void mix_heads_rows_f32(__global const float *src, ulong src_off, __global const float *alpha,
+                                 ulong alpha_off, int identity, __global float *dst, ulong dst_off,
+                                 __global const float *rope, int use_rope, int N, int H, int d, int P, int key_block)
+{
+    const int n = get_global_id(0);
+    const int bh = get_global_id(1);
+    if (n >= N) return;
+    const int h = bh % H, b = bh / H;
+    const int T = N * P;
+    const __global float *row = src + src_off + ((size_t)b * N + n) * H * d;
+    __global float *out = dst + dst_off;
+    for (int p = 0; p < P; ++p) {
+        const int t = n * P + p;
+        const __global float *a = alpha + alpha_off + (size_t)h * P + p;
+        if (use_rope) {
+            const int hd = d / 2;
+            const __global float *cs = rope + (size_t)t * d;
+            for (int c = 0; c < hd; c += MIX_VEC) {
+                const floatM x0 = mix_cols(row, a, identity, h, H, P, d, c, hd);
+                const floatM x1 = mix_cols(row + hd, a, identity, h, H, P, d, c, hd);
+                const floatM cv = load_cols(cs, c, hd), sv = load_cols(cs + hd, c, hd);
+                store_cols(out, bh, t, c, x0 * cv - x1 * sv, hd, T, d, key_block);
+                store_cols(out + hd * (key_block ? key_block : 1), bh, t, c, x1 * cv + x0 * sv, hd, T, d, key_block);
+            }
+        } else {
+            for (int c = 0; c < d; c += MIX_VEC)
+                store_cols(out, bh, t, c, mix_cols(row, a, identity, h, H, P, d, c, d), d, T, d, key_block);
+        }
+    }
+    /* The last token's work-item zero-fills the key-block padding rows past T. */
+    if (key_block && n == N - 1) {
+        const int padded = (T + key_block - 1) / key_block * key_block;
+        for (int t = T; t < padded; ++t)
+            for (int c = 0; c < d; ++c) out[out_index(bh, t, c, T, d, key_block)] = 0.0f;
     }
 }

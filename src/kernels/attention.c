@@ -16,9 +16,11 @@ void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_
     cfg->vec = head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
     if (ctx->info.is_gpu) {
         cfg->rows = 1;
+        cfg->tiles = 1;
         cfg->group = 64;
     } else {
         cfg->rows = head_dim > 128 ? 2 : 4;
+        cfg->tiles = 4;
         cfg->group = 1;
     }
 }
@@ -28,8 +30,8 @@ iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *
                                   size_t window, float scale)
 {
     char options[160];
-    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_KB=%d -DATT_VD=%d", dims->d, cfg->rows,
-             cfg->key_block, cfg->vec);
+    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=%d -DATT_KB=%d -DATT_VD=%d", dims->d,
+             cfg->rows, cfg->tiles, cfg->key_block, cfg->vec);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_fwd_f32", &k));
     const int want_lse = lse.mem != NULL;
@@ -50,7 +52,8 @@ iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *
     iha__arg_int(&a, mask);
     iha__arg_int(&a, (cl_int)window);
     iha__arg_float(&a, (cl_float)(scale * 1.4426950408889634));
-    const size_t global[2] = {(dims->T + (size_t)cfg->rows - 1) / (size_t)cfg->rows, dims->B * dims->H};
+    const size_t rows_per_item = (size_t)cfg->rows * (size_t)cfg->tiles;
+    const size_t global[2] = {(dims->T + rows_per_item - 1) / rows_per_item, dims->B * dims->H};
     const size_t local[2] = {cfg->group, 1};
     return iha__launch(ctx, &a, 2, global, local, "attention_fwd_f32");
 }

@@ -1,11 +1,17 @@
 /* Host side of cl/collapse.cl (fold-back of pseudo-heads with R). */
+#include <stdio.h>
+
 #include "kernels/kernels.h"
 #include "runtime/launch.h"
 
-iha_status iha__collapse_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref o, iha_ref r, iha_ref y)
+iha_status iha__collapse_enqueue(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref o,
+                                 iha_ref r, iha_ref y)
 {
+    char options[64];
+    snprintf(options, sizeof options, "-DCOLLAPSE_VEC=%d", cfg->vec);
+    const char *name = cfg->per_row ? "collapse_heads_rows_f32" : "collapse_heads_f32";
     cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "collapse.cl", "", "collapse_heads_f32", &k));
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "collapse.cl", options, name, &k));
     const int identity = r.mem == NULL;
     iha_args a = iha__args_begin(k);
     iha__arg_mem(&a, o.mem);
@@ -19,9 +25,13 @@ iha_status iha__collapse_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref
     iha__arg_int(&a, (cl_int)dims->H);
     iha__arg_int(&a, (cl_int)dims->d);
     iha__arg_int(&a, (cl_int)dims->P);
-    size_t g = ctx->info.is_gpu ? 64 : 8;
-    while (g > 1 && g / 2 >= dims->d) g /= 2;
+    if (cfg->per_row) {
+        const size_t global[2] = {dims->N, dims->B * dims->H};
+        const size_t local[2] = {cfg->group, 1};
+        return iha__launch(ctx, &a, 2, global, local, name);
+    }
     const size_t global[3] = {dims->d, dims->N, dims->B * dims->H};
-    const size_t local[3] = {g, 1, 1};
-    return iha__launch(ctx, &a, 3, global, local, "collapse_heads_f32");
+    size_t local[3];
+    iha__rows_local_size(ctx, dims->d, local);
+    return iha__launch(ctx, &a, 3, global, local, name);
 }

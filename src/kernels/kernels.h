@@ -17,7 +17,8 @@ typedef struct iha_ref {
 
 /* Tile configuration of attention.cl (its #ifndef defaults, chosen per device). */
 typedef struct iha_attention_config {
-    int rows;       /* ATT_ROWS: query rows per work-item */
+    int rows;       /* ATT_ROWS: query rows per register tile */
+    int tiles;      /* ATT_TILES: register tiles per work-item, sharing each key block */
     int key_block;  /* ATT_KB: keys per block, 4, 8 or 16 */
     int vec;        /* ATT_VD: vector width over d in P.V, 4, 8 or 16 */
     size_t group;   /* work-items per work-group along the row blocks */
@@ -25,15 +26,32 @@ typedef struct iha_attention_config {
 
 void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg);
 
+/* Variant and vector width of the memory-bound kernels (mix.cl, collapse.cl). */
+typedef struct iha_rows_config {
+    int per_row;  /* 1: the *_rows_f32 variant (a row per work-item, explicit vectors; CPUs);
+                     0: an element per work-item (coalesced; GPUs) */
+    int vec;      /* MIX_VEC / COLLAPSE_VEC: 4, 8 or 16 */
+    size_t group; /* rows per work-group in the per-row variant */
+} iha_rows_config;
+
+void iha__rows_config_default(const iha_context *ctx, iha_rows_config *cfg);
+
+/* Work-group shape for the memory-bound kernels, whose dimension 0 runs over `columns`
+ * contiguous elements and dimension 1 over rows: a GPU wants 64 work-items along the columns
+ * for coalescing; PoCL on a CPU pays per work-group, so it gets groups of about 512 work-items
+ * (measured: groups of 8 made mixing 10x slower than its memory traffic). */
+void iha__rows_local_size(const iha_context *ctx, size_t columns, size_t local[3]);
+
 /* Elements of the key-block layout for dims (B*H*ceil(T/KB)*KB*d); 0 on overflow. */
 size_t iha__packed_keys_elements(const iha_dims *dims, int key_block);
 
 /* Mixing (cl/mix.cl): src [B][N][H][d] -> dst rows [B][H][T][d], or the key-block layout when
  * key_block > 0. alpha.mem NULL means identity (P == 1). rope NULL means no rotary. */
-iha_status iha__mix_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src, iha_ref alpha, iha_ref dst,
-                            cl_mem rope, int key_block);
+iha_status iha__mix_enqueue(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref src,
+                            iha_ref alpha, iha_ref dst, cl_mem rope, int key_block);
 /* Collapse (cl/collapse.cl): o [B][H][T][d] -> y [B][N][H][d]. r.mem NULL means identity. */
-iha_status iha__collapse_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref o, iha_ref r, iha_ref y);
+iha_status iha__collapse_enqueue(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref o,
+                                 iha_ref r, iha_ref y);
 /* Repacking (cl/pack_keys.cl): keys as rows [B*H][T][d] -> key-block layout. */
 iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src, iha_ref dst, int key_block);
 /* Attention (cl/attention.cl) over rows qt, vt, o and packed keys; lse.mem may be NULL.
@@ -41,7 +59,7 @@ iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_re
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
                                   iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                   size_t window, float scale);
-/* The rotary cos/sin table for positions 0..T-1 and head width d (computed in double on the
+/* The rotary cos/sin table [T][2][d/2] for positions 0..T-1 and head width d (computed in double on the
  * host, cached in the context while T, d and base stay the same). */
 iha_status iha__rope_table(iha_context *ctx, size_t T, size_t d, float base, cl_mem *out);
 #endif

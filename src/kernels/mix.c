@@ -1,14 +1,24 @@
 /* Host side of cl/mix.cl (head mixing, interleaving, rotary) and cl/pack_keys.cl. */
-#include "kernels/kernels.h"
+#include <stdio.h>
+
 #include "common/checked.h"
+#include "kernels/kernels.h"
 #include "runtime/launch.h"
 
-/* Work-items per group along the column pairs: a GPU wants a warp's worth, a CPU loops. */
-static size_t columns_group(const iha_context *ctx, size_t columns)
+void iha__rows_config_default(const iha_context *ctx, iha_rows_config *cfg)
 {
-    size_t g = ctx->info.is_gpu ? 64 : 8;
+    cfg->per_row = !ctx->info.is_gpu;
+    cfg->vec = 8;
+    cfg->group = 16;
+}
+
+void iha__rows_local_size(const iha_context *ctx, size_t columns, size_t local[3])
+{
+    size_t g = 64;
     while (g > 1 && g / 2 >= columns) g /= 2;
-    return g;
+    local[0] = g;
+    local[1] = ctx->info.is_gpu ? 1 : 512 / g;
+    local[2] = 1;
 }
 
 size_t iha__packed_keys_elements(const iha_dims *dims, int key_block)
@@ -18,11 +28,14 @@ size_t iha__packed_keys_elements(const iha_dims *dims, int key_block)
     return iha__mul_n(&n, 4, f) ? n : 0;
 }
 
-iha_status iha__mix_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src, iha_ref alpha, iha_ref dst,
-                            cl_mem rope, int key_block)
+iha_status iha__mix_enqueue(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref src,
+                            iha_ref alpha, iha_ref dst, cl_mem rope, int key_block)
 {
+    char options[64];
+    snprintf(options, sizeof options, "-DMIX_VEC=%d", cfg->vec);
+    const char *name = cfg->per_row ? "mix_heads_rows_f32" : "mix_heads_f32";
     cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "mix.cl", "", "mix_heads_f32", &k));
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "mix.cl", options, name, &k));
     const int identity = alpha.mem == NULL;
     iha_args a = iha__args_begin(k);
     iha__arg_mem(&a, src.mem);
@@ -39,11 +52,17 @@ iha_status iha__mix_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src,
     iha__arg_int(&a, (cl_int)dims->d);
     iha__arg_int(&a, (cl_int)dims->P);
     iha__arg_int(&a, key_block);
-    const size_t half = (dims->d + 1) / 2;
+    if (cfg->per_row) {
+        const size_t global[2] = {dims->N, dims->B * dims->H};
+        const size_t local[2] = {cfg->group, 1};
+        return iha__launch(ctx, &a, 2, global, local, name);
+    }
+    const size_t pairs = (dims->d + 1) / 2;
     const size_t rows = key_block ? iha__round_up(dims->T, (size_t)key_block) : dims->T;
-    const size_t global[3] = {half, rows, dims->B * dims->H};
-    const size_t local[3] = {columns_group(ctx, half), 1, 1};
-    return iha__launch(ctx, &a, 3, global, local, "mix_heads_f32");
+    const size_t global[3] = {pairs, rows, dims->B * dims->H};
+    size_t local[3];
+    iha__rows_local_size(ctx, pairs, local);
+    return iha__launch(ctx, &a, 3, global, local, name);
 }
 
 iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src, iha_ref dst, int key_block)
@@ -59,6 +78,7 @@ iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_re
     iha__arg_int(&a, (cl_int)dims->d);
     iha__arg_int(&a, key_block);
     const size_t global[3] = {dims->d, iha__round_up(dims->T, (size_t)key_block), dims->B * dims->H};
-    const size_t local[3] = {columns_group(ctx, dims->d), 1, 1};
+    size_t local[3];
+    iha__rows_local_size(ctx, dims->d, local);
     return iha__launch(ctx, &a, 3, global, local, "pack_keys_f32");
 }

@@ -7,6 +7,7 @@
 
 iha_status iha__rope_table(iha_context *ctx, size_t T, size_t d, float base, cl_mem *out)
 {
+    /* Layout [T][2][d/2]: a row of cosines then a row of sines, so kernels load vectors. */
     const size_t half = d / 2, count = T * half * 2; /* the caller validated T*d */
     cl_mem table;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_ROPE, count * sizeof(float), &table));
@@ -20,8 +21,8 @@ iha_status iha__rope_table(iha_context *ctx, size_t T, size_t d, float base, cl_
         const double theta = pow((double)base, -2.0 * (double)i / (double)d);
         for (size_t t = 0; t < T; ++t) {
             const double angle = (double)t * theta;
-            host[(t * half + i) * 2] = (float)cos(angle);
-            host[(t * half + i) * 2 + 1] = (float)sin(angle);
+            host[t * d + i] = (float)cos(angle);
+            host[t * d + half + i] = (float)sin(angle);
         }
     }
     cl_int err = clEnqueueWriteBuffer(ctx->queue, table, CL_TRUE, 0, count * sizeof(float), host, 0, NULL, NULL);

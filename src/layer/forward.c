@@ -51,9 +51,9 @@ static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_
     if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p->dims.T, p->dims.d, p->rope_base, &rope));
 
     const int kb = p->attention.key_block;
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->dims, q, ref_of(w->alpha_q), (iha_ref){qt, 0}, rope, 0));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->dims, k, ref_of(w->alpha_k), (iha_ref){kt, 0}, rope, kb));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->dims, v, ref_of(w->alpha_v), (iha_ref){vt, 0}, NULL, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, q, ref_of(w->alpha_q), (iha_ref){qt, 0}, rope, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, k, ref_of(w->alpha_k), (iha_ref){kt, 0}, rope, kb));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, v, ref_of(w->alpha_v), (iha_ref){vt, 0}, NULL, 0));
     IHA_FORWARD_IF_ERROR(stage_done(ctx, &ctx->stage_times.mixing, mark));
 
     IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, (iha_ref){qt, 0}, (iha_ref){kt, 0},
@@ -61,7 +61,7 @@ static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_
                                                 p->window, p->scale));
     IHA_FORWARD_IF_ERROR(stage_done(ctx, &ctx->stage_times.attention, mark));
 
-    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->dims, (iha_ref){o, 0}, ref_of(w->r), y));
+    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, (iha_ref){o, 0}, ref_of(w->r), y));
     return stage_done(ctx, &ctx->stage_times.collapse, mark);
 }
 

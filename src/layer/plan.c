@@ -72,6 +72,7 @@ iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_at
     p->D = D;
     IHA_FORWARD_IF_ERROR(check_options(ctx, options, p));
     iha__attention_config_default(ctx, d, &p->attention);
+    iha__rows_config_default(ctx, &p->rows);
     p->packed_elems = iha__packed_keys_elements(&p->dims, p->attention.key_block);
     IHA_RETURN_ERROR_IF(p->packed_elems == 0 || p->packed_elems > SIZE_MAX / 8, ctx, IHA_ERROR_SIZE_OVERFLOW,
                         "the packed key buffer's size overflows size_t");

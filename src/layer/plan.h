@@ -15,6 +15,7 @@ typedef struct iha_plan {
     size_t w_elems;        /* D*H*d: W_Q, W_K, W_V, W_O */
     size_t mix_elems;      /* H*H*P: alpha, R */
     iha_attention_config attention;
+    iha_rows_config rows; /* mixing and collapse */
     int mask;
     size_t window;         /* tokens; 0 also when the window covers the whole sequence */
     float scale;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages iha needs (only those missing), builds it, then runs the
+# demo or the test suite. Usage: tools/bootstrap.sh demo|test|build
+# As root it installs directly; otherwise through sudo. CI and the README call it.
+set -euo pipefail
+
+mode=${1:-demo}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${IHA_BUILD_DIR:-$root/build}
+
+packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd
+          libcmocka-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "bootstrap: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build" -j"$(nproc)"
+
+case "$mode" in
+  demo)  exec "$build/tools/iha" demo ;;
+  test)  exec ctest --test-dir "$build" --output-on-failure -j"$(nproc)" ;;
+  build) ;;
+  *) echo "usage: $0 demo|test|build" >&2; exit 2 ;;
+esac
