@@ -56,6 +56,41 @@
 #error "ATT_KB must be 4, 8 or 16"
 #endif
 
+/* Horizontal max and sum of a score vector by halving: log2(KB) vector operations instead of
+ * KB scalar ones. The ternary form maps to one vmaxps; fmax would add NaN handling, and no
+ * NaN can occur here (masked scores are -inf, never NaN). */
+static inline float hmax(floatK v)
+{
+#if ATT_KB == 16
+    const float8 v8 = v.lo > v.hi ? v.lo : v.hi;
+#else
+    const float8 v8 = v;
+#endif
+#if ATT_KB >= 8
+    const float4 v4 = v8.lo > v8.hi ? v8.lo : v8.hi;
+#else
+    const float4 v4 = v;
+#endif
+    const float2 v2 = v4.lo > v4.hi ? v4.lo : v4.hi;
+    return v2.x > v2.y ? v2.x : v2.y;
+}
+
+static inline float hsum(floatK v)
+{
+#if ATT_KB == 16
+    const float8 v8 = v.lo + v.hi;
+#else
+    const float8 v8 = v;
+#endif
+#if ATT_KB >= 8
+    const float4 v4 = v8.lo + v8.hi;
+#else
+    const float4 v4 = v;
+#endif
+    const float2 v2 = v4.lo + v4.hi;
+    return v2.x + v2.y;
+}
+
 #define MASK_CAUSAL 0
 #define MASK_TOKEN_CAUSAL 1
 
@@ -155,21 +190,15 @@ static inline void tile_step(tile_state *ts, const __global float *kblk, const _
             const intK u = (intK)(j0) + KEY_IOTA;
             s[r] = select((floatK)(-INFINITY), s[r], (u >= (intK)(ts->lo[r])) & (u <= (intK)(ts->hi[r])));
         }
-        vstoreK(s[r], 0, pr[r]);
-        float mx = pr[r][0];
-        #pragma unroll
-        for (int j = 1; j < ATT_KB; ++j) mx = fmax(mx, pr[r][j]);
-        const float m_new = fmax(ts->m[r], mx);
+        const float mx = hmax(s[r]);
+        const float m_new = ts->m[r] > mx ? ts->m[r] : mx;
         /* A row that has seen no visible key yet keeps m = -inf; base 0 makes every
          * exponential exactly 0 instead of NaN. */
         const float base = m_new == -INFINITY ? 0.0f : m_new;
         corr[r] = exp2(ts->m[r] - base);
         const floatK p = exp2(s[r] - (floatK)(base));
         vstoreK(p, 0, pr[r]);
-        float sum = 0.0f;
-        #pragma unroll
-        for (int j = 0; j < ATT_KB; ++j) sum += pr[r][j];
-        ts->l[r] = ts->l[r] * corr[r] + sum;
+        ts->l[r] = ts->l[r] * corr[r] + hsum(p);
         ts->m[r] = m_new;
     }
 

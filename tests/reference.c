@@ -44,8 +44,8 @@ static int ref_visible(const ref_problem *p, size_t t, size_t u)
     size_t P = p->P, n = t / P, m = u / P;
     unsigned long long W = (unsigned long long)p->window;
     switch (p->mask) {
-    case 0:
-        return u <= t && (W == 0 || t - u < W * P);
+    case 0: /* t - u < W*P, written so that no product can wrap for huge windows */
+        return u <= t && (W == 0 || (t - u) / P < W);
     case 1:
         return m <= n && (W == 0 || n - m < W);
     default:

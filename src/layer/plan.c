@@ -86,6 +86,10 @@ iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, con
     cl_int err = clGetMemObjectInfo(buf.mem, CL_MEM_SIZE, sizeof size, &size, NULL);
     IHA_RETURN_ERROR_IF(err != CL_SUCCESS, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "buffer %s is not a valid cl_mem (clGetMemObjectInfo: %s)", name, iha__cl_error_name(err));
+    cl_context owner = NULL;
+    err = clGetMemObjectInfo(buf.mem, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    IHA_RETURN_ERROR_IF(err != CL_SUCCESS || owner != ctx->cl_ctx, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "buffer %s belongs to another OpenCL context than the iha context's", name);
     size_t end;
     IHA_RETURN_ERROR_IF(!iha__add(buf.offset, elems, &end) || end > SIZE_MAX / sizeof(float), ctx,
                         IHA_ERROR_SIZE_OVERFLOW, "buffer %s: offset %zu + %zu elements overflows size_t", name,

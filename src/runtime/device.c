@@ -142,10 +142,16 @@ static int parse_index_pair(const char *spec, unsigned *p, unsigned *d)
     return 1;
 }
 
-static int matches(const char *spec, const iha_device_info *info)
+static int matches(const char *spec, cl_platform_id platform, const iha_device_info *info)
 {
+    /* PoCL says "pocl" only in its platform vendor ("The pocl project") and version. */
+    char platform_vendor[128] = "";
+    if (clGetPlatformInfo(platform, CL_PLATFORM_VENDOR, sizeof platform_vendor, platform_vendor, NULL) != CL_SUCCESS)
+        platform_vendor[0] = '\0';
+    platform_vendor[sizeof platform_vendor - 1] = '\0';
     if (contains_nocase(info->platform_name, spec) || contains_nocase(info->device_name, spec) ||
-        contains_nocase(info->device_vendor, spec))
+        contains_nocase(info->device_vendor, spec) || contains_nocase(info->platform_version, spec) ||
+        contains_nocase(platform_vendor, spec))
         return 1;
     if (info->is_gpu && contains_nocase("gpu", spec) && strlen(spec) == 3) return 1;
     if (info->is_cpu && contains_nocase("cpu", spec) && strlen(spec) == 3) return 1;
@@ -170,7 +176,7 @@ iha_status iha__device_select(const char *spec, cl_platform_id *platform, cl_dev
         if (iha__device_describe(t.platform[i], t.device[i], t.pi[i], t.di[i], &cand) != IHA_OK) continue;
         if (spec == NULL) {
             if (cand.is_gpu && first_gpu == t.count) first_gpu = i;
-        } else if (by_index ? (t.pi[i] == want_p && t.di[i] == want_d) : matches(spec, &cand)) {
+        } else if (by_index ? (t.pi[i] == want_p && t.di[i] == want_d) : matches(spec, t.platform[i], &cand)) {
             chosen = i;
             break;
         }

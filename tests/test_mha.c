@@ -1,0 +1,246 @@
+/*
+ * test_mha.c - plain multi-head attention as the P = 1 case: with identity mixing and collapse
+ * (explicit identity alpha/R buffers, and the NULL identity shortcut) iha_forward,
+ * iha_forward_host and iha_attention_core equal standard multi-head attention, computed here
+ * by a small MHA written directly (per head softmax(Q K^T / sqrt(d)) V), not by ref_forward.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "test_layer.h"
+
+static iha_context *g_ctx;
+
+/* Standard multi-head attention core on Q, K, V [B][N][H][d]: y [B][N][H][d].
+ * causal: key m visible to query n when m <= n; otherwise every key is visible. */
+static void mha_core(size_t B, size_t N, size_t H, size_t d, int causal, const double *q, const double *k,
+                     const double *v, double *y)
+{
+    double *w = tu_malloc(N * sizeof *w);
+    size_t HD = H * d;
+    for (size_t b = 0; b < B; b++) {
+        for (size_t h = 0; h < H; h++) {
+            for (size_t n = 0; n < N; n++) {
+                const double *qn = q + (b * N + n) * HD + h * d;
+                size_t keys = causal ? n + 1 : N;
+                double max = -INFINITY, sum = 0;
+                for (size_t m = 0; m < keys; m++) {
+                    const double *km = k + (b * N + m) * HD + h * d;
+                    double dot = 0;
+                    for (size_t c = 0; c < d; c++)
+                        dot += qn[c] * km[c];
+                    w[m] = dot / sqrt((double)d);
+                    max = fmax(max, w[m]);
+                }
+                for (size_t m = 0; m < keys; m++) {
+                    w[m] = exp(w[m] - max);
+                    sum += w[m];
+                }
+                double *yn = y + (b * N + n) * HD + h * d;
+                for (size_t c = 0; c < d; c++) {
+                    double acc = 0;
+                    for (size_t m = 0; m < keys; m++)
+                        acc += w[m] * v[(b * N + m) * HD + h * d + c];
+                    yn[c] = acc / sum;
+                }
+            }
+        }
+    }
+    free(w);
+}
+
+/* out [rows][cols] = in [rows][inner] (double) times w [inner][cols] (float). */
+static void matmul(const double *in, const float *w, size_t rows, size_t inner, size_t cols, double *out)
+{
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++) {
+            double acc = 0;
+            for (size_t c = 0; c < inner; c++)
+                acc += in[i * inner + c] * w[c * cols + j];
+            out[i * cols + j] = acc;
+        }
+}
+
+/* Z of a layer computed as standard MHA, ignoring the layer's mixing arrays. */
+static double *mha_layer(const tu_layer *l, int causal)
+{
+    const iha_shape *s = &l->shape;
+    size_t rows = s->batch * s->tokens, D = s->model_dim, HD = s->heads * s->head_dim;
+    double *x = tu_malloc(rows * D * sizeof *x);
+    double *q = tu_malloc(rows * HD * sizeof *q), *k = tu_malloc(rows * HD * sizeof *k);
+    double *v = tu_malloc(rows * HD * sizeof *v), *y = tu_malloc(rows * HD * sizeof *y);
+    double *z = tu_malloc(rows * D * sizeof *z);
+    for (size_t i = 0; i < rows * D; i++)
+        x[i] = l->x[i];
+    matmul(x, l->wq, rows, D, HD, q);
+    matmul(x, l->wk, rows, D, HD, k);
+    matmul(x, l->wv, rows, D, HD, v);
+    mha_core(s->batch, s->tokens, s->heads, s->head_dim, causal, q, k, v, y);
+    matmul(y, l->wo, rows, HD, D, z);
+    free(x);
+    free(q);
+    free(k);
+    free(v);
+    free(y);
+    return z;
+}
+
+/* One P = 1 layer, identity mixing given `as_null`, run through `api` and compared with MHA. */
+static void check_mha(size_t B, size_t N, size_t D, size_t H, size_t d, int mask, int as_null, tu_api api,
+                      uint64_t seed)
+{
+    TU_REQUIRE_DEVICE(g_ctx);
+    iha_shape shape = {B, N, D, H, d, 1};
+    iha_attention_options options;
+    iha_attention_options_init(&options);
+    options.mask = mask;
+    tu_layer l;
+    tu_layer_init(&l, &shape, seed);
+    tu_layer_identity(&l, as_null);
+    double *zref = mha_layer(&l, mask != IHA_MASK_NONE);
+    tu_layer_check_forward(g_ctx, &l, &options, api, zref, TU_TOL_F32);
+    free(zref);
+    tu_layer_free(&l);
+}
+
+static void mha_explicit_identity_device(void **state)
+{
+    (void)state;
+    check_mha(2, 33, 48, 3, 16, IHA_MASK_CAUSAL, 0, TU_API_DEVICE, 1);
+}
+
+static void mha_null_identity_device(void **state)
+{
+    (void)state;
+    check_mha(2, 33, 48, 3, 16, IHA_MASK_CAUSAL, 1, TU_API_DEVICE, 1);
+}
+
+static void mha_explicit_identity_host(void **state)
+{
+    (void)state;
+    check_mha(1, 70, 32, 4, 64, IHA_MASK_CAUSAL, 0, TU_API_HOST, 2);
+}
+
+static void mha_null_identity_host(void **state)
+{
+    (void)state;
+    check_mha(1, 70, 32, 4, 64, IHA_MASK_CAUSAL, 1, TU_API_HOST, 2);
+}
+
+static void mha_null_identity_offsets_odd_head_width(void **state)
+{
+    (void)state;
+    check_mha(2, 57, 20, 2, 59, IHA_MASK_CAUSAL, 1, TU_API_DEVICE_OFFSETS, 3);
+}
+
+/* With P = 1 every token has one pseudo-token: token_causal is the causal mask. */
+static void mha_token_causal_is_causal(void **state)
+{
+    (void)state;
+    check_mha(1, 41, 24, 2, 40, IHA_MASK_TOKEN_CAUSAL, 1, TU_API_DEVICE, 4);
+}
+
+static void mha_bidirectional(void **state)
+{
+    (void)state;
+    check_mha(2, 29, 24, 3, 40, IHA_MASK_NONE, 0, TU_API_HOST, 5);
+}
+
+/* iha_attention_core with identity mixing is the MHA core on projected Q, K, V. */
+static void mha_attention_core(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    const size_t B = 2, N = 45, H = 3, d = 64;
+    iha_shape shape = {B, N, 1, H, d, 1};
+    iha_attention_options options;
+    iha_attention_options_init(&options);
+    size_t n = tu_count_heads(&shape);
+    tu_rng rng;
+    tu_rng_seed(&rng, 6);
+    float *q = tu_random_array(&rng, n, 1.5f), *k = tu_random_array(&rng, n, 1.5f);
+    float *v = tu_random_array(&rng, n, 1.0f);
+    double *qd = tu_malloc(n * sizeof *qd), *kd = tu_malloc(n * sizeof *kd), *vd = tu_malloc(n * sizeof *vd);
+    double *yref = tu_malloc(n * sizeof *yref);
+    for (size_t i = 0; i < n; i++) {
+        qd[i] = q[i];
+        kd[i] = k[i];
+        vd[i] = v[i];
+    }
+    mha_core(B, N, H, d, 1, qd, kd, vd, yref);
+
+    float *eye = tu_malloc(H * H * sizeof *eye);
+    for (size_t i = 0; i < H * H; i++)
+        eye[i] = i % (H + 1) == 0 ? 1.0f : 0.0f;
+    iha_buffer qb = {tu_buffer_guarded(g_ctx, q, n, 0, 0, 0.0f), 0};
+    iha_buffer kb = {tu_buffer_guarded(g_ctx, k, n, 0, 0, 0.0f), 0};
+    iha_buffer vb = {tu_buffer_guarded(g_ctx, v, n, 0, 0, 0.0f), 0};
+    cl_mem eye_mem = tu_buffer_guarded(g_ctx, eye, H * H, 0, 0, 0.0f);
+    float *y = tu_malloc(n * sizeof *y);
+    for (int as_null = 0; as_null < 2; as_null++) {
+        iha_layer_weights w;
+        memset(&w, 0, sizeof w);
+        if (!as_null)
+            w.alpha_q = w.alpha_k = w.alpha_v = w.r = (iha_buffer){eye_mem, 0};
+        iha_buffer yb = {tu_buffer_guarded(g_ctx, NULL, n, 0, TU_GUARD, TU_SENTINEL), 0};
+        tu_assert_status(g_ctx, iha_attention_core(g_ctx, &shape, &options, &w, qb, kb, vb, yb), IHA_OK);
+        tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+        tu_buffer_read(g_ctx, yb.mem, 0, y, n);
+        tu_assert_guard(g_ctx, yb.mem, n, 0, TU_GUARD, TU_SENTINEL);
+        tu_assert_close(as_null ? "y (core, NULL identity)" : "y (core, explicit identity)", y, yref, n,
+                        TU_TOL_F32);
+        tu_buffer_release(yb.mem);
+    }
+    tu_buffer_release(qb.mem);
+    tu_buffer_release(kb.mem);
+    tu_buffer_release(vb.mem);
+    tu_buffer_release(eye_mem);
+    free(q);
+    free(k);
+    free(v);
+    free(qd);
+    free(kd);
+    free(vd);
+    free(yref);
+    free(eye);
+    free(y);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    iha_context_free(g_ctx);
+    g_ctx = NULL;
+    return 0;
+}
+
+int main(void)
+{
+    tu_init_environment();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(mha_explicit_identity_device),
+        cmocka_unit_test(mha_null_identity_device),
+        cmocka_unit_test(mha_explicit_identity_host),
+        cmocka_unit_test(mha_null_identity_host),
+        cmocka_unit_test(mha_null_identity_offsets_odd_head_width),
+        cmocka_unit_test(mha_token_causal_is_causal),
+        cmocka_unit_test(mha_bidirectional),
+        cmocka_unit_test(mha_attention_core),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,302 @@
+/*
+ * test_util.c - shared test helpers: random inputs, error measures, device buffers with guard
+ * regions, the context that honours IHA_DEVICE / IHA_ALLOW_NO_DEVICE, temporary directories.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#ifndef IHA_TEST_BINARY_DIR
+#error "IHA_TEST_BINARY_DIR must name the tests' build directory"
+#endif
+
+void tu_init_environment(void)
+{
+    /* setenv(..., 0) keeps a value the caller chose. */
+    setenv("IHA_CACHE_DIR", IHA_TEST_BINARY_DIR "/cache/iha", 0);
+    setenv("POCL_CACHE_DIR", IHA_TEST_BINARY_DIR "/cache/pocl", 0);
+}
+
+void tu_rng_seed(tu_rng *rng, uint64_t seed)
+{
+    rng->state = seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL;
+    if (rng->state == 0)
+        rng->state = 1;
+    for (int i = 0; i < 4; i++)
+        tu_rng_next(rng);
+}
+
+uint64_t tu_rng_next(tu_rng *rng)
+{
+    uint64_t x = rng->state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng->state = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+double tu_rng_uniform(tu_rng *rng)
+{
+    return (double)(tu_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void tu_fill_random(tu_rng *rng, float *x, size_t n, float amplitude)
+{
+    for (size_t i = 0; i < n; i++) {
+        double magnitude = 0.1 + 0.9 * tu_rng_uniform(rng);
+        double sign = (tu_rng_next(rng) >> 63) ? -1.0 : 1.0;
+        x[i] = (float)(sign * magnitude * amplitude);
+    }
+}
+
+void *tu_malloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        fail_msg("out of host memory (%zu bytes)", bytes);
+    return p;
+}
+
+float *tu_random_array(tu_rng *rng, size_t n, float amplitude)
+{
+    float *x = tu_malloc(n * sizeof *x);
+    tu_fill_random(rng, x, n, amplitude);
+    return x;
+}
+
+void tu_fill_value(float *x, size_t n, float value)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = value;
+}
+
+void tu_fill_nan(float *x, size_t n)
+{
+    tu_fill_value(x, n, NAN);
+}
+
+size_t tu_count_nonfinite(const float *x, size_t n)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            count++;
+    return count;
+}
+
+double tu_rel_l2(const float *out, const double *ref, size_t n)
+{
+    double err = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)out[i] - ref[i];
+        err += e * e;
+        norm += ref[i] * ref[i];
+    }
+    return norm > 0.0 ? sqrt(err / norm) : sqrt(err);
+}
+
+void tu_assert_close(const char *what, const float *out, const double *ref, size_t n, double tol)
+{
+    size_t bad = tu_count_nonfinite(out, n);
+    if (bad) {
+        size_t first = 0;
+        while (isfinite(out[first]))
+            first++;
+        fail_msg("%s: %zu of %zu elements are NaN/Inf (first at %zu)", what, bad, n, first);
+    }
+    double err = tu_rel_l2(out, ref, n);
+    if (!(err <= tol)) {
+        size_t worst = 0;
+        double worst_diff = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double diff = fabs((double)out[i] - ref[i]);
+            if (diff > worst_diff) {
+                worst_diff = diff;
+                worst = i;
+            }
+        }
+        fail_msg("%s: relative L2 error %.3e > %.1e over %zu elements; worst at %zu: got %.9g, want %.9g",
+                 what, err, tol, n, worst, (double)out[worst], ref[worst]);
+    }
+}
+
+void tu_assert_status(iha_context *ctx, iha_status status, iha_status expected)
+{
+    if (status != expected)
+        fail_msg("status %s (%d), expected %s; message: \"%s\"", iha_status_name(status), (int)status,
+                 iha_status_name(expected), ctx ? iha_context_message(ctx) : "(no context)");
+}
+
+int tu_context_open(iha_context **out, const iha_context_options *options)
+{
+    char message[1024] = "";
+    iha_status status = iha_context_create(out, options, message, sizeof message);
+    if (status == IHA_OK)
+        return 0;
+    *out = NULL;
+    const char *allow = getenv("IHA_ALLOW_NO_DEVICE");
+    if (status == IHA_ERROR_NO_DEVICE && allow && strcmp(allow, "1") == 0) {
+        /* CTest's SKIP_REGULAR_EXPRESSION looks for this line. */
+        print_message("iha-test: no OpenCL device (%s); IHA_ALLOW_NO_DEVICE=1, skipping\n", message);
+        return 1;
+    }
+    print_error("iha_context_create: %s: %s%s\n", iha_status_name(status), message,
+                status == IHA_ERROR_NO_DEVICE ? " (set IHA_ALLOW_NO_DEVICE=1 to skip instead)" : "");
+    return -1;
+}
+
+cl_mem tu_buffer_new(iha_context *ctx, size_t n)
+{
+    cl_int err = CL_SUCCESS;
+    cl_mem mem = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, (n ? n : 1) * sizeof(float),
+                                NULL, &err);
+    if (err != CL_SUCCESS || !mem)
+        fail_msg("clCreateBuffer(%zu floats) failed: %d", n, (int)err);
+    return mem;
+}
+
+void tu_buffer_write(iha_context *ctx, cl_mem mem, size_t offset, const float *src, size_t n)
+{
+    if (n == 0)
+        return;
+    cl_int err = clEnqueueWriteBuffer(iha_context_cl_queue(ctx), mem, CL_TRUE, offset * sizeof(float),
+                                      n * sizeof(float), src, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        fail_msg("clEnqueueWriteBuffer failed: %d", (int)err);
+}
+
+void tu_buffer_read(iha_context *ctx, cl_mem mem, size_t offset, float *dst, size_t n)
+{
+    if (n == 0)
+        return;
+    cl_int err = clEnqueueReadBuffer(iha_context_cl_queue(ctx), mem, CL_TRUE, offset * sizeof(float),
+                                     n * sizeof(float), dst, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        fail_msg("clEnqueueReadBuffer failed: %d", (int)err);
+}
+
+cl_mem tu_buffer_guarded(iha_context *ctx, const float *data, size_t n, size_t offset, size_t guard,
+                         float sentinel)
+{
+    size_t total = offset + n + guard;
+    float *host = tu_malloc(total * sizeof *host);
+    tu_fill_value(host, total, sentinel);
+    if (data)
+        memcpy(host + offset, data, n * sizeof *host);
+    else
+        tu_fill_nan(host + offset, n);
+    cl_mem mem = tu_buffer_new(ctx, total);
+    tu_buffer_write(ctx, mem, 0, host, total);
+    free(host);
+    return mem;
+}
+
+/* Fails unless x[0..n) all equal `value` bit for bit; `where` names the region. */
+static void tu_assert_all_bits(const char *where, const float *x, size_t n, float value)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&x[i], &value, sizeof value) != 0)
+            fail_msg("%s: element %zu of %zu was overwritten (%.9g, expected %.9g)", where, i, n,
+                     (double)x[i], (double)value);
+}
+
+void tu_assert_guard(iha_context *ctx, cl_mem mem, size_t n, size_t offset, size_t guard, float sentinel)
+{
+    size_t total = offset + n + guard;
+    float *host = tu_malloc(total * sizeof *host);
+    tu_buffer_read(ctx, mem, 0, host, total);
+    tu_assert_all_bits("guard before the output", host, offset, sentinel);
+    tu_assert_all_bits("guard after the output", host + offset + n, guard, sentinel);
+    free(host);
+}
+
+void tu_assert_buffer_all(iha_context *ctx, cl_mem mem, size_t offset, size_t n, float value)
+{
+    float *host = tu_malloc(n * sizeof *host);
+    tu_buffer_read(ctx, mem, offset, host, n);
+    tu_assert_all_bits("buffer", host, n, value);
+    free(host);
+}
+
+void tu_buffer_release(cl_mem mem)
+{
+    if (mem)
+        clReleaseMemObject(mem);
+}
+
+void tu_temp_dir(char *path, size_t size)
+{
+    const char *root = IHA_TEST_BINARY_DIR "/tmp";
+    if (mkdir(root, 0755) != 0 && errno != EEXIST)
+        fail_msg("mkdir %s: %s", root, strerror(errno));
+    int len = snprintf(path, size, "%s/iha-XXXXXX", root);
+    if (len < 0 || (size_t)len >= size)
+        fail_msg("temporary path too long");
+    if (!mkdtemp(path))
+        fail_msg("mkdtemp %s: %s", path, strerror(errno));
+}
+
+size_t tu_for_each_file(const char *dir, void (*fn)(const char *path, void *arg), void *arg)
+{
+    DIR *handle = opendir(dir);
+    if (!handle)
+        return 0;
+    size_t count = 0;
+    struct dirent *entry;
+    while ((entry = readdir(handle)) != NULL) {
+        if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
+            continue;
+        char path[4096];
+        struct stat st;
+        int len = snprintf(path, sizeof path, "%s/%s", dir, entry->d_name);
+        if (len < 0 || (size_t)len >= sizeof path || lstat(path, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            count += tu_for_each_file(path, fn, arg);
+        } else if (S_ISREG(st.st_mode)) {
+            count++;
+            if (fn)
+                fn(path, arg);
+        }
+    }
+    closedir(handle);
+    return count;
+}
+
+void tu_remove_tree(const char *dir)
+{
+    DIR *handle = opendir(dir);
+    if (handle) {
+        struct dirent *entry;
+        while ((entry = readdir(handle)) != NULL) {
+            if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
+                continue;
+            char path[4096];
+            struct stat st;
+            int len = snprintf(path, sizeof path, "%s/%s", dir, entry->d_name);
+            if (len < 0 || (size_t)len >= sizeof path || lstat(path, &st) != 0)
+                continue;
+            if (S_ISDIR(st.st_mode))
+                tu_remove_tree(path);
+            else
+                unlink(path);
+        }
+        closedir(handle);
+    }
+    rmdir(dir);
+}

@@ -1,0 +1,91 @@
+/*
+ * test_util.h - what every test file shares: a seeded random source (values never zero), NaN
+ * poisoning, the error measure of SPEC's numerical contract, device buffers with guard regions,
+ * the shared iha_context (IHA_DEVICE honoured, IHA_ALLOW_NO_DEVICE=1 turns "no device" into a
+ * skip), and small file-system helpers for the cache tests.
+ * Include it after <cmocka.h> (and its prerequisites).
+ */
+#ifndef IHA_TESTS_TEST_UTIL_H
+#define IHA_TESTS_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "iha.h"
+
+/* SPEC's float32 tolerance: relative L2 error against the float64 reference. */
+#define TU_TOL_F32 1e-5
+
+/* Call first in main(): points IHA_CACHE_DIR and POCL_CACHE_DIR at directories inside the build
+ * tree unless the caller has set them, so that runs do not depend on the user's caches. */
+void tu_init_environment(void);
+
+/* ---- Random inputs (xorshift64*, seeded) ---- */
+
+typedef struct tu_rng {
+    uint64_t state;
+} tu_rng;
+
+void tu_rng_seed(tu_rng *rng, uint64_t seed);
+uint64_t tu_rng_next(tu_rng *rng);
+double tu_rng_uniform(tu_rng *rng); /* [0, 1) */
+/* n values of magnitude in [0.1, 1] * amplitude with a random sign: never zero. */
+void tu_fill_random(tu_rng *rng, float *x, size_t n, float amplitude);
+/* malloc + tu_fill_random; fails the test when out of memory. */
+float *tu_random_array(tu_rng *rng, size_t n, float amplitude);
+/* malloc that fails the test when out of memory (n may be 0). */
+void *tu_malloc(size_t bytes);
+
+void tu_fill_value(float *x, size_t n, float value);
+void tu_fill_nan(float *x, size_t n);
+
+/* ---- Checks ---- */
+
+size_t tu_count_nonfinite(const float *x, size_t n);
+/* ||out - ref|| / ||ref|| (||out - ref|| itself when ref is all zero). */
+double tu_rel_l2(const float *out, const double *ref, size_t n);
+/* Fails the test unless out has no NaN/Inf and tu_rel_l2(out, ref) <= tol; `what` names the
+ * output in the failure message. */
+void tu_assert_close(const char *what, const float *out, const double *ref, size_t n, double tol);
+/* Fails the test unless status is `expected`; prints the context's message when it is not. */
+void tu_assert_status(iha_context *ctx, iha_status status, iha_status expected);
+
+/* ---- The device ---- */
+
+/* Creates a context (options may be NULL; IHA_DEVICE applies as the library reads it).
+ * Returns 0 with *out set; 1 with *out NULL when no device exists and IHA_ALLOW_NO_DEVICE=1
+ * (the tests then skip); -1 on any other failure, after printing why. */
+int tu_context_open(iha_context **out, const iha_context_options *options);
+/* In a test: skip when the shared context could not be opened (allowed "no device"). */
+#define TU_REQUIRE_DEVICE(ctx) \
+    do {                       \
+        if (!(ctx))            \
+            skip();            \
+    } while (0)
+
+/* A new read-write buffer of n floats on the context's device; fails the test on error. */
+cl_mem tu_buffer_new(iha_context *ctx, size_t n);
+/* Blocking transfers of n floats at element offset `offset` on the context's queue. */
+void tu_buffer_write(iha_context *ctx, cl_mem mem, size_t offset, const float *src, size_t n);
+void tu_buffer_read(iha_context *ctx, cl_mem mem, size_t offset, float *dst, size_t n);
+/* A buffer of offset + n + guard floats, all `sentinel`, then `data` (n floats; NULL: NaN) at
+ * element `offset`. */
+cl_mem tu_buffer_guarded(iha_context *ctx, const float *data, size_t n, size_t offset, size_t guard,
+                         float sentinel);
+/* Fails the test unless the first `offset` and the last `guard` floats of a tu_buffer_guarded
+ * buffer still hold `sentinel` bit for bit. */
+void tu_assert_guard(iha_context *ctx, cl_mem mem, size_t n, size_t offset, size_t guard, float sentinel);
+/* Fails the test unless all n floats at `offset` hold `value` bit for bit. */
+void tu_assert_buffer_all(iha_context *ctx, cl_mem mem, size_t offset, size_t n, float value);
+void tu_buffer_release(cl_mem mem); /* NULL is allowed */
+
+/* ---- Files, for the cache tests ---- */
+
+/* Creates a fresh empty directory under the build tree and writes its path to path[size]. */
+void tu_temp_dir(char *path, size_t size);
+/* Calls fn(file path, arg) for every regular file under dir, recursively; returns the count. */
+size_t tu_for_each_file(const char *dir, void (*fn)(const char *path, void *arg), void *arg);
+/* Removes dir and everything below it (best effort). */
+void tu_remove_tree(const char *dir);
+
+#endif /* IHA_TESTS_TEST_UTIL_H */
