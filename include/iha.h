@@ -14,9 +14,15 @@
  * ------------------------------------
  * - Tensors are dense, row-major float32 (C order, last index fastest).
  * - Device tensors are passed as iha_buffer: an application-owned cl_mem plus an offset in
- *   ELEMENTS (floats), like CLBlast. The library never retains or frees them. Before any work
- *   is enqueued every buffer is checked against CL_MEM_SIZE; too small a buffer is refused
- *   with IHA_ERROR_BUFFER_TOO_SMALL and nothing is written.
+ *   ELEMENTS (floats), like CLBlast. The library never retains or frees them. They must belong
+ *   to the context's cl_context (else IHA_ERROR_INVALID_ARGUMENT). Before any work is enqueued
+ *   every buffer is checked against CL_MEM_SIZE; too small a buffer is refused with
+ *   IHA_ERROR_BUFFER_TOO_SMALL and nothing is written. An output that overlaps an input in
+ *   the same cl_mem is refused with IHA_ERROR_INVALID_ARGUMENT.
+ * - NULL ctx, shape, options or weights is IHA_ERROR_INVALID_ARGUMENT.
+ * - Size limits: a product of dimensions (or offset + count, or its bytes) that overflows size_t
+ *   is IHA_ERROR_SIZE_OVERFLOW; T = N*P above INT_MAX/4 is IHA_ERROR_UNSUPPORTED; an internal
+ *   buffer larger than the device's largest allocation is IHA_ERROR_DEVICE_MEMORY.
  * - Work is enqueued on the context's in-order command queue and the call returns once it is
  *   enqueued: the outputs are ready after iha_context_finish() (or clFinish on the queue).
  *   Calls with a "_host" suffix are the exception: they block until results are in host memory.
@@ -71,7 +77,8 @@ const char *iha_version_string(void);
     X(IHA_ERROR_BUILD, -8, "an OpenCL kernel failed to build; the message holds the build log")    \
     X(IHA_ERROR_OPENCL, -9, "an OpenCL call failed; iha_context_cl_error gives its code")          \
     X(IHA_ERROR_GEMM, -10, "CLBlast failed; the message holds its status code")                    \
-    X(IHA_ERROR_IO, -11, "a file could not be read or written")
+    X(IHA_ERROR_IO, -11, "a file could not be read or written")                                    \
+    X(IHA_ERROR_PROFILE, -12, "the tuning profile was ignored: corrupt, or for another device or version")
 
 typedef enum iha_status {
 #define IHA_STATUS_ENUM_(name, value, text) name = value,
@@ -138,6 +145,15 @@ typedef struct iha_context_options {
     /* Nonzero: every layer call finishes the queue after each stage and records wall time per
      * stage (iha_context_stage_times). Serialises the queue; for tools and benchmarks. */
     int time_stages;
+    /* Tuning profile (see "Tuning" below): NULL: $IHA_PROFILE, else the device's file in the
+     * cache directory; "off" disables profiles; anything else is the profile's path. */
+    const char *profile;
+    /* Opt-in, never the default: nonzero makes a layer call whose kernels have no exact profile
+     * entry tune them first (within tune_budget_s seconds per call; 0 means 10) and store the
+     * result. The first such call then takes that long. CLBlast's GEMM is tuned only by
+     * iha_tune. */
+    int tune_on_first_use;
+    double tune_budget_s;
 } iha_context_options;
 
 /* Sets every field of *options to its default (all NULL/0). */
@@ -157,7 +173,8 @@ iha_status iha_context_create(iha_context **out, const iha_context_options *opti
 void iha_context_free(iha_context *ctx);
 
 /* The message of the last failed call on this context ("" when none). Owned by the context,
- * valid until the next call on it. For IHA_ERROR_BUILD it contains the OpenCL build log. */
+ * valid until the next call on it: every call clears it on entry, so read it right after the
+ * failure. For IHA_ERROR_BUILD it contains the OpenCL build log. */
 const char *iha_context_message(const iha_context *ctx);
 /* The OpenCL error code of the last IHA_ERROR_OPENCL / IHA_ERROR_DEVICE_MEMORY failure
  * (e.g. -4 for CL_MEM_OBJECT_ALLOCATION_FAILURE), or 0. */
@@ -202,7 +219,7 @@ typedef struct iha_attention_options {
     int64_t window;     /* sliding window in tokens; 0 = global; negative is invalid */
     float scale;        /* score scale; 0 means 1/sqrt(d); NaN or infinite is invalid */
     int rope;           /* nonzero: rotary embedding of Qt and Kt at virtual positions (d even) */
-    float rope_base;    /* rotary base; 0 means 10000 */
+    float rope_base;    /* rotary base; 0 means 10000; negative, NaN or infinite is invalid */
 } iha_attention_options;
 
 /* Defaults: causal, global, scale 1/sqrt(d), no rotary. */
@@ -275,6 +292,230 @@ typedef struct iha_host_weights {
 } iha_host_weights;
 iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             const iha_host_weights *weights, const float *x, float *z);
+
+/* ---- Tuning ----------------------------------------------------------------------------- */
+
+/* Tile sizes and vector widths move a kernel's speed severalfold from one device to the next.
+ * iha_tune (or `iha tune`) measures candidate configurations of each kernel on this device and
+ * keeps the fastest in a profile: one JSON file per device, beside the program cache
+ * (<cache dir>/profile-<16 hex digits>.json), keyed on the device identity (vendor id, vendor,
+ * name, driver and OpenCL versions, compute units, local memory size and type), the library
+ * version and a hash of the kernel sources. iha_context_create loads it. A profile whose key
+ * differs, or that is corrupt, truncated or edited into something invalid, is ignored and
+ * reported (iha_context_profile), never used and never fatal.
+ *
+ * A layer call chooses each kernel's configuration by the first of these that applies to the
+ * call's bucket (the properties that matter for speed: head width d, P, mask, window or global,
+ * element type, sequence length T rounded up to a power of two):
+ *   1. the profile's entry for this exact bucket;
+ *   2. the profile's nearest bucket of the same kind (same mask, window-ness, element type);
+ *   3. the profile's device-wide default for the kernel;
+ *   4. the library's built-in default for the device type (CPU or GPU);
+ *   5. a safe built-in default that any device runs.
+ * iha_context_last_choices says which configuration a call used and where it came from.
+ *
+ * CLBlast's SGEMM is tuned too (its Xgemm and XgemmDirect parameters and the direct/indirect
+ * switch point XGEMM_MIN_INDIRECT_SIZE). CLBlast holds such parameters process-wide per device:
+ * a context that applies its profile's GEMM parameters sets them for every context and every
+ * CLBlast user on that device in the process. Without a GEMM entry, CLBlast's own database
+ * applies. */
+
+typedef enum iha_config_source {
+    IHA_CONFIG_PROFILE_EXACT = 1,   /* 1. the profile's entry for the call's bucket */
+    IHA_CONFIG_PROFILE_NEAREST = 2, /* 2. the profile's nearest bucket of the same kind */
+    IHA_CONFIG_PROFILE_DEVICE = 3,  /* 3. the profile's device-wide default for the kernel */
+    IHA_CONFIG_BUILTIN_TYPE = 4,    /* 4. built-in default for CPUs or GPUs (for GEMM: CLBlast's) */
+    IHA_CONFIG_BUILTIN_SAFE = 5     /* 5. safe built-in default */
+} iha_config_source;
+
+/* One kernel configuration a call used. Fixed layout, no pointers. */
+typedef struct iha_kernel_choice {
+    char kernel[16];         /* "attention", "rows" (mixing and collapse share it), "gemm" */
+    char bucket[160];        /* the call's bucket, e.g. "mask=0 windowed=0 elem_bytes=4 d=64 P=4 T=4096 span=4096" */
+    char config[512];        /* e.g. "ATT_ROWS=4 ATT_TILES=4 ATT_KB=16 ATT_VD=16 group=1";
+                                "CLBlast database" for CLBlast's own parameters */
+    int source;              /* an iha_config_source */
+    char source_bucket[160]; /* the profile entry's bucket for sources 1 and 2, "" otherwise */
+} iha_kernel_choice;
+
+/* The configurations of the last layer call on ctx (iha_forward, iha_attention_core,
+ * iha_attention): up to `capacity` entries into out (NULL when capacity is 0), the number
+ * available in *count. The GEMM entry reports the parameters applied to CLBlast. */
+iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *out, size_t capacity, size_t *count);
+
+typedef enum iha_profile_state {
+    IHA_PROFILE_NONE = 0,    /* no profile file yet */
+    IHA_PROFILE_LOADED = 1,  /* loaded and in use */
+    IHA_PROFILE_IGNORED = 2, /* a file exists but is not used; message says why */
+    IHA_PROFILE_OFF = 3      /* profiles disabled ("off", or no cache directory and no path) */
+} iha_profile_state;
+
+typedef struct iha_profile_info {
+    int state;          /* an iha_profile_state */
+    char path[1024];    /* the profile's path ("" when off) */
+    char message[512];  /* why it was ignored ("" otherwise) */
+    size_t entries;     /* configurations in use */
+} iha_profile_info;
+
+/* Describes the context's profile. Returns IHA_OK when it is loaded, absent or off, and
+ * IHA_ERROR_PROFILE when a file exists but was ignored (also setting iha_context_message). */
+iha_status iha_context_profile(iha_context *ctx, iha_profile_info *info);
+
+/* Deletes the context's profile file (a missing file is fine) and stops using its entries:
+ * calls fall back to built-in defaults and CLBlast returns to its own database (for every
+ * device in the process: CLBlast's caches are cleared). IHA_ERROR_IO when it cannot delete. */
+iha_status iha_profile_clear(iha_context *ctx);
+
+/* Kernels for iha_tune_options.kernels. */
+#define IHA_TUNE_ROWS 1u      /* mixing and collapse */
+#define IHA_TUNE_ATTENTION 2u
+#define IHA_TUNE_GEMM 4u      /* CLBlast's SGEMM for the layer's projection shapes */
+
+/* Passed to the progress callback after the built-in default and after each candidate. */
+typedef struct iha_tune_progress {
+    const char *kernel, *bucket; /* the task being tuned (valid during the call) */
+    size_t task, tasks;          /* 0-based index of the task, and the number of tasks */
+    size_t candidates, rejected; /* evaluated so far in this task; rejected by build or check */
+    double space;                /* configurations in the space before constraints */
+    double default_s, best_s;    /* seconds per run: built-in and best so far (0: none yet) */
+    const char *best_config;     /* "" until a candidate passed */
+    double elapsed_s, budget_s;  /* the whole call's */
+    int task_done;               /* 1 on a task's last report */
+} iha_tune_progress;
+
+typedef struct iha_tune_options {
+    double budget_s;     /* wall-clock budget of the whole call; 0 means 45 s */
+    unsigned kernels;    /* IHA_TUNE_* bits; 0 means all */
+    int exhaustive;      /* nonzero: every valid configuration, ignoring the budget (for
+                            benchmarks: it takes minutes to hours) */
+    int reps;            /* timed runs per candidate (median); 0 means 5 */
+    int dry_run;         /* nonzero: measure and report, but do not store or apply */
+    void (*progress)(const iha_tune_progress *progress, void *user); /* may be NULL */
+    void *user;
+} iha_tune_options;
+
+/* Sets the defaults (all zero). */
+void iha_tune_options_init(iha_tune_options *options);
+
+/* One tuned kernel and bucket. Times are medians of one run of the timing problem: the
+ * bucket's sizes with the batch of (b, h) rows cut to what fills the device (attention), or
+ * the layer's own sizes (mixing and collapse, the layer's four GEMMs). */
+typedef struct iha_tune_result {
+    char kernel[16];
+    char bucket[160];
+    char default_config[512]; /* the built-in ("CLBlast database" for gemm) */
+    char tuned_config[512];   /* "" when no candidate passed verification */
+    double default_s, tuned_s;
+    double error;             /* the tuned configuration's relative L2 error on the check */
+    size_t candidates, rejected;
+    double space;             /* configurations in the space before constraints */
+    double worst_s, median_s; /* over every timed candidate: the space's spread when exhaustive */
+    double seconds;           /* wall time spent on this task */
+    int stored;               /* written to the profile */
+} iha_tune_result;
+
+/* Tunes the kernels that the layer calls shapes[0..count) with options[0..count) use, within
+ * tune_options->budget_s (NULL options: defaults), shared among the distinct (kernel, bucket)
+ * tasks. Every candidate is verified against a float64 reference on a small problem before it
+ * is timed; a wrong candidate is rejected and never stored. Unless dry_run, the best verified
+ * configuration of each task is merged into the profile file (written atomically) and used by
+ * this context from the next call on; CLBlast's parameters are applied for the device.
+ * Writes up to `capacity` results (one per task) and the number of tasks in *result_count
+ * (results may be NULL when capacity is 0). Blocks; uses the context's queue. Returns
+ * IHA_ERROR_INVALID_ARGUMENT for NULL shapes/options or count 0, IHA_ERROR_IO when the profile
+ * cannot be written, and the failure of any call that is not a candidate's own. */
+iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attention_options *options, size_t count,
+                    const iha_tune_options *tune_options, iha_tune_result *results, size_t capacity,
+                    size_t *result_count);
+
+/* ---- Incremental decoding with a pseudo-token KV cache ---------------------------------- */
+
+/* Storage type of a cache. Arithmetic is always float; IHA_STORAGE_F16 stores with
+ * vstore_half/vload_half (core OpenCL, no cl_khr_fp16 needed) and halves the cache's bytes. */
+typedef enum iha_storage { IHA_STORAGE_F32 = 0, IHA_STORAGE_F16 = 1 } iha_storage;
+
+/* The cache of one layer: pseudo-keys and pseudo-values after mixing and rotary,
+ * [batch][heads][max_tokens*pseudo][head_dim] each, and the current length of every sequence.
+ * Owned by the application (create/free); it keeps a reference to the context's cl_context
+ * and must be used only with the context that created it. */
+typedef struct iha_kv_cache iha_kv_cache;
+
+/* Creates an empty cache for shape->batch sequences of up to shape->tokens tokens, with
+ * shape->heads, shape->head_dim and shape->pseudo (shape->model_dim is ignored). Device memory:
+ * 2 * B * H * tokens * P * d elements of `storage`. */
+iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_storage storage, iha_kv_cache **out);
+/* Releases the cache's device memory (after the context's queue finishes). NULL is allowed. */
+void iha_kv_cache_free(iha_kv_cache *cache);
+/* Forgets every sequence's tokens (lengths back to 0). */
+void iha_kv_cache_reset(iha_kv_cache *cache);
+/* Rewinds sequence b to its first `tokens` tokens (at most its current length), so an
+ * application can drop rejected tokens; IHA_ERROR_INVALID_ARGUMENT otherwise. */
+iha_status iha_kv_cache_truncate(iha_kv_cache *cache, size_t b, size_t tokens);
+/* The current length of sequence b in tokens (0 for a bad index). */
+size_t iha_kv_cache_length(const iha_kv_cache *cache, size_t b);
+/* Device bytes held by the cache's keys and values; per token: 2 * H * P * d * element size. */
+size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
+
+/* One decoding step: sequence b appends counts[b] new tokens (counts NULL: shape->tokens for
+ * every sequence) at its current length n0_b, and gets their layer outputs.
+ *   x  [B][k][D] the new tokens' layer inputs, k = shape->tokens (rows past counts[b] ignored)
+ *   z  [B][k][D] their outputs, equal (within rounding) to rows n0_b .. n0_b+counts[b]-1 of
+ *      iha_forward over tokens 0 .. n0_b+counts[b]-1; rows past counts[b] are written as 0.
+ * One token (k = 1) is generation; a chunk is prefill; ragged counts let sequences of
+ * different lengths share a step. The step computes the projections, mixes the new tokens into
+ * pseudo-heads (rotary at virtual positions n*P+p), appends their keys and values to the cache
+ * and attends under options' mask and window. shape->batch, heads, head_dim and pseudo must
+ * equal the cache's. A step that would grow any sequence past the cache's max_tokens returns
+ * IHA_ERROR_INVALID_ARGUMENT and writes nothing (cache and z untouched). */
+iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shape *shape,
+                           const iha_attention_options *options, const iha_layer_weights *weights,
+                           const uint32_t *counts, iha_buffer x, iha_buffer z);
+
+/* ---- Measurement calls, for benchmarks and tools -------------------------------------- */
+
+/* These calls let a benchmark put the layer's speed next to what the device can do at all
+ * (`iha bench` uses them). The iha_measure_* calls block until done: they time with a monotonic
+ * clock around clFinish (the context's queue needs no profiling flag), run once untimed first so
+ * that kernel builds and first-touch page faults are not timed, report the median of their
+ * timed runs, and release their scratch buffers before returning. They take from milliseconds
+ * to a few seconds. iha_attention_unfused is a computation, not a measurement: time it yourself
+ * as you would iha_attention. */
+
+/* The median seconds of one CLBlast SGEMM, C[m][n] = A[m][k] B[k][n] (row-major, no
+ * transposes), over `reps` timed runs on the context's device: the GEMM rate the layer's
+ * projections get (2*m*n*k / *seconds FLOP/s). reps from 1 to 1000. Returns
+ * IHA_ERROR_INVALID_ARGUMENT for a zero size or reps, IHA_ERROR_SIZE_OVERFLOW or
+ * IHA_ERROR_DEVICE_MEMORY when a matrix does not fit in one device allocation, IHA_ERROR_GEMM
+ * when CLBlast fails. */
+iha_status iha_measure_gemm(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
+
+/* The device's float32 FMA rate in GFLOP/s (an FMA counts as 2 FLOPs), measured with the
+ * library's own kernel (cl/measure_peak_fma.cl): independent chains of floatN FMAs held in
+ * registers in each work-item, and enough work-items to occupy every compute unit (sizes from
+ * device queries). The run length is calibrated to at least about 0.1 s; the result is the
+ * median of 5 runs. This is the ceiling for compute-bound kernels; no real kernel reaches it. */
+iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
+
+/* The device's copy bandwidth: a kernel (cl/measure_copy.cl) copies `bytes` from one device
+ * buffer to another with vector loads and stores (float4 on a GPU, float16 on a CPU);
+ * *bytes_per_second = 2*bytes / median time of 5 runs (each byte is read once and written
+ * once, as STREAM's copy counts). `bytes` is rounded down to a multiple of the vector (16 or 64
+ * bytes) and must be at least one vector and fit in one device allocation
+ * (IHA_ERROR_INVALID_ARGUMENT, IHA_ERROR_DEVICE_MEMORY otherwise). Use a size well above the
+ * device's last-level cache to measure memory rather than cache. */
+iha_status iha_measure_copy_bandwidth(iha_context *ctx, size_t bytes, double *bytes_per_second);
+
+/* The unfused baseline of iha_attention: the same contract (qt, kt, vt, o
+ * [batch][heads][tokens*pseudo][head_dim], every mask and window, options->rope must be 0, o must
+ * not overlap the inputs, no LSE), computed as a program without a fused kernel would: for each
+ * (b, h) in turn, the whole score matrix S = scale * Qt Kt^T (T x T floats) by a CLBlast SGEMM,
+ * a masked row softmax in place (cl/measure_softmax.cl; masked entries become 0), and
+ * O = S Vt by a second CLBlast SGEMM. Masked blocks are computed and discarded. For benchmarks
+ * only: it needs T*T*4 bytes of device memory in one buffer (kept in the context's workspace)
+ * and returns IHA_ERROR_UNSUPPORTED when that exceeds the device's largest allocation. Like
+ * iha_attention it enqueues and returns; the result is ready after iha_context_finish. */
+iha_status iha_attention_unfused(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                 iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o);
 
 #ifdef __cplusplus
 }

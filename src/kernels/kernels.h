@@ -59,6 +59,29 @@ iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_re
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
                                   iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                   size_t window, float scale);
+/* ---- Decoding (cl/decode_mix.cl, cl/decode_attention.cl) ---- */
+
+/* A decoding step's geometry: B sequences of k new tokens, caches [B][H][t_max][d]. */
+typedef struct iha_decode_dims {
+    size_t B, k, H, d, P, t_max;
+    size_t t_cur;  /* the longest sequence's virtual length after the step (sizes the splits) */
+    int half;      /* the cache stores half */
+} iha_decode_dims;
+
+/* Pseudo-queries of the new tokens -> rows [B][H][k*P][d]. step: int[2B] of (n0, count). */
+iha_status iha__decode_mix_queries_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_ref src, iha_ref alpha,
+                                           iha_ref dst, cl_mem rope, cl_mem step);
+/* Pseudo-keys or -values of the new tokens -> the cache at their virtual positions. */
+iha_status iha__decode_mix_cache_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_ref src, iha_ref alpha,
+                                         cl_mem cache, cl_mem rope, cl_mem step);
+/* Split-key attention of q rows [B][H][k*P][d] against the caches -> o rows of the same shape;
+ * `partial` must hold iha__decode_partial_elements floats. */
+size_t iha__decode_splits(const iha_context *ctx, const iha_decode_dims *dd);
+size_t iha__decode_partial_elements(const iha_context *ctx, const iha_decode_dims *dd);
+iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_ref q, cl_mem keys,
+                                         cl_mem values, cl_mem partial, iha_ref o, cl_mem step, int mask,
+                                         size_t window, float scale);
+
 /* The rotary cos/sin table [T][2][d/2] for positions 0..T-1 and head width d (computed in double on the
  * host, cached in the context while T, d and base stay the same). */
 iha_status iha__rope_table(iha_context *ctx, size_t T, size_t d, float base, cl_mem *out);

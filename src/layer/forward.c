@@ -1,42 +1,10 @@
 /* The public layer calls as thin orchestration of the stages: projections (CLBlast), mixing,
  * attention, collapse, output projection. */
-#include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "gemm/gemm.h"
+#include "layer/call.h"
 #include "layer/plan.h"
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* With time_stages, finishes the queue and adds the time since *mark to *slot. */
-static iha_status stage_done(iha_context *ctx, double *slot, double *mark)
-{
-    if (!ctx->time_stages) return IHA_OK;
-    IHA_CL_CHECK(ctx, clFinish(ctx->queue), "clFinish");
-    const double t = now_seconds();
-    *slot += t - *mark;
-    *mark = t;
-    return IHA_OK;
-}
-
-static iha_status begin_call(iha_context *ctx, double *mark)
-{
-    if (ctx == NULL) return IHA_ERROR_INVALID_ARGUMENT;
-    iha__message_clear(&ctx->message);
-    ctx->cl_error = 0;
-    memset(&ctx->stage_times, 0, sizeof ctx->stage_times);
-    if (ctx->time_stages) IHA_CL_CHECK(ctx, clFinish(ctx->queue), "clFinish");
-    *mark = now_seconds();
-    return IHA_OK;
-}
-
-static iha_ref ref_of(iha_buffer b) { return (iha_ref){b.mem, b.offset}; }
 
 /* Mixing, attention and collapse: q, k, v [B][N][H][d] -> y [B][N][H][d]. */
 static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_ref q, iha_ref k,
@@ -51,25 +19,25 @@ static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_
     if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p->dims.T, p->dims.d, p->rope_base, &rope));
 
     const int kb = p->attention.key_block;
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, q, ref_of(w->alpha_q), (iha_ref){qt, 0}, rope, 0));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, k, ref_of(w->alpha_k), (iha_ref){kt, 0}, rope, kb));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, v, ref_of(w->alpha_v), (iha_ref){vt, 0}, NULL, 0));
-    IHA_FORWARD_IF_ERROR(stage_done(ctx, &ctx->stage_times.mixing, mark));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, q, iha__ref_of(w->alpha_q), (iha_ref){qt, 0}, rope, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, k, iha__ref_of(w->alpha_k), (iha_ref){kt, 0}, rope, kb));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, v, iha__ref_of(w->alpha_v), (iha_ref){vt, 0}, NULL, 0));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
 
     IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, (iha_ref){qt, 0}, (iha_ref){kt, 0},
                                                 (iha_ref){vt, 0}, (iha_ref){o, 0}, (iha_ref){NULL, 0}, p->mask,
                                                 p->window, p->scale));
-    IHA_FORWARD_IF_ERROR(stage_done(ctx, &ctx->stage_times.attention, mark));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
 
-    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, (iha_ref){o, 0}, ref_of(w->r), y));
-    return stage_done(ctx, &ctx->stage_times.collapse, mark);
+    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, (iha_ref){o, 0}, iha__ref_of(w->r), y));
+    return iha__stage_done(ctx, &ctx->stage_times.collapse, mark);
 }
 
 static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                           const iha_layer_weights *w, iha_buffer x, iha_buffer z)
 {
     double mark;
-    IHA_FORWARD_IF_ERROR(begin_call(ctx, &mark));
+    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 1, &p));
     IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 1));
@@ -87,12 +55,12 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wq.mem, w->wq.offset, hd, q, 0, hd));
     IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wk.mem, w->wk.offset, hd, k, 0, hd));
     IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wv.mem, w->wv.offset, hd, v, 0, hd));
-    IHA_FORWARD_IF_ERROR(stage_done(ctx, &ctx->stage_times.projections, &mark));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, &mark));
 
     IHA_FORWARD_IF_ERROR(run_core(ctx, &p, w, (iha_ref){q, 0}, (iha_ref){k, 0}, (iha_ref){v, 0}, (iha_ref){y, 0}, &mark));
 
     IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, p.D, hd, y, 0, hd, w->wo.mem, w->wo.offset, p.D, z.mem, z.offset, p.D));
-    return stage_done(ctx, &ctx->stage_times.output, &mark);
+    return iha__stage_done(ctx, &ctx->stage_times.output, &mark);
 }
 
 iha_status iha_forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
@@ -107,7 +75,7 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
                                  const iha_layer_weights *w, iha_buffer q, iha_buffer k, iha_buffer v, iha_buffer y)
 {
     double mark;
-    IHA_FORWARD_IF_ERROR(begin_call(ctx, &mark));
+    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
     IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 0));
@@ -118,7 +86,7 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, p.token_elems, q, p.token_elems, "y", "q"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, p.token_elems, k, p.token_elems, "y", "k"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, p.token_elems, v, p.token_elems, "y", "v"));
-    return run_core(ctx, &p, w, ref_of(q), ref_of(k), ref_of(v), ref_of(y), &mark);
+    return run_core(ctx, &p, w, iha__ref_of(q), iha__ref_of(k), iha__ref_of(v), iha__ref_of(y), &mark);
 }
 
 iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
@@ -134,7 +102,7 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
                             iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse)
 {
     double mark;
-    IHA_FORWARD_IF_ERROR(begin_call(ctx, &mark));
+    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
     IHA_RETURN_ERROR_IF(p.rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
@@ -156,10 +124,10 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
     }
     cl_mem packed;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p.packed_elems * sizeof(float), &packed));
-    IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &p.dims, ref_of(kt), (iha_ref){packed, 0}, p.attention.key_block));
-    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p.attention, &p.dims, ref_of(qt), (iha_ref){packed, 0},
-                                                ref_of(vt), ref_of(o), ref_of(lse), p.mask, p.window, p.scale));
-    return stage_done(ctx, &ctx->stage_times.attention, &mark);
+    IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &p.dims, iha__ref_of(kt), (iha_ref){packed, 0}, p.attention.key_block));
+    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p.attention, &p.dims, iha__ref_of(qt), (iha_ref){packed, 0},
+                                                iha__ref_of(vt), iha__ref_of(o), iha__ref_of(lse), p.mask, p.window, p.scale));
+    return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
 }
 
 iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,

@@ -15,9 +15,12 @@ typedef enum iha_workspace_slot {
     IHA_WS_VT,     /* pseudo-values [B][H][T][d] */
     IHA_WS_O,      /* attention output [B][H][T][d] */
     IHA_WS_Y,      /* collapsed [B][N][H][d] */
-    IHA_WS_ROPE,   /* rotary cos/sin table [T][d/2][2] */
+    IHA_WS_ROPE,   /* rotary cos/sin table [T][2][d/2] */
     IHA_WS_HOST_A, /* host-call staging */
     IHA_WS_HOST_B,
+    IHA_WS_PARTIAL, /* decoding: partial softmax results per key split */
+    IHA_WS_STEP,    /* decoding: per-sequence (n0, count) of the step */
+    IHA_WS_SCORES, /* the unfused baseline's score matrix of one (b, h), [T][T] (src/measure) */
     IHA_WS_COUNT
 } iha_workspace_slot;
 
@@ -46,6 +49,8 @@ struct iha_context {
 
     int time_stages;
     iha_stage_times stage_times;
+
+    struct iha_tune_state *tune; /* the tuning profile and the last call's choices (src/tune/state.h) */
 };
 
 /* Records a failure and returns `status`, for `return iha__fail(ctx, ...)`. */

@@ -1,0 +1,95 @@
+/* Mixing for a decoding step: the new tokens' pseudo-queries into rows [B][H][k*P][d], and their
+ * pseudo-keys and -values straight into the cache at their virtual positions, in the cache's
+ * storage type. Rotary uses the same double-precision cos/sin table as mix.cl ([T][2][d/2]).
+ * step[b] = (n0, count): sequence b's length before the step and its new tokens. Tokens past
+ * count are skipped (their query rows are written as 0). One (token, head) per work-item. */
+
+/* Cache storage: 1 stores half with vstore_half (core OpenCL, no cl_khr_fp16 needed). */
+#ifndef CACHE_HALF
+#define CACHE_HALF 0
+#endif
+
+#if CACHE_HALF
+#define cache_t half
+#define CACHE_STORE(x, i, p) vstore_half((x), (i), (p))
+#else
+#define cache_t float
+#define CACHE_STORE(x, i, p) ((p)[(i)] = (x))
+#endif
+
+/* sum_m alpha[m][h][p] * row[m][c], or row[h][c] for identity mixing. */
+static inline float mixed(const __global float *row, const __global float *alpha, int identity, int h, int p, int H,
+                          int P, int d, int c)
+{
+    if (identity) return row[(size_t)h * d + c];
+    float acc = 0.0f;
+    for (int m = 0; m < H; ++m) acc = fma(alpha[((size_t)m * H + h) * P + p], row[(size_t)m * d + c], acc);
+    return acc;
+}
+
+/* Writes pseudo-head row (t = n*P + p) of one token into out[c * stride] for c < d, rotated at
+ * virtual position `pos` when rope is given. */
+#define MIX_ROW(STORE)                                                                               \
+    do {                                                                                             \
+        const int pairs = d / 2;                                                                     \
+        if (use_rope) {                                                                              \
+            const __global float *cs = rope + (size_t)pos * d;                                       \
+            for (int c = 0; c < pairs; ++c) {                                                        \
+                const float x0 = mixed(row, alpha, identity, h, p, H, P, d, c);                     \
+                const float x1 = mixed(row, alpha, identity, h, p, H, P, d, c + pairs);             \
+                STORE(x0 * cs[c] - x1 * cs[pairs + c], c);                                           \
+                STORE(x1 * cs[c] + x0 * cs[pairs + c], c + pairs);                                   \
+            }                                                                                        \
+        } else {                                                                                     \
+            for (int c = 0; c < d; ++c) STORE(mixed(row, alpha, identity, h, p, H, P, d, c), c);     \
+        }                                                                                            \
+    } while (0)
+
+__kernel void decode_mix_queries_f32(__global const float *src, ulong src_off, /* [B][k][H][d] */
+                                     __global const float *alpha, ulong alpha_off, int identity,
+                                     __global float *dst, ulong dst_off, /* [B][H][k*P][d] */
+                                     __global const float *rope, int use_rope, __global const int *step, int k,
+                                     int H, int d, int P)
+{
+    const int j = get_global_id(0);
+    const int bh = get_global_id(1);
+    if (j >= k) return;
+    const int h = bh % H, b = bh / H;
+    const int n0 = step[2 * b], count = step[2 * b + 1];
+    const __global float *row = src + src_off + ((size_t)b * k + j) * H * d;
+    alpha += alpha_off;
+    for (int p = 0; p < P; ++p) {
+        __global float *out = dst + dst_off + (((size_t)bh * k + j) * P + p) * d;
+        if (j >= count) {
+            for (int c = 0; c < d; ++c) out[c] = 0.0f;
+            continue;
+        }
+        const int pos = (n0 + j) * P + p;
+#define STORE_Q(x, c) (out[(c)] = (x))
+        MIX_ROW(STORE_Q);
+#undef STORE_Q
+    }
+}
+
+__kernel void decode_mix_cache(__global const float *src, ulong src_off, /* [B][k][H][d] */
+                               __global const float *alpha, ulong alpha_off, int identity,
+                               __global cache_t *cache, /* [B][H][T_max][d] */
+                               __global const float *rope, int use_rope, __global const int *step, int k, int H,
+                               int d, int P, int t_max)
+{
+    const int j = get_global_id(0);
+    const int bh = get_global_id(1);
+    if (j >= k) return;
+    const int h = bh % H, b = bh / H;
+    const int n0 = step[2 * b], count = step[2 * b + 1];
+    if (j >= count) return;
+    const __global float *row = src + src_off + ((size_t)b * k + j) * H * d;
+    alpha += alpha_off;
+    for (int p = 0; p < P; ++p) {
+        const int pos = (n0 + j) * P + p;
+        const size_t base = ((size_t)bh * t_max + pos) * d;
+#define STORE_C(x, c) CACHE_STORE((x), base + (c), cache)
+        MIX_ROW(STORE_C);
+#undef STORE_C
+    }
+}

@@ -1,0 +1,204 @@
+/* Incremental decoding: the pseudo-token KV cache and the decoding step (SPEC "Decoding with a
+ * cache"): projections, mixing of the new tokens into the cache, split-key attention, collapse
+ * and output projection. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/checked.h"
+#include "gemm/gemm.h"
+#include "layer/call.h"
+#include "layer/plan.h"
+
+struct iha_kv_cache {
+    iha_context *ctx;
+    size_t B, max_tokens, H, d, P, t_max;
+    iha_storage storage;
+    cl_mem keys, values; /* [B][H][t_max][d] each */
+    size_t bytes;
+    size_t *length;      /* tokens per sequence */
+    cl_int *step;        /* staging of the per-sequence (n0, count) pairs */
+};
+
+iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_storage storage, iha_kv_cache **out)
+{
+    if (ctx == NULL) return IHA_ERROR_INVALID_ARGUMENT;
+    iha__message_clear(&ctx->message);
+    IHA_RETURN_ERROR_IF(out == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    IHA_RETURN_ERROR_IF(storage != IHA_STORAGE_F32 && storage != IHA_STORAGE_F16, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "unknown cache storage %d", (int)storage);
+    iha_attention_options defaults;
+    iha_attention_options_init(&defaults);
+    iha_plan p;
+    IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, &defaults, 0, &p));
+    const size_t element = storage == IHA_STORAGE_F16 ? 2 : 4;
+    size_t bytes;
+    IHA_RETURN_ERROR_IF(!iha__mul(p.virtual_elems, element, &bytes), ctx, IHA_ERROR_SIZE_OVERFLOW,
+                        "the cache's size overflows size_t");
+    IHA_RETURN_ERROR_IF(bytes > ctx->info.max_alloc_bytes, ctx, IHA_ERROR_DEVICE_MEMORY,
+                        "a cache of %zu bytes for keys exceeds the device's largest allocation (%llu bytes)", bytes,
+                        (unsigned long long)ctx->info.max_alloc_bytes);
+
+    iha_kv_cache *c = calloc(1, sizeof *c);
+    IHA_RETURN_ERROR_IF(c == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    c->ctx = ctx;
+    c->B = p.dims.B;
+    c->max_tokens = p.dims.N;
+    c->H = p.dims.H;
+    c->d = p.dims.d;
+    c->P = p.dims.P;
+    c->t_max = p.dims.T;
+    c->storage = storage;
+    c->bytes = 2 * bytes;
+    c->length = calloc(c->B, sizeof *c->length);
+    c->step = calloc(2 * c->B, sizeof *c->step);
+    cl_int err = CL_SUCCESS, err2 = CL_SUCCESS;
+    if (c->length && c->step) {
+        c->keys = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        c->values = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err2);
+    }
+    if (!c->length || !c->step || err != CL_SUCCESS || err2 != CL_SUCCESS) {
+        iha_status st = (!c->length || !c->step) ? iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory")
+                                                 : iha__fail_cl(ctx, err != CL_SUCCESS ? err : err2,
+                                                                "clCreateBuffer (KV cache)");
+        iha_kv_cache_free(c);
+        return st;
+    }
+    *out = c;
+    return IHA_OK;
+}
+
+void iha_kv_cache_free(iha_kv_cache *cache)
+{
+    if (cache == NULL) return;
+    if (cache->ctx && cache->ctx->queue) clFinish(cache->ctx->queue);
+    if (cache->keys) clReleaseMemObject(cache->keys);
+    if (cache->values) clReleaseMemObject(cache->values);
+    free(cache->length);
+    free(cache->step);
+    free(cache);
+}
+
+void iha_kv_cache_reset(iha_kv_cache *cache)
+{
+    if (cache) memset(cache->length, 0, cache->B * sizeof *cache->length);
+}
+
+iha_status iha_kv_cache_truncate(iha_kv_cache *cache, size_t b, size_t tokens)
+{
+    if (cache == NULL) return IHA_ERROR_INVALID_ARGUMENT;
+    iha_context *ctx = cache->ctx;
+    iha__message_clear(&ctx->message);
+    IHA_RETURN_ERROR_IF(b >= cache->B, ctx, IHA_ERROR_INVALID_ARGUMENT, "sequence %zu is out of range (batch %zu)", b,
+                        cache->B);
+    IHA_RETURN_ERROR_IF(tokens > cache->length[b], ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "cannot truncate sequence %zu to %zu tokens: it holds %zu", b, tokens, cache->length[b]);
+    cache->length[b] = tokens;
+    return IHA_OK;
+}
+
+size_t iha_kv_cache_length(const iha_kv_cache *cache, size_t b)
+{
+    return (cache && b < cache->B) ? cache->length[b] : 0;
+}
+
+size_t iha_kv_cache_bytes(const iha_kv_cache *cache) { return cache ? cache->bytes : 0; }
+
+/* Checks the step against the cache and fills the (n0, count) staging; *t_cur gets the longest
+ * virtual length after the step. Nothing is changed on failure. */
+static iha_status check_step(iha_context *ctx, iha_kv_cache *c, const iha_plan *p, const uint32_t *counts,
+                             size_t *t_cur)
+{
+    IHA_RETURN_ERROR_IF(c->ctx != ctx, ctx, IHA_ERROR_INVALID_ARGUMENT, "the cache belongs to another context");
+    IHA_RETURN_ERROR_IF(p->dims.B != c->B || p->dims.H != c->H || p->dims.d != c->d || p->dims.P != c->P, ctx,
+                        IHA_ERROR_INVALID_ARGUMENT,
+                        "step shape (batch %zu, heads %zu, head_dim %zu, pseudo %zu) does not match the cache's "
+                        "(%zu, %zu, %zu, %zu)",
+                        p->dims.B, p->dims.H, p->dims.d, p->dims.P, c->B, c->H, c->d, c->P);
+    size_t longest = 0;
+    for (size_t b = 0; b < c->B; ++b) {
+        const size_t count = counts ? counts[b] : p->dims.N;
+        IHA_RETURN_ERROR_IF(count > p->dims.N, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                            "counts[%zu] = %zu exceeds the step's %zu tokens", b, count, p->dims.N);
+        IHA_RETURN_ERROR_IF(c->length[b] + count > c->max_tokens, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                            "sequence %zu holds %zu tokens; %zu more exceed the cache's %zu", b, c->length[b], count,
+                            c->max_tokens);
+        if (c->length[b] + count > longest) longest = c->length[b] + count;
+    }
+    for (size_t b = 0; b < c->B; ++b) {
+        c->step[2 * b] = (cl_int)c->length[b];
+        c->step[2 * b + 1] = (cl_int)(counts ? counts[b] : p->dims.N);
+    }
+    *t_cur = longest * c->P;
+    return IHA_OK;
+}
+
+static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
+                              const iha_attention_options *options, const iha_layer_weights *w,
+                              const uint32_t *counts, iha_buffer x, iha_buffer z)
+{
+    double mark;
+    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
+    IHA_RETURN_ERROR_IF(c == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "cache is NULL");
+    iha_plan p;
+    IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 1, &p));
+    /* The window is relative to the whole sequence, not to the step's k tokens. */
+    p.window = (uint64_t)options->window >= c->max_tokens ? 0 : (size_t)options->window;
+    IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 1));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, "x"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, "z"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, "z", "x"));
+    iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, 0, c->storage == IHA_STORAGE_F16};
+    IHA_FORWARD_IF_ERROR(check_step(ctx, c, &p, counts, &dd.t_cur));
+
+    const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
+    cl_mem q, k, v, qt, o, y, partial, step, rope = NULL;
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Q, p.token_elems * f, &q));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_K, p.token_elems * f, &k));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_V, p.token_elems * f, &v));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_QT, p.virtual_elems * f, &qt));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_O, p.virtual_elems * f, &o));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Y, p.token_elems * f, &y));
+    IHA_FORWARD_IF_ERROR(
+        iha__workspace_get(ctx, IHA_WS_PARTIAL, iha__decode_partial_elements(ctx, &dd) * f, &partial));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_STEP, 2 * c->B * sizeof(cl_int), &step));
+    if (p.rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, c->t_max, c->d, p.rope_base, &rope));
+    /* Blocking, so the staging array may change in the next step at once. */
+    IHA_CL_CHECK(ctx, clEnqueueWriteBuffer(ctx->queue, step, CL_TRUE, 0, 2 * c->B * sizeof(cl_int), c->step, 0, NULL, NULL),
+                 "clEnqueueWriteBuffer (decode step)");
+
+    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wq.mem, w->wq.offset, hd, q, 0, hd));
+    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wk.mem, w->wk.offset, hd, k, 0, hd));
+    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wv.mem, w->wv.offset, hd, v, 0, hd));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, &mark));
+
+    IHA_FORWARD_IF_ERROR(
+        iha__decode_mix_queries_enqueue(ctx, &dd, (iha_ref){q, 0}, iha__ref_of(w->alpha_q), (iha_ref){qt, 0}, rope, step));
+    IHA_FORWARD_IF_ERROR(
+        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){k, 0}, iha__ref_of(w->alpha_k), c->keys, rope, step));
+    IHA_FORWARD_IF_ERROR(
+        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){v, 0}, iha__ref_of(w->alpha_v), c->values, NULL, step));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, &mark));
+
+    IHA_FORWARD_IF_ERROR(iha__decode_attention_enqueue(ctx, &dd, (iha_ref){qt, 0}, c->keys, c->values, partial,
+                                                       (iha_ref){o, 0}, step, p.mask, p.window, p.scale));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, &mark));
+
+    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p.rows, &p.dims, (iha_ref){o, 0}, iha__ref_of(w->r), (iha_ref){y, 0}));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, &mark));
+
+    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, p.D, hd, y, 0, hd, w->wo.mem, w->wo.offset, p.D, z.mem, z.offset, p.D));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.output, &mark));
+
+    for (size_t b = 0; b < c->B; ++b) c->length[b] += (size_t)c->step[2 * b + 1];
+    return IHA_OK;
+}
+
+iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shape *shape,
+                           const iha_attention_options *options, const iha_layer_weights *weights,
+                           const uint32_t *counts, iha_buffer x, iha_buffer z)
+{
+    iha_status st = decode_step(ctx, cache, shape, options, weights, counts, x, z);
+    if (st == IHA_OK) iha__program_cache_flush(ctx);
+    return st;
+}

@@ -1,0 +1,291 @@
+/* Incremental decoding (iha_decode_step with an iha_kv_cache): every step's outputs equal the
+ * rows of the float64 reference forward over that sequence's prefix, token at a time and in
+ * chunks, every mask, windows, rotary at virtual positions, ragged batches, float and half
+ * cache storage; and the refusals: overflow, mismatched shapes, bad storage, bad truncation. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_util.h"
+#include "test_layer.h"
+
+/* SPEC's half-storage contract. */
+#define TOL_F16 2e-3
+
+static iha_context *g_ctx;
+
+typedef struct decode_case {
+    size_t B, N, D, H, d, P; /* N: the cache's max tokens per sequence */
+    int mask;
+    int64_t window;
+    int rope;
+    iha_storage storage;
+    size_t chunk;             /* k, tokens per step */
+    size_t lengths[4];        /* tokens to feed per sequence (0 entries: N) */
+} decode_case;
+
+/* Feeds each sequence its tokens in steps of `chunk`, checking every step against the
+ * reference over the prefix so far. */
+static void run_case(const decode_case *cs)
+{
+    TU_REQUIRE_DEVICE(g_ctx);
+    const iha_shape full = {cs->B, cs->N, cs->D, cs->H, cs->d, cs->P};
+    tu_layer l;
+    tu_layer_init(&l, &full, 1000 + cs->d * 7 + cs->P);
+    tu_device_layer dev;
+    tu_device_layer_upload(g_ctx, &l, 0, &dev);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.mask = cs->mask;
+    o.window = cs->window;
+    o.rope = cs->rope;
+
+    iha_kv_cache *cache = NULL;
+    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &full, cs->storage, &cache), IHA_OK);
+    const size_t k = cs->chunk, D = cs->D, row_elems = cs->B * k * D;
+    const iha_shape step_shape = {cs->B, k, D, cs->H, cs->d, cs->P};
+    cl_mem xs = tu_buffer_new(g_ctx, row_elems), zs = tu_buffer_new(g_ctx, row_elems);
+    float *xh = tu_malloc(row_elems * sizeof *xh), *zh = tu_malloc(row_elems * sizeof *zh);
+    const double tol = cs->storage == IHA_STORAGE_F16 ? TOL_F16 : TU_TOL_F32;
+
+    size_t want[4], done[4] = {0};
+    for (size_t b = 0; b < cs->B; ++b) want[b] = cs->lengths[b] ? cs->lengths[b] : cs->N;
+    for (;;) {
+        uint32_t counts[4];
+        size_t active = 0;
+        for (size_t b = 0; b < cs->B; ++b) {
+            counts[b] = (uint32_t)(want[b] - done[b] < k ? want[b] - done[b] : k);
+            active += counts[b];
+        }
+        if (active == 0) break;
+        /* Rows past counts[b] get values that must not matter. */
+        for (size_t b = 0; b < cs->B; ++b)
+            for (size_t j = 0; j < k; ++j)
+                for (size_t c = 0; c < D; ++c)
+                    xh[(b * k + j) * D + c] = j < counts[b] ? l.x[(b * cs->N + done[b] + j) * D + c] : 1e3f;
+        tu_buffer_write(g_ctx, xs, 0, xh, row_elems);
+        tu_fill_nan(zh, row_elems);
+        tu_buffer_write(g_ctx, zs, 0, zh, row_elems);
+        tu_assert_status(g_ctx,
+                         iha_decode_step(g_ctx, cache, &step_shape, &o, &dev.weights, counts, (iha_buffer){xs, 0},
+                                         (iha_buffer){zs, 0}),
+                         IHA_OK);
+        tu_buffer_read(g_ctx, zs, 0, zh, row_elems);
+        for (size_t b = 0; b < cs->B; ++b) {
+            assert_int_equal(iha_kv_cache_length(cache, b), done[b] + counts[b]);
+            for (size_t j = counts[b]; j < k; ++j)
+                for (size_t c = 0; c < D; ++c)
+                    if (zh[(b * k + j) * D + c] != 0.0f) fail_msg("row %zu of sequence %zu past its count is not 0", j, b);
+            if (counts[b] == 0) continue;
+            ref_problem p = tu_layer_problem(&l, &o);
+            p.B = 1;
+            p.N = done[b] + counts[b];
+            p.x = l.x + b * cs->N * D;
+            size_t *rows = tu_malloc(counts[b] * sizeof *rows);
+            for (size_t j = 0; j < counts[b]; ++j) rows[j] = done[b] + j;
+            double *ref = tu_malloc(counts[b] * D * sizeof *ref);
+            assert_int_equal(ref_forward(&p, rows, counts[b], ref), 0);
+            char what[96];
+            snprintf(what, sizeof what, "z of sequence %zu, tokens %zu..%zu", b, done[b], done[b] + counts[b] - 1);
+            tu_assert_close(what, zh + b * k * D, ref, counts[b] * D, tol);
+            free(ref);
+            free(rows);
+            done[b] += counts[b];
+        }
+    }
+    free(xh);
+    free(zh);
+    tu_buffer_release(xs);
+    tu_buffer_release(zs);
+    iha_kv_cache_free(cache);
+    tu_device_layer_release(&dev);
+    tu_layer_free(&l);
+}
+
+static void token_at_a_time_causal_rope(void **state)
+{
+    (void)state;
+    const decode_case cs = {2, 9, 24, 2, 16, 3, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 1, {0}};
+    run_case(&cs);
+}
+
+static void chunked_token_causal_window_odd_d(void **state)
+{
+    (void)state;
+    const decode_case cs = {1, 11, 32, 3, 59, 2, IHA_MASK_TOKEN_CAUSAL, 2, 0, IHA_STORAGE_F32, 4, {0}};
+    run_case(&cs);
+}
+
+static void bidirectional_prefix_half(void **state)
+{
+    (void)state;
+    const decode_case cs = {1, 8, 16, 2, 32, 4, IHA_MASK_NONE, 0, 1, IHA_STORAGE_F16, 3, {0}};
+    run_case(&cs);
+}
+
+static void bidirectional_window_float(void **state)
+{
+    (void)state;
+    const decode_case cs = {2, 7, 16, 2, 8, 2, IHA_MASK_NONE, 2, 0, IHA_STORAGE_F32, 2, {0}};
+    run_case(&cs);
+}
+
+static void ragged_batch_half_window(void **state)
+{
+    (void)state;
+    const decode_case cs = {3, 9, 24, 2, 40, 3, IHA_MASK_CAUSAL, 3, 1, IHA_STORAGE_F16, 2, {7, 4, 1}};
+    run_case(&cs);
+}
+
+static void long_cache_many_splits(void **state)
+{
+    (void)state;
+    /* 300 tokens * P=4: the attention splits its keys over several work-items. */
+    const decode_case cs = {1, 300, 16, 1, 64, 4, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 150, {0}};
+    run_case(&cs);
+}
+
+static void plain_mha_identity(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    /* P = 1 with the NULL identity shortcut and d = 1. */
+    const iha_shape full = {1, 5, 8, 2, 1, 1};
+    tu_layer l;
+    tu_layer_init(&l, &full, 77);
+    tu_layer_identity(&l, 1);
+    tu_device_layer dev;
+    tu_device_layer_upload(g_ctx, &l, 0, &dev);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    iha_kv_cache *cache;
+    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &full, IHA_STORAGE_F32, &cache), IHA_OK);
+    const iha_shape step = {1, 1, 8, 2, 1, 1};
+    cl_mem xs = tu_buffer_new(g_ctx, 8), zs = tu_buffer_new(g_ctx, 8);
+    double *ref = tu_layer_reference(&l, &o);
+    for (size_t n = 0; n < 5; ++n) {
+        float z[8];
+        tu_buffer_write(g_ctx, xs, 0, l.x + n * 8, 8);
+        tu_assert_status(g_ctx, iha_decode_step(g_ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+                         IHA_OK);
+        tu_buffer_read(g_ctx, zs, 0, z, 8);
+        tu_assert_close("z", z, ref + n * 8, 8, TU_TOL_F32);
+    }
+    free(ref);
+    tu_buffer_release(xs);
+    tu_buffer_release(zs);
+    iha_kv_cache_free(cache);
+    tu_device_layer_release(&dev);
+    tu_layer_free(&l);
+}
+
+static void half_storage_halves_bytes(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    const iha_shape s = {2, 100, 1, 3, 64, 4};
+    iha_kv_cache *f32, *f16;
+    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &s, IHA_STORAGE_F32, &f32), IHA_OK);
+    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &s, IHA_STORAGE_F16, &f16), IHA_OK);
+    assert_int_equal(iha_kv_cache_bytes(f32), 2 * 2 * 3 * 100 * 4 * 64 * 4);
+    assert_int_equal(iha_kv_cache_bytes(f16) * 2, iha_kv_cache_bytes(f32));
+    iha_kv_cache_free(f32);
+    iha_kv_cache_free(f16);
+}
+
+/* Refusals leave the cache and z as they were. */
+static void refusals(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    const iha_shape full = {1, 4, 8, 2, 8, 2};
+    tu_layer l;
+    tu_layer_init(&l, &full, 5);
+    tu_device_layer dev;
+    tu_device_layer_upload(g_ctx, &l, 0, &dev);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    iha_kv_cache *cache = NULL;
+
+    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &full, (iha_storage)7, &cache), IHA_ERROR_INVALID_ARGUMENT);
+    assert_null(cache);
+    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, NULL, IHA_STORAGE_F32, &cache), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &full, IHA_STORAGE_F32, &cache), IHA_OK);
+
+    const iha_shape step3 = {1, 3, 8, 2, 8, 2};
+    cl_mem xs = tu_buffer_new(g_ctx, 24);
+    cl_mem zs = tu_buffer_guarded(g_ctx, NULL, 24, 0, TU_GUARD, TU_SENTINEL);
+    tu_buffer_write(g_ctx, xs, 0, l.x, 24);
+    tu_assert_status(g_ctx, iha_decode_step(g_ctx, cache, &step3, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+                     IHA_OK);
+    assert_int_equal(iha_kv_cache_length(cache, 0), 3);
+
+    /* 3 + 3 > 4 tokens: refused, nothing written. */
+    float poison[24];
+    tu_fill_value(poison, 24, TU_SENTINEL);
+    tu_buffer_write(g_ctx, zs, 0, poison, 24);
+    iha_status st = iha_decode_step(g_ctx, cache, &step3, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0});
+    tu_assert_status(g_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
+    assert_true(strlen(iha_context_message(g_ctx)) > 0);
+    assert_int_equal(iha_kv_cache_length(cache, 0), 3);
+    tu_assert_buffer_all(g_ctx, zs, 0, 24, TU_SENTINEL);
+
+    /* A step shape that does not match the cache. */
+    const iha_shape wrong = {1, 1, 8, 3, 8, 2};
+    st = iha_decode_step(g_ctx, cache, &wrong, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0});
+    tu_assert_status(g_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
+    const uint32_t too_many[1] = {5};
+    st = iha_decode_step(g_ctx, cache, &step3, &o, &dev.weights, too_many, (iha_buffer){xs, 0}, (iha_buffer){zs, 0});
+    tu_assert_status(g_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_buffer_all(g_ctx, zs, 0, 24, TU_SENTINEL);
+    tu_assert_guard(g_ctx, zs, 24, 0, TU_GUARD, TU_SENTINEL);
+
+    /* Truncation: not past the length, not a missing sequence; rewinding then works. */
+    tu_assert_status(g_ctx, iha_kv_cache_truncate(cache, 0, 4), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(g_ctx, iha_kv_cache_truncate(cache, 1, 0), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(g_ctx, iha_kv_cache_truncate(cache, 0, 1), IHA_OK);
+    assert_int_equal(iha_kv_cache_length(cache, 0), 1);
+    iha_kv_cache_reset(cache);
+    assert_int_equal(iha_kv_cache_length(cache, 0), 0);
+    iha_kv_cache_free(cache);
+    iha_kv_cache_free(NULL);
+    tu_buffer_release(xs);
+    tu_buffer_release(zs);
+    tu_device_layer_release(&dev);
+    tu_layer_free(&l);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    tu_init_environment();
+    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    iha_context_free(g_ctx);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(token_at_a_time_causal_rope),
+        cmocka_unit_test(chunked_token_causal_window_odd_d),
+        cmocka_unit_test(bidirectional_prefix_half),
+        cmocka_unit_test(bidirectional_window_float),
+        cmocka_unit_test(ragged_batch_half_window),
+        cmocka_unit_test(long_cache_many_splits),
+        cmocka_unit_test(plain_mha_identity),
+        cmocka_unit_test(half_storage_halves_bytes),
+        cmocka_unit_test(refusals),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
