@@ -35,6 +35,18 @@
 #define ATT_VD 16
 #endif
 
+/* 1: exponentials of the score vectors through exp2_nonpositive below (a degree-6 polynomial,
+ * relative error 1e-7); 0: the built-in exp2, which handles every input and costs more. */
+#ifndef ATT_FAST_EXP
+#define ATT_FAST_EXP 1
+#endif
+
+/* 1: keys and values are stored as half (the decoding cache's IHA_STORAGE_F16), read with
+ * vload_half, which is core OpenCL and needs no cl_khr_fp16. Arithmetic stays float. */
+#ifndef KV_HALF
+#define KV_HALF 0
+#endif
+
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 #define floatK CAT(float, ATT_KB)
@@ -44,7 +56,21 @@
 #define vstoreK CAT(vstore, ATT_KB)
 #define vloadV CAT(vload, ATT_VD)
 #define vstoreV CAT(vstore, ATT_VD)
+#define convert_intK CAT(convert_int, ATT_KB)
+#define as_intK CAT(as_int, ATT_KB)
+#define as_floatK CAT(as_float, ATT_KB)
 #define VCHUNKS ((HEAD_DIM + ATT_VD - 1) / ATT_VD)
+#if KV_HALF
+#define kv_t half
+#define LOAD_KEYS(p) CAT(vload_half, ATT_KB)(0, (p))
+#define LOAD_V(p) CAT(vload_half, ATT_VD)(0, (p))
+#define LOAD_ONE(p, i) vload_half((i), (p))
+#else
+#define kv_t float
+#define LOAD_KEYS(p) vloadK(0, (p))
+#define LOAD_V(p) vloadV(0, (p))
+#define LOAD_ONE(p, i) ((p)[(i)])
+#endif
 
 #if ATT_KB == 4
 #define KEY_IOTA ((int4)(0, 1, 2, 3))
@@ -63,11 +89,9 @@ static inline float hmax(floatK v)
 {
 #if ATT_KB == 16
     const float8 v8 = v.lo > v.hi ? v.lo : v.hi;
-#else
-    const float8 v8 = v;
-#endif
-#if ATT_KB >= 8
     const float4 v4 = v8.lo > v8.hi ? v8.lo : v8.hi;
+#elif ATT_KB == 8
+    const float4 v4 = v.lo > v.hi ? v.lo : v.hi;
 #else
     const float4 v4 = v;
 #endif
@@ -79,17 +103,40 @@ static inline float hsum(floatK v)
 {
 #if ATT_KB == 16
     const float8 v8 = v.lo + v.hi;
-#else
-    const float8 v8 = v;
-#endif
-#if ATT_KB >= 8
     const float4 v4 = v8.lo + v8.hi;
+#elif ATT_KB == 8
+    const float4 v4 = v.lo + v.hi;
 #else
     const float4 v4 = v;
 #endif
     const float2 v2 = v4.lo + v4.hi;
     return v2.x + v2.y;
 }
+
+/* 2^x for x <= 0 (scores minus their running maximum), -inf included: 2^floor(x) goes straight
+ * into the exponent bits and 2^frac(x) is a polynomial fitted for relative error (1.0e-7 in
+ * float). Results below 2^-126 become 0, as the probabilities they stand for are negligible. */
+static inline floatK exp2_nonpositive(floatK x)
+{
+    x = x < (floatK)(-127.0f) ? (floatK)(-127.0f) : x;
+    const floatK i = floor(x);
+    const floatK f = x - i;
+    floatK p = (floatK)(2.154050929e-04f);
+    p = fma(p, f, (floatK)(1.248288192e-03f));
+    p = fma(p, f, (floatK)(9.674545855e-03f));
+    p = fma(p, f, (floatK)(5.548532248e-02f));
+    p = fma(p, f, (floatK)(2.402294002e-01f));
+    p = fma(p, f, (floatK)(6.931470282e-01f));
+    p = fma(p, f, (floatK)(1.0f));
+    const floatK r = as_floatK(as_intK(p) + (convert_intK(i) << 23));
+    return i < (floatK)(-126.0f) ? (floatK)(0.0f) : r;
+}
+
+#if ATT_FAST_EXP
+#define EXP2_SCORES exp2_nonpositive
+#else
+#define EXP2_SCORES exp2
+#endif
 
 #define MASK_CAUSAL 0
 #define MASK_TOKEN_CAUSAL 1
@@ -112,13 +159,13 @@ static inline int2 visible_range(int t, int T, int P, int mask, int window)
     return (int2)(lo, hi);
 }
 
-/* Chunk cv of a row of HEAD_DIM floats, zero beyond the row's end. */
-static inline floatV load_chunk(const __global float *row, int cv)
+/* Chunk cv of a value row of HEAD_DIM elements, zero beyond the row's end. */
+static inline floatV load_chunk(const __global kv_t *row, int cv)
 {
     const int c = cv * ATT_VD;
-    if (c + ATT_VD <= HEAD_DIM) return vloadV(0, row + c);
+    if (c + ATT_VD <= HEAD_DIM) return LOAD_V(row + c);
     float tmp[ATT_VD];
-    for (int i = 0; i < ATT_VD; ++i) tmp[i] = c + i < HEAD_DIM ? row[c + i] : 0.0f;
+    for (int i = 0; i < ATT_VD; ++i) tmp[i] = c + i < HEAD_DIM ? LOAD_ONE(row, c + i) : 0.0f;
     return vloadV(0, tmp);
 }
 
@@ -143,8 +190,10 @@ typedef struct tile_state {
     floatV acc[ATT_ROWS][VCHUNKS];  /* unnormalised output */
 } tile_state;
 
-static inline void tile_init(tile_state *ts, const __global float *qb, int t0, int T, int P, int mask, int window,
-                             float scale_log2)
+/* Query row r of the tile is rows[min(r, valid - 1)] at virtual position pos0 + min(r, valid - 1):
+ * rows past `valid` (a tail) repeat the last valid one and are not stored. */
+static inline void tile_init(tile_state *ts, const __global float *rows, int pos0, int valid, int T, int P, int mask,
+                             int window, float scale_log2)
 {
     ts->lo_min = T;
     ts->lo_max = 0;
@@ -152,16 +201,15 @@ static inline void tile_init(tile_state *ts, const __global float *qb, int t0, i
     ts->hi_max = 0;
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
-        /* Rows past T (the last tile's tail) repeat row T-1 and are not stored. */
-        const int t = min(t0 + r, T - 1);
-        const int2 range = visible_range(t, T, P, mask, window);
+        const int i = min(r, valid - 1);
+        const int2 range = visible_range(pos0 + i, T, P, mask, window);
         ts->lo[r] = range.x;
         ts->hi[r] = range.y;
         ts->lo_min = min(ts->lo_min, range.x);
         ts->lo_max = max(ts->lo_max, range.x);
         ts->hi_min = min(ts->hi_min, range.y);
         ts->hi_max = max(ts->hi_max, range.y);
-        for (int c = 0; c < HEAD_DIM; ++c) ts->q[r][c] = qb[(size_t)t * HEAD_DIM + c] * scale_log2;
+        for (int c = 0; c < HEAD_DIM; ++c) ts->q[r][c] = rows[(size_t)i * HEAD_DIM + c] * scale_log2;
         ts->m[r] = -INFINITY;
         ts->l[r] = 0.0f;
         #pragma unroll
@@ -170,13 +218,13 @@ static inline void tile_init(tile_state *ts, const __global float *qb, int t0, i
 }
 
 /* One register tile against the key block starting at key j0. */
-static inline void tile_step(tile_state *ts, const __global float *kblk, const __global float *vb, int j0, int T)
+static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __global kv_t *vb, int j0, int T)
 {
     floatK s[ATT_ROWS];
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) s[r] = (floatK)(0.0f);
     for (int c = 0; c < HEAD_DIM; ++c) {
-        const floatK kv = vloadK(0, kblk + (size_t)c * ATT_KB);
+        const floatK kv = LOAD_KEYS(kblk + (size_t)c * ATT_KB);
         #pragma unroll
         for (int r = 0; r < ATT_ROWS; ++r) s[r] = fma((floatK)(ts->q[r][c]), kv, s[r]);
     }
@@ -196,7 +244,7 @@ static inline void tile_step(tile_state *ts, const __global float *kblk, const _
          * exponential exactly 0 instead of NaN. */
         const float base = m_new == -INFINITY ? 0.0f : m_new;
         corr[r] = exp2(ts->m[r] - base);
-        const floatK p = exp2(s[r] - (floatK)(base));
+        const floatK p = EXP2_SCORES(s[r] - (floatK)(base));
         vstoreK(p, 0, pr[r]);
         ts->l[r] = ts->l[r] * corr[r] + hsum(p);
         ts->m[r] = m_new;
@@ -225,8 +273,8 @@ static inline void tile_step(tile_state *ts, const __global float *kblk, const _
 }
 
 __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */
-                                __global const float *kp, ulong k_off,  /* key blocks, see above */
-                                __global const float *v, ulong v_off,   /* [B*H][T][HEAD_DIM] */
+                                __global const kv_t *kp, ulong k_off,   /* key blocks, see above */
+                                __global const kv_t *v, ulong v_off,    /* [B*H][T][HEAD_DIM] */
                                 __global float *o, ulong o_off,         /* [B*H][T][HEAD_DIM] */
                                 __global float *lse, ulong lse_off,     /* [B*H][T] natural log */
                                 int want_lse, int T, int P, int mask, int window,
@@ -237,20 +285,21 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
     if (t0 >= T) return;
     const int blocks = (T + ATT_KB - 1) / ATT_KB;
     const __global float *qb = q + q_off + (size_t)bh * T * HEAD_DIM;
-    const __global float *kb = kp + k_off + (size_t)bh * blocks * HEAD_DIM * ATT_KB;
-    const __global float *vb = v + v_off + (size_t)bh * T * HEAD_DIM;
+    const __global kv_t *kb = kp + k_off + (size_t)bh * blocks * HEAD_DIM * ATT_KB;
+    const __global kv_t *vb = v + v_off + (size_t)bh * T * HEAD_DIM;
 
     tile_state tiles[ATT_TILES];
     int lo_min = T, hi_max = 0;
     for (int i = 0; i < ATT_TILES; ++i) {
-        tile_init(&tiles[i], qb, min(t0 + i * ATT_ROWS, T - 1), T, P, mask, window, scale_log2);
+        const int first = min(t0 + i * ATT_ROWS, T - 1);
+        tile_init(&tiles[i], qb + (size_t)first * HEAD_DIM, first, T - first, T, P, mask, window, scale_log2);
         lo_min = min(lo_min, tiles[i].lo_min);
         hi_max = max(hi_max, tiles[i].hi_max);
     }
 
     for (int blk = lo_min / ATT_KB; blk <= hi_max / ATT_KB; ++blk) {
         const int j0 = blk * ATT_KB;
-        const __global float *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
+        const __global kv_t *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
         for (int i = 0; i < ATT_TILES; ++i) {
             /* Blocks outside this tile's visible keys are skipped, not computed and masked. */
             if (j0 + ATT_KB - 1 < tiles[i].lo_min || j0 > tiles[i].hi_max) continue;
@@ -270,5 +319,92 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
             if (want_lse)
                 lse[lse_off + (size_t)bh * T + t] = ts->l[r] > 0.0f ? (ts->m[r] + log2(ts->l[r])) * M_LN2_F : -INFINITY;
         }
+    }
+}
+
+/* ---- Decoding: few query rows against a long cache ----
+ * The cache holds keys in the key-block layout above, [B*H][ceil(t_max/KB)][HEAD_DIM][KB], and
+ * values in rows [B*H][t_max][HEAD_DIM]. So that a long cache fills the device, the key blocks of
+ * each (b, h) are split into ranges of split_blocks blocks, one work-item each, and every
+ * work-item keeps a partial softmax (max, sum, unnormalised output) of one ATT_ROWS tile; a
+ * second kernel merges the splits. step[b] = (n0, count): sequence b held n0 tokens and appends
+ * count; its query rows are [B*H][rows][HEAD_DIM] with rows = k*P, virtual position n0*P + row,
+ * and rows past count*P are inactive (written as 0). */
+
+/* Per (b, h), query row and split: HEAD_DIM unnormalised outputs, then max (base 2) and sum. */
+#define PART_STRIDE (HEAD_DIM + 2)
+/* Splits a row may have (the merge keeps one weight per split). */
+#define DEC_MAX_SPLITS 64
+
+__kernel void attention_decode_partial_f32(__global const float *q, ulong q_off, __global const kv_t *kc,
+                                           __global const kv_t *vc, __global float *part,
+                                           __global const int *step, int rows, int H, int P, int t_max,
+                                           int splits, int split_blocks, int mask, int window, float scale_log2)
+{
+    const int r0 = get_global_id(0) * ATT_ROWS;
+    const int s = get_global_id(1);
+    const int bh = get_global_id(2);
+    if (r0 >= rows || s >= splits) return;
+    const int b = bh / H;
+    const int n0 = step[2 * b], count = step[2 * b + 1];
+    const int T = (n0 + count) * P; /* the sequence's virtual length after this step */
+    const int active = count * P;
+
+    tile_state ts;
+    int first = T, last = -1; /* key blocks to visit */
+    if (r0 < active) {
+        tile_init(&ts, q + q_off + ((size_t)bh * rows + r0) * HEAD_DIM, n0 * P + r0, active - r0, T, P, mask, window,
+                  scale_log2);
+        first = max(s * split_blocks, ts.lo_min / ATT_KB);
+        last = min((s + 1) * split_blocks - 1, ts.hi_max / ATT_KB);
+    } else {
+        for (int r = 0; r < ATT_ROWS; ++r) {
+            ts.m[r] = -INFINITY;
+            ts.l[r] = 0.0f;
+            for (int cv = 0; cv < VCHUNKS; ++cv) ts.acc[r][cv] = (floatV)(0.0f);
+        }
+    }
+    const int t_blocks = (t_max + ATT_KB - 1) / ATT_KB;
+    const __global kv_t *kb = kc + (size_t)bh * t_blocks * HEAD_DIM * ATT_KB;
+    const __global kv_t *vb = vc + (size_t)bh * t_max * HEAD_DIM;
+    for (int blk = first; blk <= last; ++blk)
+        tile_step(&ts, kb + (size_t)blk * HEAD_DIM * ATT_KB, vb, blk * ATT_KB, T);
+
+    for (int r = 0; r < ATT_ROWS && r0 + r < rows; ++r) {
+        __global float *out = part + (((size_t)bh * rows + r0 + r) * splits + s) * PART_STRIDE;
+        float tmp[ATT_VD];
+        for (int cv = 0; cv < VCHUNKS; ++cv) {
+            vstoreV(ts.acc[r][cv], 0, tmp);
+            for (int i = 0; i < ATT_VD && cv * ATT_VD + i < HEAD_DIM; ++i) out[cv * ATT_VD + i] = tmp[i];
+        }
+        out[HEAD_DIM] = ts.m[r];
+        out[HEAD_DIM + 1] = ts.l[r];
+    }
+}
+
+/* Merges the splits of each query row into o [B*H][rows][HEAD_DIM]; inactive rows get 0. */
+__kernel void attention_decode_combine_f32(__global const float *part, __global float *o, ulong o_off,
+                                           __global const int *step, int rows, int H, int P, int splits)
+{
+    const int r = get_global_id(0);
+    const int bh = get_global_id(1);
+    if (r >= rows) return;
+    const int active = step[2 * (bh / H) + 1] * P;
+    const __global float *pr = part + ((size_t)bh * rows + r) * splits * PART_STRIDE;
+    __global float *out = o + o_off + ((size_t)bh * rows + r) * HEAD_DIM;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = fmax(mx, pr[(size_t)s * PART_STRIDE + HEAD_DIM]);
+    float w[DEC_MAX_SPLITS];
+    float total = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+        const float ms = pr[(size_t)s * PART_STRIDE + HEAD_DIM];
+        w[s] = ms == -INFINITY ? 0.0f : exp2(ms - mx);
+        total += w[s] * pr[(size_t)s * PART_STRIDE + HEAD_DIM + 1];
+    }
+    const float inv = (r < active && total > 0.0f) ? 1.0f / total : 0.0f;
+    for (int c = 0; c < HEAD_DIM; ++c) {
+        float acc = 0.0f;
+        for (int s = 0; s < splits; ++s) acc = fma(w[s], pr[(size_t)s * PART_STRIDE + c], acc);
+        out[c] = acc * inv;
     }
 }

@@ -1,6 +1,7 @@
 /* Mixing for a decoding step: the new tokens' pseudo-queries into rows [B][H][k*P][d], and their
  * pseudo-keys and -values straight into the cache at their virtual positions, in the cache's
- * storage type. Rotary uses the same double-precision cos/sin table as mix.cl ([T][2][d/2]).
+ * storage type: values in rows [B][H][t_max][d], keys (key_block = KB > 0) in the key-block
+ * layout of attention.cl, [B][H][ceil(t_max/KB)][d][KB]. Rotary uses the same double-precision cos/sin table as mix.cl ([T][2][d/2]).
  * step[b] = (n0, count): sequence b's length before the step and its new tokens. Tokens past
  * count are skipped (their query rows are written as 0). One (token, head) per work-item. */
 
@@ -73,9 +74,9 @@ __kernel void decode_mix_queries_f32(__global const float *src, ulong src_off, /
 
 __kernel void decode_mix_cache(__global const float *src, ulong src_off, /* [B][k][H][d] */
                                __global const float *alpha, ulong alpha_off, int identity,
-                               __global cache_t *cache, /* [B][H][T_max][d] */
+                               __global cache_t *cache, /* see above */
                                __global const float *rope, int use_rope, __global const int *step, int k, int H,
-                               int d, int P, int t_max)
+                               int d, int P, int t_max, int key_block)
 {
     const int j = get_global_id(0);
     const int bh = get_global_id(1);
@@ -87,8 +88,14 @@ __kernel void decode_mix_cache(__global const float *src, ulong src_off, /* [B][
     alpha += alpha_off;
     for (int p = 0; p < P; ++p) {
         const int pos = (n0 + j) * P + p;
-        const size_t base = ((size_t)bh * t_max + pos) * d;
-#define STORE_C(x, c) CACHE_STORE((x), base + (c), cache)
+        /* Element c of this row sits at base + c * stride. */
+        size_t base = ((size_t)bh * t_max + pos) * d, stride = 1;
+        if (key_block) {
+            const int blocks = (t_max + key_block - 1) / key_block;
+            base = ((size_t)bh * blocks + pos / key_block) * d * key_block + pos % key_block;
+            stride = (size_t)key_block;
+        }
+#define STORE_C(x, c) CACHE_STORE((x), base + (size_t)(c) * stride, cache)
         MIX_ROW(STORE_C);
 #undef STORE_C
     }

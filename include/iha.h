@@ -30,7 +30,14 @@
  *   (iha_context_message). The library never aborts, never prints, reads the environment only
  *   in iha_context_create, and keeps no process-wide mutable state.
  * - Thread safety: different contexts may be used from different threads at the same time.
- *   One context must be used by one thread at a time (guard it with your own lock to share it).
+ *   One context must be used by one thread at a time: to share it, hold your own lock around
+ *   every call on it, iha_context_free included, and read iha_context_message before
+ *   releasing the lock (the next call clears it). Outside that lock other threads may use the
+ *   context's cl_context for their own buffers and queues (OpenCL calls are thread-safe), but
+ *   must not write or release a buffer that a call reads or writes until that call's work has
+ *   finished (iha_context_finish). Processes may share a program cache directory: entries
+ *   are written to a temporary file and renamed, so a reader sees a whole entry or none.
+ *   (tests/test_threads.c checks each of these.)
  */
 #ifndef IHA_H
 #define IHA_H
@@ -316,9 +323,9 @@ iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_
  *
  * CLBlast's SGEMM is tuned too (its Xgemm and XgemmDirect parameters and the direct/indirect
  * switch point XGEMM_MIN_INDIRECT_SIZE). CLBlast holds such parameters process-wide per device:
- * a context that applies its profile's GEMM parameters sets them for every context and every
- * CLBlast user on that device in the process. Without a GEMM entry, CLBlast's own database
- * applies. */
+ * a context applies its profile's GEMM parameters at its first layer call, for every context
+ * and every CLBlast user on that device in the process, until the process ends or they are set
+ * again. Without a GEMM entry, CLBlast's own database applies. */
 
 typedef enum iha_config_source {
     IHA_CONFIG_PROFILE_EXACT = 1,   /* 1. the profile's entry for the call's bucket */
@@ -362,8 +369,8 @@ typedef struct iha_profile_info {
 iha_status iha_context_profile(iha_context *ctx, iha_profile_info *info);
 
 /* Deletes the context's profile file (a missing file is fine) and stops using its entries:
- * calls fall back to built-in defaults and CLBlast returns to its own database (for every
- * device in the process: CLBlast's caches are cleared). IHA_ERROR_IO when it cannot delete. */
+ * calls fall back to built-in defaults. CLBlast keeps the GEMM parameters it has until the
+ * process ends (it has no way back to its database). IHA_ERROR_IO when it cannot delete. */
 iha_status iha_profile_clear(iha_context *ctx);
 
 /* Kernels for iha_tune_options.kernels. */
@@ -381,13 +388,17 @@ typedef struct iha_tune_progress {
     const char *best_config;     /* "" until a candidate passed */
     double elapsed_s, budget_s;  /* the whole call's */
     int task_done;               /* 1 on a task's last report */
+    const char *candidate_config; /* the candidate just evaluated ("" for the built-in's report) */
+    double candidate_s;          /* its median seconds; -1 when rejected */
+    int confirming;              /* 1 while the finalists are timed again in alternation */
 } iha_tune_progress;
 
 typedef struct iha_tune_options {
-    double budget_s;     /* wall-clock budget of the whole call; 0 means 45 s */
+    double budget_s;     /* wall-clock budget of the whole call; 0 means 40 s */
     unsigned kernels;    /* IHA_TUNE_* bits; 0 means all */
     int exhaustive;      /* nonzero: every valid configuration, ignoring the budget (for
-                            benchmarks: it takes minutes to hours) */
+                            benchmarks: it takes minutes to hours; not for IHA_TUNE_GEMM,
+                            whose space holds hundreds of millions) */
     int reps;            /* timed runs per candidate (median); 0 means 5 */
     int dry_run;         /* nonzero: measure and report, but do not store or apply */
     void (*progress)(const iha_tune_progress *progress, void *user); /* may be NULL */
@@ -419,7 +430,9 @@ typedef struct iha_tune_result {
  * tasks. Every candidate is verified against a float64 reference on a small problem before it
  * is timed; a wrong candidate is rejected and never stored. Unless dry_run, the best verified
  * configuration of each task is merged into the profile file (written atomically) and used by
- * this context from the next call on; CLBlast's parameters are applied for the device.
+ * this context from the next call on. CLBlast is left with the stored GEMM parameters (with
+ * dry_run: the best verified ones); its "before" is the parameters it had when the call began.
+ * The GEMM shapes are those of the first call: X W_Q/K/V and Y W_O.
  * Writes up to `capacity` results (one per task) and the number of tasks in *result_count
  * (results may be NULL when capacity is 0). Blocks; uses the context's queue. Returns
  * IHA_ERROR_INVALID_ARGUMENT for NULL shapes/options or count 0, IHA_ERROR_IO when the profile

@@ -603,7 +603,7 @@ static void status_names_and_descriptions(void **state)
     assert_string_equal(iha_status_description(name), text);
     IHA_STATUS_MAP(CHECK_STATUS)
 #undef CHECK_STATUS
-    static const int unknown[] = {1, -12, 12345, -100000};
+    static const int unknown[] = {1, -999, 12345, -100000}; /* values no status will take */
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         assert_string_equal(iha_status_name((iha_status)unknown[i]), "IHA_STATUS_UNKNOWN");
         const char *description = iha_status_description((iha_status)unknown[i]);

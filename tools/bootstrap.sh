@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages iha needs (only those missing), builds it, then runs the
-# demo or the test suite. Usage: tools/bootstrap.sh demo|test|build
+# demo or the test suite. Usage: tools/bootstrap.sh demo|test|build|ci-deps
+# ci-deps installs the packages and CI's own tools (.ci/run) and builds nothing.
 # As root it installs directly; otherwise through sudo. CI and the README call it.
 set -euo pipefail
 
@@ -9,7 +10,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${IHA_BUILD_DIR:-$root/build}
 
 packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd
-          libcmocka-dev)
+          libcmocka-dev libcjson-dev)
+# CI's reliability stages: the OpenCL simulator, clang with libFuzzer and the sanitizer
+# runtimes (a recommendation of clang, so named here), llvm-symbolizer, shellcheck.
+[ "$mode" = ci-deps ] && packages+=(oclgrind clang libclang-rt-dev llvm shellcheck)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,6 +25,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+[ "$mode" = ci-deps ] && exit 0
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$(nproc)"
@@ -29,5 +34,5 @@ case "$mode" in
   demo)  exec "$build/tools/iha" demo ;;
   test)  exec ctest --test-dir "$build" --output-on-failure -j"$(nproc)" ;;
   build) ;;
-  *) echo "usage: $0 demo|test|build" >&2; exit 2 ;;
+  *) echo "usage: $0 demo|test|build|ci-deps" >&2; exit 2 ;;
 esac

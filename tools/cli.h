@@ -13,5 +13,10 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
 int cmd_devices(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_generate_check(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_soak(int argc, char **argv);
 
 #endif

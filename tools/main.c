@@ -18,6 +18,11 @@ static const command commands[] = {
     {"devices", "list OpenCL platforms and devices with their limits", cmd_devices},
     {"forward", "run one IHA layer on the .npy files of a directory", cmd_forward},
     {"demo", "run a random layer of a realistic shape, check it, time each stage", cmd_demo},
+    {"generate-check", "generate token by token through a KV cache, check against the full pass", cmd_generate_check},
+    {"tune", "tune the kernels for this device into its profile (progress, before/after)", cmd_tune},
+    {"profile", "show, locate or clear the device's tuning profile", cmd_profile},
+    {"bench", "measure attention, a layer, the device's ceilings, an unfused baseline, cold start", cmd_bench},
+    {"soak", "layer calls in a loop for a bounded time; memory and OpenCL objects must not grow", cmd_soak},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

@@ -3,14 +3,48 @@
 
 #include <clblast_c.h>
 
+static iha_status clblast_failure(iha_context *ctx, CLBlastStatusCode s, const char *call, size_t m, size_t n,
+                                  size_t k)
+{
+    /* CLBlast passes OpenCL's own codes through unchanged and uses -1024 and below for its own. */
+    if (s > -1024) return iha__fail_cl(ctx, (cl_int)s, call);
+    return iha__fail(ctx, IHA_ERROR_GEMM, "%s failed with CLBlast status %d (m=%zu n=%zu k=%zu)", call, (int)s, m, n,
+                     k);
+}
+
+/* A few rows (a decoding step's tokens) as matrix-vector products: CLBlast's GEMM kernels pad
+ * such shapes to whole tiles, and on PoCL they ran 10x slower than GEMV for one row. */
+#define IHA_GEMV_MAX_ROWS 4
+
+iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, size_t k, float alpha, cl_mem a,
+                         size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, cl_mem c, size_t c_off,
+                         size_t ldc)
+{
+    if (m <= IHA_GEMV_MAX_ROWS && !transpose_b) {
+        /* CLBlast's GEMV reads y even with beta = 0 (BLAS does not), so NaN in an output buffer
+         * would survive: clear the rows first. */
+        const cl_float zero = 0.0f;
+        for (size_t i = 0; i < m; ++i) {
+            cl_int err = clEnqueueFillBuffer(ctx->queue, c, &zero, sizeof zero, (c_off + i * ldc) * sizeof(float),
+                                             n * sizeof(float), 0, NULL, NULL);
+            if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clEnqueueFillBuffer (GEMV output)");
+        }
+        for (size_t i = 0; i < m; ++i) {
+            /* Row i of C is B^T (row i of A), with B row-major [k][n]. */
+            CLBlastStatusCode s = CLBlastSgemv(CLBlastLayoutRowMajor, CLBlastTransposeYes, k, n, alpha, b, b_off, ldb,
+                                               a, a_off + i * lda, 1, 0.0f, c, c_off + i * ldc, 1, &ctx->queue, NULL);
+            if (s != CLBlastSuccess) return clblast_failure(ctx, s, "CLBlastSgemv", m, n, k);
+        }
+        return IHA_OK;
+    }
+    const CLBlastTranspose tb = transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, alpha, a, a_off, lda,
+                                       b, b_off, ldb, 0.0f, c, c_off, ldc, &ctx->queue, NULL);
+    return s == CLBlastSuccess ? IHA_OK : clblast_failure(ctx, s, "CLBlastSgemm", m, n, k);
+}
+
 iha_status iha__sgemm(iha_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b,
                       size_t b_off, size_t ldb, cl_mem c, size_t c_off, size_t ldc)
 {
-    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, m, n, k, 1.0f, a,
-                                       a_off, lda, b, b_off, ldb, 0.0f, c, c_off, ldc, &ctx->queue, NULL);
-    if (s == CLBlastSuccess) return IHA_OK;
-    /* CLBlast passes OpenCL's own codes through unchanged and uses -1024 and below for its own. */
-    if (s > -1024) return iha__fail_cl(ctx, (cl_int)s, "CLBlastSgemm");
-    return iha__fail(ctx, IHA_ERROR_GEMM, "CLBlastSgemm failed with CLBlast status %d (m=%zu n=%zu k=%zu)", (int)s, m,
-                     n, k);
+    return iha__sgemm_ex(ctx, 0, m, n, k, 1.0f, a, a_off, lda, b, b_off, ldb, c, c_off, ldc);
 }

@@ -12,15 +12,10 @@ iha_status iha__collapse_enqueue(iha_context *ctx, const iha_rows_config *cfg, c
     const char *name = cfg->per_row ? "collapse_heads_rows_f32" : "collapse_heads_f32";
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "collapse.cl", options, name, &k));
-    const int identity = r.mem == NULL;
     iha_args a = iha__args_begin(k);
-    iha__arg_mem(&a, o.mem);
-    iha__arg_ulong(&a, o.offset);
-    iha__arg_mem(&a, identity ? o.mem : r.mem);
-    iha__arg_ulong(&a, identity ? 0 : r.offset);
-    iha__arg_int(&a, identity);
-    iha__arg_mem(&a, y.mem);
-    iha__arg_ulong(&a, y.offset);
+    iha__arg_tensor(&a, o.mem, o.offset);
+    iha__arg_mixing(&a, r.mem, r.offset, o.mem);
+    iha__arg_tensor(&a, y.mem, y.offset);
     iha__arg_int(&a, (cl_int)dims->N);
     iha__arg_int(&a, (cl_int)dims->H);
     iha__arg_int(&a, (cl_int)dims->d);

@@ -59,21 +59,24 @@ iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_re
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
                                   iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                   size_t window, float scale);
-/* ---- Decoding (cl/decode_mix.cl, cl/decode_attention.cl) ---- */
+/* ---- Decoding (cl/decode_mix.cl and the decode kernels of cl/attention.cl) ---- */
 
-/* A decoding step's geometry: B sequences of k new tokens, caches [B][H][t_max][d]. */
+/* A decoding step's geometry: B sequences of k new tokens; the cache holds values in rows
+ * [B][H][t_max][d] and keys in the key-block layout with cfg.key_block keys per block. */
 typedef struct iha_decode_dims {
     size_t B, k, H, d, P, t_max;
     size_t t_cur;  /* the longest sequence's virtual length after the step (sizes the splits) */
     int half;      /* the cache stores half */
+    iha_attention_config cfg; /* the attention kernel's tiles (rows, key_block, vec) */
 } iha_decode_dims;
 
 /* Pseudo-queries of the new tokens -> rows [B][H][k*P][d]. step: int[2B] of (n0, count). */
 iha_status iha__decode_mix_queries_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_ref src, iha_ref alpha,
                                            iha_ref dst, cl_mem rope, cl_mem step);
-/* Pseudo-keys or -values of the new tokens -> the cache at their virtual positions. */
+/* Pseudo-keys (key_block > 0) or -values (key_block 0) of the new tokens -> the cache at their
+ * virtual positions. */
 iha_status iha__decode_mix_cache_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_ref src, iha_ref alpha,
-                                         cl_mem cache, cl_mem rope, cl_mem step);
+                                         cl_mem cache, cl_mem rope, cl_mem step, int key_block);
 /* Split-key attention of q rows [B][H][k*P][d] against the caches -> o rows of the same shape;
  * `partial` must hold iha__decode_partial_elements floats. */
 size_t iha__decode_splits(const iha_context *ctx, const iha_decode_dims *dd);

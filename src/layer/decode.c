@@ -13,7 +13,8 @@ struct iha_kv_cache {
     iha_context *ctx;
     size_t B, max_tokens, H, d, P, t_max;
     iha_storage storage;
-    cl_mem keys, values; /* [B][H][t_max][d] each */
+    int key_block;       /* keys per block of the keys' layout */
+    cl_mem keys, values; /* keys [B][H][ceil(t_max/KB)][d][KB] (attention.cl), values [B][H][t_max][d] */
     size_t bytes;
     size_t *length;      /* tokens per sequence */
     cl_int *step;        /* staging of the per-sequence (n0, count) pairs */
@@ -32,12 +33,12 @@ iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_sto
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, &defaults, 0, &p));
     const size_t element = storage == IHA_STORAGE_F16 ? 2 : 4;
-    size_t bytes;
-    IHA_RETURN_ERROR_IF(!iha__mul(p.virtual_elems, element, &bytes), ctx, IHA_ERROR_SIZE_OVERFLOW,
-                        "the cache's size overflows size_t");
-    IHA_RETURN_ERROR_IF(bytes > ctx->info.max_alloc_bytes, ctx, IHA_ERROR_DEVICE_MEMORY,
-                        "a cache of %zu bytes for keys exceeds the device's largest allocation (%llu bytes)", bytes,
-                        (unsigned long long)ctx->info.max_alloc_bytes);
+    size_t bytes, key_bytes;
+    IHA_RETURN_ERROR_IF(!iha__mul(p.virtual_elems, element, &bytes) || !iha__mul(p.packed_elems, element, &key_bytes),
+                        ctx, IHA_ERROR_SIZE_OVERFLOW, "the cache's size overflows size_t");
+    IHA_RETURN_ERROR_IF(key_bytes > ctx->info.max_alloc_bytes, ctx, IHA_ERROR_DEVICE_MEMORY,
+                        "a cache of %zu bytes for keys exceeds the device's largest allocation (%llu bytes)",
+                        key_bytes, (unsigned long long)ctx->info.max_alloc_bytes);
 
     iha_kv_cache *c = calloc(1, sizeof *c);
     IHA_RETURN_ERROR_IF(c == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
@@ -49,12 +50,13 @@ iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_sto
     c->P = p.dims.P;
     c->t_max = p.dims.T;
     c->storage = storage;
-    c->bytes = 2 * bytes;
+    c->key_block = p.attention.key_block;
+    c->bytes = key_bytes + bytes;
     c->length = calloc(c->B, sizeof *c->length);
     c->step = calloc(2 * c->B, sizeof *c->step);
     cl_int err = CL_SUCCESS, err2 = CL_SUCCESS;
     if (c->length && c->step) {
-        c->keys = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        c->keys = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, key_bytes, NULL, &err);
         c->values = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err2);
     }
     if (!c->length || !c->step || err != CL_SUCCESS || err2 != CL_SUCCESS) {
@@ -148,7 +150,8 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, "x"));
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, "z"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, "z", "x"));
-    iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, 0, c->storage == IHA_STORAGE_F16};
+    iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, 0, c->storage == IHA_STORAGE_F16, p.attention};
+    dd.cfg.key_block = c->key_block; /* fixed by the cache's layout */
     IHA_FORWARD_IF_ERROR(check_step(ctx, c, &p, counts, &dd.t_cur));
 
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
@@ -175,9 +178,9 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     IHA_FORWARD_IF_ERROR(
         iha__decode_mix_queries_enqueue(ctx, &dd, (iha_ref){q, 0}, iha__ref_of(w->alpha_q), (iha_ref){qt, 0}, rope, step));
     IHA_FORWARD_IF_ERROR(
-        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){k, 0}, iha__ref_of(w->alpha_k), c->keys, rope, step));
+        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){k, 0}, iha__ref_of(w->alpha_k), c->keys, rope, step, c->key_block));
     IHA_FORWARD_IF_ERROR(
-        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){v, 0}, iha__ref_of(w->alpha_v), c->values, NULL, step));
+        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){v, 0}, iha__ref_of(w->alpha_v), c->values, NULL, step, 0));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, &mark));
 
     IHA_FORWARD_IF_ERROR(iha__decode_attention_enqueue(ctx, &dd, (iha_ref){qt, 0}, c->keys, c->values, partial,

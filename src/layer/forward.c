@@ -44,6 +44,7 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, "x"));
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, "z"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, "z", "x"));
+    IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
 
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
     cl_mem q, k, v, y;
@@ -86,6 +87,7 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, p.token_elems, q, p.token_elems, "y", "q"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, p.token_elems, k, p.token_elems, "y", "k"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, p.token_elems, v, p.token_elems, "y", "v"));
+    IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 0, y, p.token_elems, "y"));
     return run_core(ctx, &p, w, iha__ref_of(q), iha__ref_of(k), iha__ref_of(v), iha__ref_of(y), &mark);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/checked.h"
+#include "tune/choose.h"
 
 #define IHA_MAX_HEAD_DIM 256
 
@@ -71,8 +72,7 @@ iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_at
     p->dims = (iha_dims){B, N, H, d, P, T};
     p->D = D;
     IHA_FORWARD_IF_ERROR(check_options(ctx, options, p));
-    iha__attention_config_default(ctx, d, &p->attention);
-    iha__rows_config_default(ctx, &p->rows);
+    IHA_FORWARD_IF_ERROR(iha__tune_choose(ctx, shape, options, &p->attention, &p->rows));
     p->packed_elems = iha__packed_keys_elements(&p->dims, p->attention.key_block);
     IHA_RETURN_ERROR_IF(p->packed_elems == 0 || p->packed_elems > SIZE_MAX / 8, ctx, IHA_ERROR_SIZE_OVERFLOW,
                         "the packed key buffer's size overflows size_t");
@@ -131,5 +131,18 @@ iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elem
     const int apart = out.offset + out_elems <= in.offset || in.offset + in_elems <= out.offset;
     IHA_RETURN_ERROR_IF(!apart, ctx, IHA_ERROR_INVALID_ARGUMENT, "output %s overlaps input %s in the same buffer",
                         out_name, in_name);
+    return IHA_OK;
+}
+
+iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
+                                         int with_projections, iha_buffer out, size_t out_elems, const char *out_name)
+{
+    const iha_buffer weights[8] = {w->alpha_q, w->alpha_k, w->alpha_v, w->r, w->wq, w->wk, w->wv, w->wo};
+    static const char *const names[8] = {"alpha_q", "alpha_k", "alpha_v", "r", "wq", "wk", "wv", "wo"};
+    for (int i = 0; i < (with_projections ? 8 : 4); ++i) {
+        if (weights[i].mem == NULL) continue; /* the identity shortcut */
+        IHA_FORWARD_IF_ERROR(
+            iha__check_disjoint(ctx, out, out_elems, weights[i], i < 4 ? p->mix_elems : p->w_elems, out_name, names[i]));
+    }
     return IHA_OK;
 }

@@ -35,4 +35,8 @@ iha_status iha__check_weights(iha_context *ctx, const iha_plan *plan, const iha_
 /* Refuses an output that overlaps an input in the same cl_mem. */
 iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elems, iha_buffer in, size_t in_elems,
                                const char *out_name, const char *in_name);
+/* Refuses an output that overlaps a weight the call reads: the mixing and collapse weights
+ * (when given) and, when with_projections, wq, wk, wv and wo. */
+iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w,
+                                         int with_projections, iha_buffer out, size_t out_elems, const char *out_name);
 #endif

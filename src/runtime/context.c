@@ -1,5 +1,6 @@
 /* Context creation and teardown: the only place that reads the environment. */
 #include "runtime/context.h"
+#include "tune/state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +98,8 @@ static iha_status setup(iha_context *ctx, const iha_context_options *o)
         IHA_RETURN_ERROR_IF(ctx->kernel_dir == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     }
     ctx->time_stages = o->time_stages != 0;
-    return IHA_OK;
+    const char *profile = o->profile ? o->profile : getenv("IHA_PROFILE");
+    return iha__tune_context_init(ctx, profile, o->tune_on_first_use, o->tune_budget_s);
 }
 
 iha_status iha_context_create(iha_context **out, const iha_context_options *options, char *message,
@@ -133,6 +135,7 @@ void iha_context_free(iha_context *ctx)
         clFinish(ctx->queue);
     }
     iha__workspace_release(ctx);
+    iha__tune_context_free(ctx);
     iha__program_cache_release(&ctx->programs);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx) clReleaseContext(ctx->cl_ctx);

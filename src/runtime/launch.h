@@ -27,6 +27,21 @@ static inline void iha__arg_int(iha_args *a, cl_int x) { iha__arg(a, sizeof x, &
 static inline void iha__arg_ulong(iha_args *a, cl_ulong x) { iha__arg(a, sizeof x, &x); }
 static inline void iha__arg_float(iha_args *a, cl_float x) { iha__arg(a, sizeof x, &x); }
 
+/* A tensor argument pair: buffer, element offset. */
+static inline void iha__arg_tensor(iha_args *a, cl_mem mem, size_t offset)
+{
+    iha__arg_mem(a, mem);
+    iha__arg_ulong(a, offset);
+}
+
+/* A mixing or collapse matrix that may be absent (mem NULL: identity): buffer, offset and the
+ * kernel's `identity` flag. An absent matrix passes `stand_in` so no argument is NULL. */
+static inline void iha__arg_mixing(iha_args *a, cl_mem mem, size_t offset, cl_mem stand_in)
+{
+    iha__arg_tensor(a, mem ? mem : stand_in, mem ? offset : 0);
+    iha__arg_int(a, mem == NULL);
+}
+
 /* Enqueues `a.kernel` over `global` rounded up to multiples of `local` (local may be NULL to
  * let the implementation choose). `what` names the kernel in messages. */
 iha_status iha__launch(iha_context *ctx, const iha_args *a, cl_uint dims, const size_t *global, const size_t *local,

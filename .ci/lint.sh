@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The project's shell scripts under shellcheck (CI stage "lint").
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+shellcheck --version | sed -n 2p
+shellcheck .ci/run .ci/*.sh tools/*.sh
+echo "lint: shellcheck clean"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# CI stage "oclgrind": the library's kernels under Oclgrind, an OpenCL device simulator that
+# reports out-of-bounds accesses, data races and uses of uninitialised values. The `oclgrind`
+# wrapper preloads the simulator as the process's only OpenCL platform ("Oclgrind
+# Simulator", a GPU to the library). Oclgrind exits 0 whatever it finds, so each run writes
+# its reports to a log (--log) and any non-empty log fails the stage, as does a failed test.
+#   1. tests/test_small_shapes with --data-races: every kernel on small shapes with ragged
+#      tails, every mask, windows, P = 1 and P > 1, odd d, d = 1 and d > 128, in both launch
+#      geometries (GPU and CPU), each output checked against the float64 reference;
+#   2. tests/test_decode, tests/test_mha and tests/test_errors: the decoding kernels, and
+#      numeric and refusal tests on a second, strict OpenCL implementation (anything passing
+#      on PoCL but not here is a portability bug). Memory checks only: with --data-races the
+#      decoding test alone takes 3-5 minutes (its kernels use no local memory, barriers or
+#      atomics);
+#   3. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
+#      other kernels it stops on LLVM's `freeze` instruction ("Unsupported instruction"),
+#      crashes on the whole layer, or (built with -cl-opt-disable) loses track of values
+#      passed through vector built-ins and reports every one of them.
+# Usage: .ci/oclgrind.sh [build-dir]   (a configured and built release tree; default build)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build=$(cd "${1:-build}" && pwd)
+logs="$build/oclgrind"
+rm -rf "$logs"
+mkdir -p "$logs"
+export IHA_DEVICE=oclgrind IHA_CACHE_DIR="$logs/cache"
+failed=0
+
+# run NAME [oclgrind options] -- command...
+run() {
+  local name=$1 t=$SECONDS rc=0
+  shift
+  local opts=()
+  while [ "$1" != -- ]; do opts+=("$1"); shift; done
+  shift
+  oclgrind "${opts[@]}" --log "$logs/$name.log" "$@" > "$logs/$name.out" 2>&1 || rc=$?
+  if [ $rc -ne 0 ] || [ -s "$logs/$name.log" ]; then
+    failed=1
+    echo "oclgrind: $name FAILED (exit $rc, $(grep -c 'Kernel:' "$logs/$name.log" || true) reports, $((SECONDS - t)) s)"
+    grep -E 'FAILED|ERROR' "$logs/$name.out" | head -20 || true
+    # One line per kind of report and kernel, then the first reports in full.
+    awk '/^[A-Z]/ && !/^\t/ {what=$0} /Kernel:/ {print "  " $2 ": " what}' "$logs/$name.log" |
+      sed 's/ at global memory address 0x[0-9a-f]*//; s/ (.*)//' | sort | uniq -c | head -20
+    head -40 "$logs/$name.log"
+  else
+    echo "oclgrind: $name clean ($((SECONDS - t)) s)"
+  fi
+}
+
+tests="$build/tests"
+run small_shapes_races --data-races -- "$tests/test_small_shapes"
+run decode -- "$tests/test_decode"
+run mha -- "$tests/test_mha"
+run errors -- "$tests/test_errors"
+IHA_SMALL_SHAPES_FILTER='unfused*' run unfused_uninitialized --uninitialized -- "$tests/test_small_shapes"
+[ $failed -eq 0 ] && echo "oclgrind: all clean; logs in $logs"
+exit $failed

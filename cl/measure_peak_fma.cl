@@ -1,0 +1,41 @@
+/* The device's peak FMA rate (src/measure/peak_fma.c): each work-item keeps FMA_CHAINS
+ * independent chains of floatFMA_WIDTH values in registers and advances every chain by one
+ * FMA per iteration, so that the FMA units never wait for a result (a chain's next FMA needs its
+ * previous one: latency times throughput chains hide it, about 8 of 8-wide on an AVX2 core with
+ * two FMA pipes of latency 4). Explicit vectors inside a work-item let PoCL emit one ymm/zmm FMA
+ * per operation without having to vectorise across work-items. */
+
+/* Lanes per chain: 8 fills one AVX2 register, 16 one AVX-512 register or two AVX2 ones. */
+#ifndef FMA_WIDTH
+#define FMA_WIDTH 8
+#endif
+/* Independent chains per work-item: 12 of float8 leave 4 of AVX2's 16 registers for the
+ * constants and the loop. */
+#ifndef FMA_CHAINS
+#define FMA_CHAINS 12
+#endif
+
+#define FMA_VEC_(w) float##w
+#define FMA_VEC(w) FMA_VEC_(w)
+typedef FMA_VEC(FMA_WIDTH) fma_vec;
+
+/* x <- x*a + b with 0 < a < 1 converges to b/(1-a): the values stay normal and finite for any
+ * iteration count. The sum is written out so that the compiler cannot drop the chains. */
+__kernel void measure_peak_fma_f32(__global float *out, int iterations, float a, float b)
+{
+    const fma_vec va = (fma_vec)(a), vb = (fma_vec)(b);
+    fma_vec x[FMA_CHAINS];
+#pragma unroll
+    for (int c = 0; c < FMA_CHAINS; ++c) x[c] = (fma_vec)((float)get_global_id(0) * 1e-9f + (float)c * 1e-3f);
+    for (int i = 0; i < iterations; ++i) {
+#pragma unroll
+        for (int c = 0; c < FMA_CHAINS; ++c) x[c] = fma(x[c], va, vb);
+    }
+    fma_vec s = x[0];
+#pragma unroll
+    for (int c = 1; c < FMA_CHAINS; ++c) s += x[c];
+    float total = 0.0f;
+    const float *lanes = (const float *)&s;
+    for (int l = 0; l < FMA_WIDTH; ++l) total += lanes[l];
+    out[get_global_id(0)] = total;
+}

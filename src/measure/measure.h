@@ -1,0 +1,22 @@
+/* What the measurement calls of iha.h share: starting a call, a monotonic clock, repeated
+ * timing with a median, and scratch buffers that are checked against the device's limits. */
+#ifndef IHA_MEASURE_MEASURE_H
+#define IHA_MEASURE_MEASURE_H
+#include "runtime/context.h"
+
+/* Validates ctx and clears its last message, as every public call does first. */
+iha_status iha__measure_begin(iha_context *ctx);
+
+double iha__measure_now(void);
+
+/* One run of the thing being measured: enqueues work on ctx's queue. */
+typedef iha_status (*iha_measure_run)(iha_context *ctx, void *arg);
+
+/* Runs `run` once untimed (kernel builds, page faults), then `reps` times, each timed from just
+ * after a clFinish to just after the next clFinish; stores the median in *seconds. */
+iha_status iha__measure_repeat(iha_context *ctx, size_t reps, iha_measure_run run, void *arg, double *seconds);
+
+/* A new device buffer of `bytes` (elems floats), refused with IHA_ERROR_SIZE_OVERFLOW or
+ * IHA_ERROR_DEVICE_MEMORY before OpenCL is asked when it cannot fit in one allocation. */
+iha_status iha__measure_buffer(iha_context *ctx, size_t elems, cl_mem *out);
+#endif

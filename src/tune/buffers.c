@@ -1,0 +1,67 @@
+/* Host data, device buffers and error measure for tuning problems. */
+#include "tune/buffers.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+float *iha__tune_random(size_t n, uint64_t seed)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    if (x == NULL) return NULL;
+    uint64_t s = seed * 2654435761u + 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < n; ++i) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        const uint64_t r = s * 0x2545f4914f6cdd1du;
+        x[i] = (float)((double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+    }
+    return x;
+}
+
+iha_status iha__tune_buffer(iha_context *ctx, size_t n, const float *data, cl_mem *out)
+{
+    cl_int err = CL_SUCCESS;
+    const size_t bytes = (n ? n : 1) * sizeof(float);
+    IHA_RETURN_ERROR_IF(bytes > ctx->info.max_alloc_bytes, ctx, IHA_ERROR_DEVICE_MEMORY,
+                        "a tuning buffer of %zu bytes exceeds the device's largest allocation", bytes);
+    cl_mem_flags flags = CL_MEM_READ_WRITE | (data ? CL_MEM_COPY_HOST_PTR : 0);
+    *out = clCreateBuffer(ctx->cl_ctx, flags, bytes, data ? (void *)data : NULL, &err);
+    if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clCreateBuffer (tuning problem)");
+    return IHA_OK;
+}
+
+iha_status iha__tune_poison(iha_context *ctx, cl_mem mem, size_t n)
+{
+    const cl_float nan_value = NAN;
+    IHA_CL_CHECK(ctx, clEnqueueFillBuffer(ctx->queue, mem, &nan_value, sizeof nan_value, 0, n * sizeof(float), 0, NULL, NULL),
+                 "clEnqueueFillBuffer (poison)");
+    return IHA_OK;
+}
+
+iha_status iha__tune_read(iha_context *ctx, cl_mem mem, size_t n, float *out)
+{
+    IHA_CL_CHECK(ctx, clEnqueueReadBuffer(ctx->queue, mem, CL_TRUE, 0, n * sizeof(float), out, 0, NULL, NULL),
+                 "clEnqueueReadBuffer (tuning check)");
+    return IHA_OK;
+}
+
+void iha__tune_release(cl_mem *mems, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        if (mems[i]) clReleaseMemObject(mems[i]);
+        mems[i] = NULL;
+    }
+}
+
+double iha__tune_rel_error(const float *out, const double *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!isfinite(out[i])) return INFINITY;
+        const double e = (double)out[i] - ref[i];
+        num += e * e;
+        den += ref[i] * ref[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}

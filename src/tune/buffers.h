@@ -1,0 +1,24 @@
+/* Small helpers the tuning problems share: seeded random host data, device buffers made from
+ * it, NaN poisoning, blocking reads, and the relative L2 error of SPEC's numerical contract. */
+#ifndef IHA_TUNE_BUFFERS_H
+#define IHA_TUNE_BUFFERS_H
+#include <stdint.h>
+
+#include "runtime/context.h"
+
+/* n floats uniform in [-1, 1) from a xorshift64* stream seeded with `seed` (malloc'd; NULL when
+ * out of memory). */
+float *iha__tune_random(size_t n, uint64_t seed);
+
+/* A device buffer of n floats holding `data` (NULL: uninitialised). */
+iha_status iha__tune_buffer(iha_context *ctx, size_t n, const float *data, cl_mem *out);
+/* Fills n floats with NaN (blocking). */
+iha_status iha__tune_poison(iha_context *ctx, cl_mem mem, size_t n);
+/* Blocking read of n floats from element offset 0. */
+iha_status iha__tune_read(iha_context *ctx, cl_mem mem, size_t n, float *out);
+/* Releases up to n buffers (NULL entries allowed). */
+void iha__tune_release(cl_mem *mems, size_t n);
+
+/* ||out - ref|| / ||ref||; +inf when an output is not finite. */
+double iha__tune_rel_error(const float *out, const double *ref, size_t n);
+#endif

@@ -1,0 +1,11 @@
+/* The layer's entry into tuning: the configurations of one call's kernels. */
+#ifndef IHA_TUNE_CHOOSE_H
+#define IHA_TUNE_CHOOSE_H
+#include "kernels/kernels.h"
+
+/* Chooses attention's and the mixing/collapse kernels' configurations for a validated call,
+ * through the profile's fallback order, tuning them first when the context opted into tuning on
+ * first use. Records the choices for iha_context_last_choices. */
+iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                            iha_attention_config *attention, iha_rows_config *rows);
+#endif

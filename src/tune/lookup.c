@@ -1,0 +1,164 @@
+/* The context's tuning state and the lookup from specific to general (CLBlast's
+ * src/database/database.cpp does the same per vendor, architecture and device name):
+ * exact bucket, nearest bucket of the same kind, the profile's device default, the built-in
+ * default of the device type, a safe default. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tune/choose.h"
+#include "tune/state.h"
+
+static void describe(const iha_tunable *t, const iha_tune_bucket *b, const iha_tune_config *c, int source,
+                     const iha_profile_entry *e, iha_kernel_choice *out);
+
+iha_status iha__tune_context_init(iha_context *ctx, const char *profile_option, int first_use, double budget_s)
+{
+    iha_tune_state *s = calloc(1, sizeof *s);
+    IHA_RETURN_ERROR_IF(s == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    ctx->tune = s;
+    s->first_use = first_use != 0;
+    s->first_use_budget_s = budget_s > 0.0 ? budget_s : 10.0;
+    IHA_FORWARD_IF_ERROR(iha__profile_open(ctx, profile_option, &s->profile));
+    iha_tune_bucket none = {0, {0}};
+    describe(&iha__tunable_gemm, &none, NULL, IHA_CONFIG_BUILTIN_TYPE, NULL, &s->gemm);
+    return IHA_OK;
+}
+
+void iha__tune_context_free(iha_context *ctx)
+{
+    if (ctx->tune == NULL) return;
+    iha__profile_free(&ctx->tune->profile);
+    free(ctx->tune->attempted);
+    free(ctx->tune);
+    ctx->tune = NULL;
+}
+
+static int usable(const iha_context *ctx, const iha_tunable *t, const iha_tune_bucket *b, const iha_tune_config *c)
+{
+    iha_tune_limits limits;
+    iha__tune_limits(ctx, &limits);
+    return iha__space_valid(t->space, c, b, &limits, NULL);
+}
+
+void iha__tune_lookup(const iha_context *ctx, const iha_tunable *t, const iha_tune_bucket *bucket,
+                      iha_tune_config *out, int *source, const iha_profile_entry **entry)
+{
+    const iha_profile *p = &ctx->tune->profile;
+    const iha_profile_entry *exact = NULL, *nearest = NULL, *device = NULL;
+    double best = -1.0;
+    for (size_t i = 0; i < p->count; ++i) {
+        const iha_profile_entry *e = &p->entries[i];
+        if (e->tunable != t || !usable(ctx, t, bucket, &e->config)) continue;
+        if (e->is_default) {
+            device = e;
+            continue;
+        }
+        const double d = iha__bucket_distance(t->space, &e->bucket, bucket);
+        if (d == 0.0) exact = e;
+        if (d >= 0.0 && (best < 0.0 || d < best)) best = d, nearest = e;
+    }
+    const iha_profile_entry *chosen = exact ? exact : nearest ? nearest : device;
+    *entry = chosen;
+    if (chosen != NULL) {
+        *out = chosen->config;
+        *source = exact ? IHA_CONFIG_PROFILE_EXACT : nearest ? IHA_CONFIG_PROFILE_NEAREST : IHA_CONFIG_PROFILE_DEVICE;
+        return;
+    }
+    if (t->builtin(ctx, bucket, out) && usable(ctx, t, bucket, out)) {
+        *source = IHA_CONFIG_BUILTIN_TYPE;
+        return;
+    }
+    t->safe(bucket, out);
+    *source = IHA_CONFIG_BUILTIN_SAFE;
+}
+
+static void describe(const iha_tunable *t, const iha_tune_bucket *b, const iha_tune_config *c, int source,
+                     const iha_profile_entry *e, iha_kernel_choice *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->kernel, sizeof out->kernel, "%s", t->space->kernel);
+    iha__bucket_format(t->space, b, out->bucket, sizeof out->bucket);
+    if (c == NULL || iha__space_format(t->space, c, out->config, sizeof out->config) != 0)
+        snprintf(out->config, sizeof out->config, "CLBlast database");
+    out->source = source;
+    if (e != NULL && !e->is_default) iha__bucket_format(t->space, &e->bucket, out->source_bucket, sizeof out->source_bucket);
+}
+
+iha_status iha__tune_apply_gemm(iha_context *ctx)
+{
+    const iha_tunable *t = &iha__tunable_gemm;
+    const iha_profile *p = &ctx->tune->profile;
+    const iha_profile_entry *e = NULL;
+    for (size_t i = 0; i < p->count; ++i)
+        if (p->entries[i].tunable == t && p->entries[i].is_default) e = &p->entries[i];
+    ctx->tune->gemm_applied = 1;
+    if (e == NULL) return IHA_OK;
+    describe(t, &e->bucket, &e->config, IHA_CONFIG_PROFILE_DEVICE, NULL, &ctx->tune->gemm);
+    return t->apply(ctx, &e->config);
+}
+
+/* ---- Tuning on first use ---- */
+
+/* Whether the task was tuned on first use before; records it when not. */
+static int already_attempted(iha_tune_state *s, const iha_tune_task *task)
+{
+    for (size_t i = 0; i < s->attempted_count; ++i)
+        if (s->attempted[i].tunable == task->tunable &&
+            iha__bucket_distance(task->tunable->space, &s->attempted[i].bucket, &task->bucket) == 0.0)
+            return 1;
+    if (s->attempted_count == s->attempted_capacity) {
+        size_t cap = s->attempted_capacity ? 2 * s->attempted_capacity : 8;
+        iha_tune_task *grown = realloc(s->attempted, cap * sizeof *grown);
+        if (grown == NULL) return 1; /* cannot remember it: do not tune rather than tune forever */
+        s->attempted = grown;
+        s->attempted_capacity = cap;
+    }
+    s->attempted[s->attempted_count++] = *task;
+    return 0;
+}
+
+/* Chooses one kernel's configuration, tuning its bucket first when the context asked for it. */
+static iha_status choose_one(iha_context *ctx, const iha_tunable *t, const iha_shape *shape,
+                             const iha_attention_options *options, iha_tune_config *out, iha_kernel_choice *choice)
+{
+    iha_tune_task task = {t, {0, {0}}, *shape, *options};
+    t->bucket_of(ctx, shape, options, &task.bucket);
+    int source;
+    const iha_profile_entry *e;
+    iha__tune_lookup(ctx, t, &task.bucket, out, &source, &e);
+    if (source != IHA_CONFIG_PROFILE_EXACT && ctx->tune->first_use && !already_attempted(ctx->tune, &task)) {
+        const iha_tune_run run = {&task, 1, ctx->tune->first_use_budget_s, 0, 5, 0, NULL, NULL, NULL};
+        IHA_FORWARD_IF_ERROR(iha__tune_tasks(ctx, &run));
+        iha__tune_lookup(ctx, t, &task.bucket, out, &source, &e);
+    }
+    describe(t, &task.bucket, out, source, e, choice);
+    return IHA_OK;
+}
+
+iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                            iha_attention_config *attention, iha_rows_config *rows)
+{
+    iha_tune_state *s = ctx->tune;
+    iha_tune_config c;
+    s->choice_count = 0;
+    /* CLBlast's parameters are the one thing a profile sets beyond this context. A failure to
+     * set them leaves CLBlast's own in charge; it is not the call's failure. */
+    if (!s->gemm_applied && iha__tune_apply_gemm(ctx) != IHA_OK) iha__message_clear(&ctx->message);
+    IHA_FORWARD_IF_ERROR(choose_one(ctx, &iha__tunable_attention, shape, options, &c, &s->choices[0]));
+    iha__tune_attention_config(&c, attention);
+    IHA_FORWARD_IF_ERROR(choose_one(ctx, &iha__tunable_rows, shape, options, &c, &s->choices[1]));
+    iha__tune_rows_config(&c, rows);
+    s->choice_count = 2;
+    return IHA_OK;
+}
+
+iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *out, size_t capacity, size_t *count)
+{
+    if (ctx == NULL || count == NULL || (out == NULL && capacity > 0)) return IHA_ERROR_INVALID_ARGUMENT;
+    const iha_tune_state *s = ctx->tune;
+    *count = s->choice_count + 1;
+    for (size_t i = 0; i < s->choice_count && i < capacity; ++i) out[i] = s->choices[i];
+    if (s->choice_count < capacity) out[s->choice_count] = s->gemm;
+    return IHA_OK;
+}

@@ -1,0 +1,287 @@
+/* The tuning space of cl/attention.cl (iha_attention_config) and its problems: timing on the
+ * bucket's sequence length with enough (b, h) rows to fill the device, verification on a
+ * ragged 2-head problem against a float64 attention of SPEC.md step 4. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "tune/buffers.h"
+#include "tune/state.h"
+
+enum { P_ROWS, P_TILES, P_KB, P_VD, P_GROUP };
+enum { K_MASK, K_WINDOWED, K_BYTES, K_D, K_P, K_T, K_SPAN, K_COUNT };
+
+static const iha_tune_param params[] = {
+    {"ATT_ROWS", 4, {1, 2, 4, 8}, NULL},
+    {"ATT_TILES", 4, {1, 2, 4, 8}, NULL},
+    {"ATT_KB", 3, {4, 8, 16}, NULL},
+    {"ATT_VD", 3, {4, 8, 16}, NULL},
+    {"group", 3, {1, 16, 64}, NULL},
+};
+
+/* Kind keys must match; the rest are compared on a log2 scale. span is the number of keys a
+ * query can see: T for global attention, W*P with a window. */
+static const iha_tune_key keys[] = {
+    {"mask", 1}, {"windowed", 1}, {"elem_bytes", 1}, {"d", 0}, {"P", 0}, {"T", 0}, {"span", 0},
+};
+
+/* Private state per work-item: queries and accumulators of ROWS*TILES rows of d floats each. */
+static int tile_fits(const long *v) { return v[0] * v[1] <= 32 && v[0] * v[1] * v[2] <= 2048; }
+/* A vector wider than the head wastes its lanes. */
+static int vector_fits_head(const long *v) { return v[0] <= (iha__pow2_ceil(v[1]) > 4 ? iha__pow2_ceil(v[1]) : 4); }
+
+static const iha_tune_constraint constraints[] = {
+    {tile_fits, {"ATT_ROWS", "ATT_TILES", "d", NULL}, "ATT_ROWS*ATT_TILES rows of d floats exceed private memory"},
+    {vector_fits_head, {"ATT_VD", "d", NULL, NULL}, "ATT_VD is wider than the head"},
+};
+
+static const iha_tune_space space = {
+    "attention", params, 5, keys, K_COUNT, constraints, 2, NULL, {NULL}, {"group", NULL, NULL},
+};
+
+void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *cfg)
+{
+    cfg->rows = (int)c->v[P_ROWS];
+    cfg->tiles = (int)c->v[P_TILES];
+    cfg->key_block = (int)c->v[P_KB];
+    cfg->vec = (int)c->v[P_VD];
+    cfg->group = (size_t)c->v[P_GROUP];
+}
+
+static void from_kernel_config(const iha_attention_config *cfg, iha_tune_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->v[P_ROWS] = cfg->rows;
+    c->v[P_TILES] = cfg->tiles;
+    c->v[P_KB] = cfg->key_block;
+    c->v[P_VD] = cfg->vec;
+    c->v[P_GROUP] = (long)cfg->group;
+}
+
+/* The window the kernels see: a window covering the sequence is global (plan.c's rule). */
+static size_t effective_window(const iha_shape *s, const iha_attention_options *o)
+{
+    return o->window <= 0 || (uint64_t)o->window >= s->tokens ? 0 : (size_t)o->window;
+}
+
+static int bucket_of(const iha_context *ctx, const iha_shape *s, const iha_attention_options *o, iha_tune_bucket *b)
+{
+    (void)ctx;
+    const size_t T = s->tokens * s->pseudo, w = effective_window(s, o);
+    const size_t span = w ? (w * s->pseudo < T ? w * s->pseudo : T) : T;
+    b->count = K_COUNT;
+    b->values[K_MASK] = o->mask;
+    b->values[K_WINDOWED] = w != 0;
+    b->values[K_BYTES] = 4;
+    b->values[K_D] = (long)s->head_dim;
+    b->values[K_P] = (long)s->pseudo;
+    b->values[K_T] = iha__pow2_ceil((long)T);
+    b->values[K_SPAN] = iha__pow2_ceil((long)span);
+    return 1;
+}
+
+static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *c)
+{
+    iha_attention_config cfg;
+    iha__attention_config_default(ctx, (size_t)b->values[K_D], &cfg);
+    from_kernel_config(&cfg, c);
+    return 1;
+}
+
+static void safe(const iha_tune_bucket *b, iha_tune_config *c)
+{
+    (void)b;
+    const iha_attention_config cfg = {1, 1, 4, 4, 1};
+    from_kernel_config(&cfg, c);
+}
+
+/* ---- Problems ---- */
+
+#define MAX_COPIES 8
+
+typedef struct problem {
+    iha_dims dims;
+    int mask;
+    size_t window;
+    float scale;
+    int copies;
+    cl_mem qt[MAX_COPIES], kt[MAX_COPIES], vt[MAX_COPIES], o[MAX_COPIES];
+    cl_mem packed[MAX_COPIES][3]; /* per key block 4, 8, 16, packed on first use */
+    float *hq, *hk, *hv;          /* verification inputs on the host */
+} problem;
+
+static int kb_slot(long kb) { return kb == 4 ? 0 : kb == 8 ? 1 : 2; }
+
+static void problem_free(void *p)
+{
+    problem *pr = p;
+    if (pr == NULL) return;
+    for (int i = 0; i < MAX_COPIES; ++i) {
+        cl_mem m[4] = {pr->qt[i], pr->kt[i], pr->vt[i], pr->o[i]};
+        iha__tune_release(m, 4);
+        iha__tune_release(pr->packed[i], 3);
+    }
+    free(pr->hq);
+    free(pr->hk);
+    free(pr->hv);
+    free(pr);
+}
+
+static size_t problem_bytes(const iha_shape *s, const iha_tune_bucket *b)
+{
+    (void)b;
+    return 5 * s->tokens * s->pseudo * s->head_dim * sizeof(float) * 2;
+}
+
+/* Timing: the bucket's T, d, P and mask with B*H cut to one (b, h) per compute unit (at least 2),
+ * so that a candidate costs a fraction of a layer. Verification: 2 heads of 13
+ * tokens, so that every tile and key block has a ragged end, and a window of 3 tokens. */
+static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha_attention_options *o,
+                                 const iha_tune_bucket *b, iha_tune_purpose purpose, int copies, void **out)
+{
+    (void)b;
+    problem *pr = calloc(1, sizeof *pr);
+    IHA_RETURN_ERROR_IF(pr == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    const int verify = purpose == IHA_TUNE_PROBLEM_VERIFY;
+    size_t bh = s->batch * s->heads, fill = (size_t)ctx->info.compute_units;
+    if (fill < 2) fill = 2;
+    const size_t N = verify ? 13 : s->tokens, P = s->pseudo, d = s->head_dim;
+    pr->dims = (iha_dims){1, N, verify ? 2 : (bh < fill ? bh : fill), d, P, N * P};
+    pr->mask = o->mask;
+    pr->window = effective_window(s, o) ? (verify ? 3 : effective_window(s, o)) : 0;
+    pr->scale = (float)(1.0 / sqrt((double)d));
+    pr->copies = verify ? 1 : (copies < 1 ? 1 : copies > MAX_COPIES ? MAX_COPIES : copies);
+    const size_t n = pr->dims.H * pr->dims.T * d;
+    iha_status st = IHA_OK;
+    for (int i = 0; i < pr->copies && st == IHA_OK; ++i) {
+        float *q = iha__tune_random(n, 11 + 3 * (uint64_t)i), *k = iha__tune_random(n, 12 + 3 * (uint64_t)i),
+              *v = iha__tune_random(n, 13 + 3 * (uint64_t)i);
+        if (q == NULL || k == NULL || v == NULL) st = iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+        if (st == IHA_OK) st = iha__tune_buffer(ctx, n, q, &pr->qt[i]);
+        if (st == IHA_OK) st = iha__tune_buffer(ctx, n, k, &pr->kt[i]);
+        if (st == IHA_OK) st = iha__tune_buffer(ctx, n, v, &pr->vt[i]);
+        if (st == IHA_OK) st = iha__tune_buffer(ctx, n, NULL, &pr->o[i]);
+        if (st == IHA_OK && verify) {
+            pr->hq = q, pr->hk = k, pr->hv = v;
+        } else {
+            free(q), free(k), free(v);
+        }
+    }
+    if (st != IHA_OK) {
+        problem_free(pr);
+        return st;
+    }
+    *out = pr;
+    return IHA_OK;
+}
+
+static iha_status packed_keys(iha_context *ctx, problem *pr, int copy, long kb, cl_mem *out)
+{
+    cl_mem *slot = &pr->packed[copy][kb_slot(kb)];
+    if (*slot == NULL) {
+        const size_t n = iha__packed_keys_elements(&pr->dims, (int)kb);
+        IHA_FORWARD_IF_ERROR(iha__tune_buffer(ctx, n, NULL, slot));
+        IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &pr->dims, (iha_ref){pr->kt[copy], 0}, (iha_ref){*slot, 0}, (int)kb));
+    }
+    *out = *slot;
+    return IHA_OK;
+}
+
+/* A configuration, or the kernel module's default for NULL. */
+static void config_of(const iha_context *ctx, const problem *pr, const iha_tune_config *c, iha_attention_config *cfg)
+{
+    if (c == NULL)
+        iha__attention_config_default(ctx, pr->dims.d, cfg);
+    else
+        iha__tune_attention_config(c, cfg);
+}
+
+static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, int copy)
+{
+    problem *pr = p;
+    iha_attention_config cfg;
+    config_of(ctx, pr, c, &cfg);
+    cl_mem packed;
+    IHA_FORWARD_IF_ERROR(packed_keys(ctx, pr, copy, cfg.key_block, &packed));
+    return iha__attention_enqueue(ctx, &cfg, &pr->dims, (iha_ref){pr->qt[copy], 0}, (iha_ref){packed, 0},
+                                  (iha_ref){pr->vt[copy], 0}, (iha_ref){pr->o[copy], 0}, (iha_ref){NULL, 0}, pr->mask,
+                                  pr->window, pr->scale);
+}
+
+static iha_status prepare(iha_context *ctx, void *p, const iha_tune_config *c)
+{
+    problem *pr = p;
+    iha_attention_config cfg;
+    config_of(ctx, pr, c, &cfg);
+    for (int i = 0; i < pr->copies; ++i) {
+        cl_mem packed;
+        IHA_FORWARD_IF_ERROR(packed_keys(ctx, pr, i, cfg.key_block, &packed));
+    }
+    /* One launch builds the program and, on PoCL, the machine code for this work-group size. */
+    return enqueue(ctx, pr, c, 0);
+}
+
+/* SPEC.md's visibility rule for virtual query t and key u. */
+static int visible(long t, long u, long P, int mask, long W)
+{
+    const long n = t / P, m = u / P;
+    if (mask == IHA_MASK_CAUSAL) return u <= t && (W == 0 || t - u < W * P);
+    if (mask == IHA_MASK_TOKEN_CAUSAL) return m <= n && (W == 0 || n - m < W);
+    return W == 0 || labs(n - m) < W;
+}
+
+static void reference(const problem *pr, double *ref)
+{
+    const long T = (long)pr->dims.T, d = (long)pr->dims.d, P = (long)pr->dims.P, W = (long)pr->window;
+    double *s = malloc((size_t)T * sizeof *s);
+    if (s == NULL) return;
+    for (size_t h = 0; h < pr->dims.H; ++h) {
+        const float *q = pr->hq + h * (size_t)(T * d), *k = pr->hk + h * (size_t)(T * d), *v = pr->hv + h * (size_t)(T * d);
+        for (long t = 0; t < T; ++t) {
+            double mx = -INFINITY, sum = 0.0;
+            for (long u = 0; u < T; ++u) {
+                s[u] = -INFINITY;
+                if (!visible(t, u, P, pr->mask, W)) continue;
+                double dot = 0.0;
+                for (long c = 0; c < d; ++c) dot += (double)q[t * d + c] * k[u * d + c];
+                s[u] = dot * (double)pr->scale;
+                mx = s[u] > mx ? s[u] : mx;
+            }
+            double *out = ref + (h * (size_t)T + (size_t)t) * (size_t)d;
+            for (long c = 0; c < d; ++c) out[c] = 0.0;
+            for (long u = 0; u < T; ++u) {
+                if (s[u] == -INFINITY) continue;
+                const double e = exp(s[u] - mx);
+                sum += e;
+                for (long c = 0; c < d; ++c) out[c] += e * v[u * d + c];
+            }
+            for (long c = 0; c < d; ++c) out[c] /= sum;
+        }
+    }
+    free(s);
+}
+
+static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, double *error)
+{
+    problem *pr = p;
+    const size_t n = pr->dims.H * pr->dims.T * pr->dims.d;
+    float *out = malloc(n * sizeof *out);
+    double *ref = calloc(n, sizeof *ref);
+    iha_status st = out && ref ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    if (st == IHA_OK) st = iha__tune_poison(ctx, pr->o[0], n);
+    if (st == IHA_OK) st = enqueue(ctx, pr, c, 0);
+    if (st == IHA_OK) st = iha__tune_read(ctx, pr->o[0], n, out);
+    if (st == IHA_OK) {
+        reference(pr, ref);
+        *error = iha__tune_rel_error(out, ref, n);
+    }
+    free(out);
+    free(ref);
+    return st;
+}
+
+const iha_tunable iha__tunable_attention = {
+    &space, 3.0, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, NULL,
+    prepare, enqueue, check, NULL,
+};

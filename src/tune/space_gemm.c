@@ -1,0 +1,407 @@
+/* The tuning space of CLBlast's SGEMM as the layer calls it (row-major, no transposes): a
+ * subset of the Xgemm (indirect) and XgemmDirect parameters of CLBlast 1.5.3 with the
+ * constraints of CLBlast's own tuners (src/tuning/kernels/xgemm.hpp, xgemm_direct.hpp), and
+ * the switch point XGEMM_MIN_INDIRECT_SIZE of its GemmRoutine (direct below size^3 = m*n*k).
+ * A candidate is a whole parameter set, applied with CLBlastOverrideParameters; it is timed on
+ * the layer's four GEMMs and checked on a ragged 67x45x33 product against float64 and on the
+ * layer's shapes with a Freivalds checksum (C x against A (B x) in float64, BLIS-style). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm/gemm.h"
+#include "gemm/gemm_params.h"
+#include "tune/buffers.h"
+#include "tune/tunable.h"
+
+/* Parameter order: Xgemm's 16 (CLBlast's names, all required by an override), XgemmDirect's
+ * 10, then GemmRoutine's one. Tied parameters follow CLBlast's "variation 1" restrictions
+ * (MDIMA = MDIMC, NDIMB = NDIMC, SA = SB), which keep the space explorable. */
+#define XGEMM_FIRST 0
+#define XGEMM_COUNT 16
+#define DIRECT_FIRST 16
+#define DIRECT_COUNT 10
+#define SWITCH_INDEX 26
+static const iha_tune_param params[] = {
+    {"GEMMK", 1, {0}, NULL},                          /* 0: the 2D-register kernel is for other GPUs */
+    {"KREG", 1, {1}, NULL},
+    {"KWG", 2, {16, 32}, NULL},
+    {"KWI", 1, {2}, NULL},
+    {"MDIMA", 0, {0}, "MDIMC"},
+    {"MDIMC", 6, {1, 2, 4, 8, 16, 32}, NULL},
+    {"MWG", 4, {16, 32, 64, 128}, NULL},
+    {"NDIMB", 0, {0}, "NDIMC"},
+    {"NDIMC", 6, {1, 2, 4, 8, 16, 32}, NULL},
+    {"NWG", 4, {16, 32, 64, 128}, NULL},
+    {"SA", 2, {0, 1}, NULL},
+    {"SB", 0, {0}, "SA"},
+    {"STRM", 1, {0}, NULL},
+    {"STRN", 1, {0}, NULL},
+    {"VWM", 4, {1, 2, 4, 8}, NULL},
+    {"VWN", 4, {1, 2, 4, 8}, NULL},
+    {"KWID", 1, {2}, NULL},
+    {"MDIMAD", 0, {0}, "MDIMCD"},
+    {"MDIMCD", 4, {4, 8, 16, 32}, NULL},
+    {"NDIMBD", 0, {0}, "NDIMCD"},
+    {"NDIMCD", 4, {4, 8, 16, 32}, NULL},
+    {"PADA", 1, {1}, NULL},
+    {"PADB", 1, {1}, NULL},
+    {"VWMD", 4, {1, 2, 4, 8}, NULL},
+    {"VWND", 4, {1, 2, 4, 8}, NULL},
+    {"WGD", 4, {8, 16, 32, 64}, NULL},
+    {"XGEMM_MIN_INDIRECT_SIZE", 8, {64, 128, 256, 384, 512, 768, 1024, 2048}, NULL},
+};
+#define PARAM_COUNT 27
+
+enum { K_BYTES, K_M, K_N, K_K, K_COUNT };
+static const iha_tune_key keys[] = {{"elem_bytes", 1}, {"m", 0}, {"n", 0}, {"k", 0}};
+
+static int group_fits(const long *v) { return v[0] * v[1] <= v[2]; }
+
+static const iha_tune_constraint constraints[] = {
+    /* Xgemm: unrolling, integer work per item, and the re-shaped tiles of A and B. */
+    {iha__multiple_of_x, {"KWG", "KWI", NULL, NULL}, "KWG must be a multiple of KWI"},
+    {iha__multiple_of_x_mul_y, {"MWG", "MDIMC", "VWM", NULL}, "MWG must be a multiple of MDIMC*VWM"},
+    {iha__multiple_of_x_mul_y, {"NWG", "NDIMC", "VWN", NULL}, "NWG must be a multiple of NDIMC*VWN"},
+    {iha__multiple_of_x_mul_y, {"MWG", "MDIMA", "VWM", NULL}, "MWG must be a multiple of MDIMA*VWM"},
+    {iha__multiple_of_x_mul_y, {"NWG", "NDIMB", "VWN", NULL}, "NWG must be a multiple of NDIMB*VWN"},
+    {iha__multiple_of_x_mul_y_div_z, {"KWG", "MDIMC", "NDIMC", "MDIMA"}, "KWG must be a multiple of KDIMA"},
+    {iha__multiple_of_x_mul_y_div_z, {"KWG", "MDIMC", "NDIMC", "NDIMB"}, "KWG must be a multiple of KDIMB"},
+    {group_fits, {"MDIMC", "NDIMC", "max_group", NULL}, "MDIMC*NDIMC exceeds the device's work-group size"},
+    /* XgemmDirect: the same rules on its single tile size WGD. */
+    {iha__multiple_of_x, {"WGD", "KWID", NULL, NULL}, "WGD must be a multiple of KWID"},
+    {iha__multiple_of_x_mul_y, {"WGD", "MDIMCD", "VWMD", NULL}, "WGD must be a multiple of MDIMCD*VWMD"},
+    {iha__multiple_of_x_mul_y, {"WGD", "NDIMCD", "VWND", NULL}, "WGD must be a multiple of NDIMCD*VWND"},
+    {iha__multiple_of_x_mul_y, {"WGD", "MDIMAD", "VWMD", NULL}, "WGD must be a multiple of MDIMAD*VWMD"},
+    {iha__multiple_of_x_mul_y, {"WGD", "NDIMBD", "VWND", NULL}, "WGD must be a multiple of NDIMBD*VWND"},
+    {iha__multiple_of_x_mul_y_div_z, {"WGD", "MDIMCD", "NDIMCD", "MDIMAD"}, "WGD must be a multiple of KDIMAD"},
+    {iha__multiple_of_x_mul_y_div_z, {"WGD", "MDIMCD", "NDIMCD", "NDIMBD"}, "WGD must be a multiple of KDIMBD"},
+    {group_fits, {"MDIMCD", "NDIMCD", "max_group", NULL}, "MDIMCD*NDIMCD exceeds the device's work-group size"},
+};
+
+/* Local memory of the larger of the two kernels: Xgemm caches KWG x MWG of A when SA and
+ * KWG x NWG of B when SB; XgemmDirect caches WGD x (WGD + PAD) of each. */
+static long local_bytes(const long *v)
+{
+    const long sa = v[0], kwg = v[1], mwg = v[2], nwg = v[3], wgd = v[4], pad = v[5];
+    const long xgemm = 4 * sa * kwg * (mwg + nwg), direct = 4 * 2 * wgd * (wgd + pad);
+    return xgemm > direct ? xgemm : direct;
+}
+
+static const iha_tune_space space = {
+    "gemm", params, PARAM_COUNT, keys, K_COUNT, constraints, 16,
+    local_bytes, {"SA", "KWG", "MWG", "NWG", "WGD", "PADA"}, {NULL, NULL, NULL},
+};
+
+/* ---- Configurations ---- */
+
+static void set_values(iha_tune_config *c, int first, int count, const long *values)
+{
+    for (int i = 0; i < count; ++i) c->v[first + i] = values[i];
+}
+
+/* Starting points per device type: the indirect kernel with its tiles and the direct one. On a
+ * CPU (PoCL, AVX2) one work-item per group with 8-wide vectors on 16x16 tiles ran the demo's
+ * projections at 17-22 GFLOP/s where CLBlast's database gives 3; the direct tiles are modest
+ * because every candidate's program compiles all of CLBlast's GEMM kernels. */
+static const long cpu_xgemm[XGEMM_COUNT] = {0, 1, 32, 2, 1, 1, 16, 1, 1, 16, 0, 0, 0, 0, 8, 8};
+static const long cpu_direct[DIRECT_COUNT] = {2, 8, 8, 8, 8, 1, 1, 1, 1, 32};
+static const long gpu_xgemm[XGEMM_COUNT] = {0, 1, 16, 2, 16, 16, 64, 16, 16, 64, 1, 1, 0, 0, 2, 2};
+static const long gpu_direct[DIRECT_COUNT] = {2, 8, 8, 8, 8, 1, 1, 1, 1, 32};
+
+static void seed_base(const iha_context *ctx, iha_tune_config *c)
+{
+    memset(c, 0, sizeof *c);
+    set_values(c, XGEMM_FIRST, XGEMM_COUNT, ctx->info.is_gpu ? gpu_xgemm : cpu_xgemm);
+    set_values(c, DIRECT_FIRST, DIRECT_COUNT, ctx->info.is_gpu ? gpu_direct : cpu_direct);
+}
+
+/* Two seeds: the layer's GEMMs on the indirect path (smallest switch) and on the direct one. */
+static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *out, int capacity)
+{
+    (void)b;
+    if (capacity < 2) return 0;
+    seed_base(ctx, &out[0]);
+    out[0].v[SWITCH_INDEX] = 64;
+    out[1] = out[0];
+    out[1].v[SWITCH_INDEX] = 2048;
+    return 2;
+}
+
+/* CLBlast's own database is the built-in: nothing to override. */
+static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *c)
+{
+    (void)ctx, (void)b, (void)c;
+    return 0;
+}
+
+static void safe(const iha_tune_bucket *b, iha_tune_config *c)
+{
+    (void)b;
+    static const long x[XGEMM_COUNT] = {0, 1, 16, 2, 8, 8, 32, 8, 8, 32, 0, 0, 0, 0, 1, 1};
+    static const long d[DIRECT_COUNT] = {2, 8, 8, 8, 8, 1, 1, 1, 1, 16};
+    memset(c, 0, sizeof *c);
+    set_values(c, XGEMM_FIRST, XGEMM_COUNT, x);
+    set_values(c, DIRECT_FIRST, DIRECT_COUNT, d);
+    c->v[SWITCH_INDEX] = 512;
+}
+
+/* NULL cannot return CLBlast to its database: CLBlastClearCache (1.5.3) drops compiled
+ * programs but keeps overridden parameters, and CLBlast has no call that reads its defaults. So
+ * "built-in" means the parameters CLBlast has when tuning starts, which is its database unless
+ * something in this process overrode them. */
+static iha_status apply(iha_context *ctx, const iha_tune_config *c)
+{
+    if (c == NULL) return IHA_OK;
+    const char *names[XGEMM_COUNT];
+    size_t values[XGEMM_COUNT];
+    for (int i = 0; i < XGEMM_COUNT; ++i) names[i] = params[XGEMM_FIRST + i].name, values[i] = (size_t)c->v[XGEMM_FIRST + i];
+    IHA_FORWARD_IF_ERROR(iha__gemm_override(ctx, "Xgemm", XGEMM_COUNT, names, values));
+    for (int i = 0; i < DIRECT_COUNT; ++i)
+        names[i] = params[DIRECT_FIRST + i].name, values[i] = (size_t)c->v[DIRECT_FIRST + i];
+    IHA_FORWARD_IF_ERROR(iha__gemm_override(ctx, "XgemmDirect", DIRECT_COUNT, names, values));
+    names[0] = params[SWITCH_INDEX].name;
+    values[0] = (size_t)c->v[SWITCH_INDEX];
+    return iha__gemm_override(ctx, "GemmRoutine", 1, names, values);
+}
+
+/* ---- Problems ---- */
+
+#define MAX_COPIES 8
+#define SHAPES 2 /* the projections X W (three of them) and the output Y W_O */
+
+typedef struct gemm_shape {
+    size_t m, n, k, repeats;
+} gemm_shape;
+
+typedef struct problem {
+    gemm_shape shape[SHAPES];
+    int copies;
+    cl_mem a[SHAPES][MAX_COPIES], b[SHAPES], c[SHAPES];
+    float *ha[SHAPES], *hb[SHAPES]; /* verification inputs */
+    gemm_shape small;
+    cl_mem sa, sb, sc;
+    float *hsa, *hsb;
+    iha_tune_config seed;           /* parameters of the path a problem does not use */
+} problem;
+
+static void layer_shapes(const iha_shape *s, gemm_shape out[SHAPES])
+{
+    const size_t rows = s->batch * s->tokens, hd = s->heads * s->head_dim;
+    out[0] = (gemm_shape){rows, hd, s->model_dim, 3};
+    out[1] = (gemm_shape){rows, s->model_dim, hd, 1};
+}
+
+static int bucket_of(const iha_context *ctx, const iha_shape *s, const iha_attention_options *o, iha_tune_bucket *b)
+{
+    (void)ctx, (void)o;
+    gemm_shape g[SHAPES];
+    layer_shapes(s, g);
+    b->count = K_COUNT;
+    b->values[K_BYTES] = 4;
+    b->values[K_M] = (long)g[0].m;
+    b->values[K_N] = (long)g[0].n;
+    b->values[K_K] = (long)g[0].k;
+    return 1;
+}
+
+static int uses_direct(const gemm_shape *g, long min_indirect)
+{
+    const double mnk = (double)g->m * (double)g->n * (double)g->k, s = (double)min_indirect;
+    return mnk < s * s * s;
+}
+
+/* Every switch value that sends the layer's GEMMs down the same paths behaves the same here;
+ * the representative keeps the boundary closest to the layer's sizes, and the parameters of a
+ * path that none of them takes are the seed's. */
+static void canonical(const void *p, iha_tune_config *c)
+{
+    const problem *pr = p;
+    const iha_tune_param *sw = &params[SWITCH_INDEX];
+    int pattern = 0, any_direct = 0, any_indirect = 0;
+    for (int i = 0; i < SHAPES; ++i) pattern |= uses_direct(&pr->shape[i], c->v[SWITCH_INDEX]) << i;
+    long chosen = c->v[SWITCH_INDEX];
+    for (int k = 0; k < sw->count; ++k) {
+        int other = 0;
+        for (int i = 0; i < SHAPES; ++i) other |= uses_direct(&pr->shape[i], sw->values[k]) << i;
+        if (other != pattern) continue;
+        if (pattern == 0 ? sw->values[k] > chosen : sw->values[k] < chosen) chosen = sw->values[k];
+    }
+    c->v[SWITCH_INDEX] = chosen;
+    for (int i = 0; i < SHAPES; ++i) {
+        any_direct |= (pattern >> i) & 1;
+        any_indirect |= !((pattern >> i) & 1);
+    }
+    if (!any_direct) memcpy(&c->v[DIRECT_FIRST], &pr->seed.v[DIRECT_FIRST], DIRECT_COUNT * sizeof c->v[0]);
+    if (!any_indirect) memcpy(&c->v[XGEMM_FIRST], &pr->seed.v[XGEMM_FIRST], XGEMM_COUNT * sizeof c->v[0]);
+}
+
+static void problem_free(void *p)
+{
+    problem *pr = p;
+    if (pr == NULL) return;
+    for (int i = 0; i < SHAPES; ++i) {
+        iha__tune_release(pr->a[i], MAX_COPIES);
+        cl_mem m[2] = {pr->b[i], pr->c[i]};
+        iha__tune_release(m, 2);
+        free(pr->ha[i]), free(pr->hb[i]);
+    }
+    cl_mem m[3] = {pr->sa, pr->sb, pr->sc};
+    iha__tune_release(m, 3);
+    free(pr->hsa), free(pr->hsb);
+    free(pr);
+}
+
+static size_t problem_bytes(const iha_shape *s, const iha_tune_bucket *b)
+{
+    (void)b;
+    gemm_shape g[SHAPES];
+    layer_shapes(s, g);
+    return (g[0].m * g[0].k + g[1].m * g[1].k) * sizeof(float);
+}
+
+/* Inputs of one shape: `copies` A matrices, one B, one C; host copies kept for checks. */
+static iha_status make_shape(iha_context *ctx, problem *pr, int i, int keep_host)
+{
+    const gemm_shape *g = &pr->shape[i];
+    iha_status st = IHA_OK;
+    float *b = iha__tune_random(g->k * g->n, 41 + (uint64_t)i);
+    if (b == NULL) return iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    st = iha__tune_buffer(ctx, g->k * g->n, b, &pr->b[i]);
+    if (keep_host) pr->hb[i] = b; else free(b);
+    if (st == IHA_OK) st = iha__tune_buffer(ctx, g->m * g->n, NULL, &pr->c[i]);
+    for (int c = 0; c < pr->copies && st == IHA_OK; ++c) {
+        float *a = iha__tune_random(g->m * g->k, 51 + 7 * (uint64_t)i + (uint64_t)c);
+        if (a == NULL) return iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+        st = iha__tune_buffer(ctx, g->m * g->k, a, &pr->a[i][c]);
+        if (keep_host && c == 0) pr->ha[i] = a; else free(a);
+    }
+    return st;
+}
+
+static iha_status make_small(iha_context *ctx, problem *pr)
+{
+    pr->small = (gemm_shape){67, 45, 33, 1};
+    pr->hsa = iha__tune_random(67 * 33, 61);
+    pr->hsb = iha__tune_random(33 * 45, 62);
+    IHA_RETURN_ERROR_IF(pr->hsa == NULL || pr->hsb == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    IHA_FORWARD_IF_ERROR(iha__tune_buffer(ctx, 67 * 33, pr->hsa, &pr->sa));
+    IHA_FORWARD_IF_ERROR(iha__tune_buffer(ctx, 33 * 45, pr->hsb, &pr->sb));
+    return iha__tune_buffer(ctx, 67 * 45, NULL, &pr->sc);
+}
+
+static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha_attention_options *o,
+                                 const iha_tune_bucket *b, iha_tune_purpose purpose, int copies, void **out)
+{
+    (void)o, (void)b;
+    problem *pr = calloc(1, sizeof *pr);
+    IHA_RETURN_ERROR_IF(pr == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    const int verify = purpose == IHA_TUNE_PROBLEM_VERIFY;
+    layer_shapes(s, pr->shape);
+    seed_base(ctx, &pr->seed);
+    pr->copies = verify ? 1 : (copies < 1 ? 1 : copies > MAX_COPIES ? MAX_COPIES : copies);
+    iha_status st = IHA_OK;
+    for (int i = 0; i < SHAPES && st == IHA_OK; ++i) st = make_shape(ctx, pr, i, verify);
+    if (st == IHA_OK && verify) st = make_small(ctx, pr);
+    if (st != IHA_OK) {
+        problem_free(pr);
+        return st;
+    }
+    *out = pr;
+    return IHA_OK;
+}
+
+static iha_status sgemm(iha_context *ctx, const gemm_shape *g, cl_mem a, cl_mem b, cl_mem c)
+{
+    return iha__sgemm(ctx, g->m, g->n, g->k, a, 0, g->k, b, 0, g->n, c, 0, g->n);
+}
+
+/* The layer's GEMMs: three projections and the output projection. */
+static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, int copy)
+{
+    problem *pr = p;
+    if (c != NULL) IHA_FORWARD_IF_ERROR(apply(ctx, c));
+    for (int i = 0; i < SHAPES; ++i)
+        for (size_t r = 0; r < pr->shape[i].repeats; ++r)
+            IHA_FORWARD_IF_ERROR(sgemm(ctx, &pr->shape[i], pr->a[i][copy], pr->b[i], pr->c[i]));
+    return IHA_OK;
+}
+
+static iha_status prepare(iha_context *ctx, void *p, const iha_tune_config *c) { return enqueue(ctx, p, c, 0); }
+
+/* Float64 C = A B of the small product. */
+static double small_error(const problem *pr, const float *out)
+{
+    const gemm_shape *g = &pr->small;
+    double *ref = malloc(g->m * g->n * sizeof *ref);
+    if (ref == NULL) return INFINITY;
+    for (size_t i = 0; i < g->m; ++i)
+        for (size_t j = 0; j < g->n; ++j) {
+            double acc = 0.0;
+            for (size_t l = 0; l < g->k; ++l) acc += (double)pr->hsa[i * g->k + l] * pr->hsb[l * g->n + j];
+            ref[i * g->n + j] = acc;
+        }
+    const double e = iha__tune_rel_error(out, ref, g->m * g->n);
+    free(ref);
+    return e;
+}
+
+/* Freivalds: compare C x with A (B x) for a random x, all in float64. */
+static double checksum_error(const problem *pr, int i, const float *out)
+{
+    const gemm_shape *g = &pr->shape[i];
+    float *x = iha__tune_random(g->n, 71);
+    double *bx = malloc(g->k * sizeof *bx), *ref = malloc(g->m * sizeof *ref);
+    float *cx = malloc(g->m * sizeof *cx);
+    double e = INFINITY;
+    if (x && bx && ref && cx) {
+        for (size_t l = 0; l < g->k; ++l) {
+            double acc = 0.0;
+            for (size_t j = 0; j < g->n; ++j) acc += (double)pr->hb[i][l * g->n + j] * x[j];
+            bx[l] = acc;
+        }
+        int finite = 1;
+        for (size_t r = 0; r < g->m; ++r) {
+            double acc = 0.0, got = 0.0;
+            for (size_t l = 0; l < g->k; ++l) acc += (double)pr->ha[i][r * g->k + l] * bx[l];
+            for (size_t j = 0; j < g->n; ++j) {
+                finite &= isfinite(out[r * g->n + j]) != 0;
+                got += (double)out[r * g->n + j] * x[j];
+            }
+            ref[r] = acc;
+            cx[r] = (float)got;
+        }
+        e = finite ? iha__tune_rel_error(cx, ref, g->m) : INFINITY;
+    }
+    free(x), free(bx), free(ref), free(cx);
+    return e;
+}
+
+static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, double *error)
+{
+    problem *pr = p;
+    if (c != NULL) IHA_FORWARD_IF_ERROR(apply(ctx, c));
+    size_t most = pr->small.m * pr->small.n;
+    for (int i = 0; i < SHAPES; ++i) most = pr->shape[i].m * pr->shape[i].n > most ? pr->shape[i].m * pr->shape[i].n : most;
+    float *out = malloc(most * sizeof *out);
+    IHA_RETURN_ERROR_IF(out == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    iha_status st = iha__tune_poison(ctx, pr->sc, pr->small.m * pr->small.n);
+    if (st == IHA_OK) st = sgemm(ctx, &pr->small, pr->sa, pr->sb, pr->sc);
+    if (st == IHA_OK) st = iha__tune_read(ctx, pr->sc, pr->small.m * pr->small.n, out);
+    double worst = st == IHA_OK ? small_error(pr, out) : INFINITY;
+    for (int i = 0; i < SHAPES && st == IHA_OK; ++i) {
+        const gemm_shape *g = &pr->shape[i];
+        st = iha__tune_poison(ctx, pr->c[i], g->m * g->n);
+        if (st == IHA_OK) st = sgemm(ctx, g, pr->a[i][0], pr->b[i], pr->c[i]);
+        if (st == IHA_OK) st = iha__tune_read(ctx, pr->c[i], g->m * g->n, out);
+        if (st == IHA_OK) worst = fmax(worst, checksum_error(pr, i, out));
+    }
+    free(out);
+    *error = isnan(worst) ? INFINITY : worst;
+    return st;
+}
+
+const iha_tunable iha__tunable_gemm = {
+    &space, 6.0, bucket_of, builtin, safe, seeds, problem_create, problem_free, problem_bytes, canonical,
+    prepare, enqueue, check, apply,
+};

@@ -1,0 +1,52 @@
+/* What a context keeps for tuning: its profile, the opt-in for tuning on first use, the
+ * configurations the last call chose, and the lookup from specific to general. */
+#ifndef IHA_TUNE_STATE_H
+#define IHA_TUNE_STATE_H
+#include "kernels/kernels.h"
+#include "tune/profile.h"
+#include "tune/search.h"
+
+#define IHA_TUNE_CHOICES 2 /* attention and rows per call; gemm is reported from `gemm` */
+
+typedef struct iha_tune_state {
+    iha_profile profile;
+    int first_use;
+    double first_use_budget_s;
+    iha_kernel_choice choices[IHA_TUNE_CHOICES];
+    size_t choice_count;
+    iha_kernel_choice gemm;   /* the parameters CLBlast runs with, as this context set them */
+    int gemm_applied;         /* the profile's GEMM entry was given to CLBlast */
+    iha_tune_task *attempted; /* buckets tuned on first use in this context (tried once) */
+    size_t attempted_count, attempted_capacity;
+} iha_tune_state;
+
+/* Called by iha_context_create: loads the profile (option NULL, "off" or a path). Fails only
+ * when out of memory. The profile's GEMM parameters go to CLBlast at the first layer call, so
+ * that a process that only tunes measures CLBlast's own parameters first. */
+iha_status iha__tune_context_init(iha_context *ctx, const char *profile_option, int first_use, double budget_s);
+void iha__tune_context_free(iha_context *ctx);
+
+/* The configuration for (tunable, bucket) by the fallback order of include/iha.h. *entry is the
+ * profile entry used (NULL for built-ins). */
+void iha__tune_lookup(const iha_context *ctx, const iha_tunable *t, const iha_tune_bucket *bucket,
+                      iha_tune_config *out, int *source, const iha_profile_entry **entry);
+
+/* Gives the profile's GEMM parameters (if any) to CLBlast and records the choice. */
+iha_status iha__tune_apply_gemm(iha_context *ctx);
+
+/* Tunes tasks[0..n) within budget_s, stores verified winners in the profile unless dry_run. */
+typedef struct iha_tune_run {
+    const iha_tune_task *tasks;
+    size_t count;
+    double budget_s;
+    int exhaustive, reps, dry_run;
+    void (*progress)(const iha_tune_progress *progress, void *user);
+    void *user;
+    iha_tune_result *results; /* count entries, may be NULL */
+} iha_tune_run;
+iha_status iha__tune_tasks(iha_context *ctx, const iha_tune_run *run);
+
+/* Conversions between a space's configuration and the kernel modules' structs. */
+void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *cfg);
+void iha__tune_rows_config(const iha_tune_config *c, iha_rows_config *cfg);
+#endif

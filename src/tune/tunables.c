@@ -1,0 +1,31 @@
+/* The table of tunable kernels and the device limits their spaces are checked against. */
+#include <string.h>
+
+#include "tune/tunable.h"
+
+/* Tuning order: CLBlast's GEMM first, where PoCL spends 20-30 s compiling each candidate and
+ * tuning wins most, then attention, then the memory-bound kernels; time a task leaves over
+ * goes to the next. */
+static const iha_tunable *const tunables[IHA_TUNABLE_COUNT] = {
+    &iha__tunable_gemm,
+    &iha__tunable_attention,
+    &iha__tunable_rows,
+};
+
+const iha_tunable *iha__tunable_at(int index)
+{
+    return index >= 0 && index < IHA_TUNABLE_COUNT ? tunables[index] : NULL;
+}
+
+const iha_tunable *iha__tunable_find(const char *kernel)
+{
+    for (int i = 0; i < IHA_TUNABLE_COUNT; ++i)
+        if (strcmp(tunables[i]->space->kernel, kernel) == 0) return tunables[i];
+    return NULL;
+}
+
+void iha__tune_limits(const iha_context *ctx, iha_tune_limits *limits)
+{
+    limits->max_group = (long)ctx->info.max_work_group_size;
+    limits->local_bytes = (long)ctx->info.local_mem_bytes;
+}

@@ -1,0 +1,361 @@
+/*
+ * fuzz_api.c - libFuzzer target for the argument checks of the public API (include/iha.h).
+ *
+ * Each input picks a call (iha_forward, iha_attention_core, iha_attention, iha_forward_host),
+ * a shape, options, and for every tensor a buffer from a pool (sizes 1 to 16384 floats, NULL,
+ * or a buffer of another OpenCL context) and an element offset. Dimensions and offsets come
+ * from a table of edge values (0, 1, tails, 256/257, 2^32, SIZE_MAX, ...) or are raw.
+ *
+ * The oracle is written from the header, not from the library: a call that the header says
+ * must be refused (a NULL or zero, d > 256, a bad mask, window, scale or rotary request, a
+ * half-given or misplaced identity shortcut, a buffer of another context or too small for its
+ * shape and offset, an output overlapping an input, a size that overflows size_t) must return
+ * a documented refusal with a message and must leave every pool buffer as it was: nothing may
+ * be enqueued. A valid call that is cheap (T <= 96, few elements, d from a small set so that
+ * few programs are built) must succeed; a valid expensive one is not made.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iha.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define POOL 6
+#define SENTINEL (-12345.5f)
+static const size_t kPoolFloats[POOL] = {1, 7, 64, 1000, 4096, 16384};
+
+static iha_context *g_ctx;
+static cl_mem g_pool[POOL], g_foreign;
+static cl_context g_other;
+static float *g_expect; /* sentinel image of the largest buffer */
+
+/* A trap rather than abort(): PoCL's LLVM installs its own handlers for fatal signals, which
+ * hand a SIGILL back to libFuzzer's (so the input is saved) but let SIGABRT kill silently. */
+static void die(const char *what)
+{
+    fprintf(stderr, "fuzz_api: %s\n", what);
+    __builtin_trap();
+}
+
+static void fill_pool(void)
+{
+    for (int i = 0; i < POOL; i++)
+        if (clEnqueueWriteBuffer(iha_context_cl_queue(g_ctx), g_pool[i], CL_TRUE, 0, kPoolFloats[i] * sizeof(float),
+                                 g_expect, 0, NULL, NULL) != CL_SUCCESS)
+            die("cannot fill the buffer pool");
+}
+
+static void setup(void)
+{
+    char message[512] = "";
+    if (iha_context_create(&g_ctx, NULL, message, sizeof message) != IHA_OK) {
+        fprintf(stderr, "fuzz_api: no context: %s\n", message);
+        die("iha_context_create failed");
+    }
+    g_expect = malloc(kPoolFloats[POOL - 1] * sizeof *g_expect);
+    if (!g_expect)
+        die("out of memory");
+    for (size_t i = 0; i < kPoolFloats[POOL - 1]; i++)
+        g_expect[i] = SENTINEL;
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < POOL && err == CL_SUCCESS; i++)
+        g_pool[i] = clCreateBuffer(iha_context_cl_context(g_ctx), CL_MEM_READ_WRITE, kPoolFloats[i] * sizeof(float),
+                                   NULL, &err);
+    cl_device_id device = iha_context_cl_device(g_ctx);
+    if (err == CL_SUCCESS)
+        g_other = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
+    if (err == CL_SUCCESS)
+        g_foreign = clCreateBuffer(g_other, CL_MEM_READ_WRITE, 65536, NULL, &err);
+    if (err != CL_SUCCESS)
+        die("cannot create the buffer pool");
+    fill_pool();
+}
+
+/* Every pool buffer still holds only sentinels. */
+static int pool_untouched(void)
+{
+    static float *got;
+    if (!got && !(got = malloc(kPoolFloats[POOL - 1] * sizeof *got)))
+        die("out of memory");
+    for (int i = 0; i < POOL; i++) {
+        if (clEnqueueReadBuffer(iha_context_cl_queue(g_ctx), g_pool[i], CL_TRUE, 0, kPoolFloats[i] * sizeof(float), got,
+                                0, NULL, NULL) != CL_SUCCESS)
+            die("cannot read the pool");
+        if (memcmp(got, g_expect, kPoolFloats[i] * sizeof(float)) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- Reading the input ---- */
+
+typedef struct reader {
+    const uint8_t *p;
+    size_t left;
+} reader;
+
+static uint8_t take8(reader *r)
+{
+    if (!r->left)
+        return 0;
+    r->left--;
+    return *r->p++;
+}
+
+static uint64_t take64(reader *r)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | take8(r);
+    return v;
+}
+
+static const uint64_t kEdges[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 255, 256,
+                                  257, 1000, 4096, 65537, (uint64_t)1 << 31, (uint64_t)1 << 32,
+                                  ((uint64_t)1 << 32) + 1, (uint64_t)1 << 62, ((uint64_t)1 << 63) + 1, UINT64_MAX - 1,
+                                  UINT64_MAX};
+#define EDGE_COUNT (sizeof kEdges / sizeof kEdges[0])
+
+/* A size: mostly small, sometimes an edge value, sometimes raw. */
+static size_t take_size(reader *r)
+{
+    const uint8_t b = take8(r);
+    if (b < 128)
+        return b % 12 + (b >= 96 ? 1 : 0);
+    if (b < 250)
+        return (size_t)kEdges[b % EDGE_COUNT];
+    return (size_t)take64(r);
+}
+
+static float take_float(reader *r)
+{
+    const uint8_t b = take8(r);
+    static const float kFloats[] = {0.0f, 0.5f, 1.0f, -1.0f, 1e30f, -0.0f};
+    if (b < 240)
+        return kFloats[b % 6];
+    if (b < 248)
+        return b & 1 ? INFINITY : -INFINITY;
+    if (b < 252)
+        return NAN;
+    uint32_t u = (uint32_t)take64(r);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+typedef struct tensor {
+    int which; /* 0..POOL-1, POOL: NULL, POOL+1: the foreign buffer */
+    size_t offset;
+} tensor;
+
+static tensor take_tensor(reader *r)
+{
+    const uint8_t b = take8(r);
+    tensor t = {b % (POOL + 2), 0};
+    if (b >= 128)
+        t.offset = take_size(r);
+    return t;
+}
+
+static cl_mem mem_of(tensor t) { return t.which < POOL ? g_pool[t.which] : t.which == POOL ? NULL : g_foreign; }
+static iha_buffer buf_of(tensor t) { return (iha_buffer){mem_of(t), t.offset}; }
+
+/* ---- The oracle, from the header ---- */
+
+/* Exact products; 0 when one overflows size_t. */
+static int mul(size_t *out, size_t a, size_t b) { return !__builtin_mul_overflow(a, b, out); }
+
+static int fits(tensor t, size_t elems)
+{
+    size_t end, bytes;
+    if (t.which >= POOL || __builtin_add_overflow(t.offset, elems, &end) || !mul(&bytes, end, sizeof(float)))
+        return 0;
+    return bytes <= kPoolFloats[t.which] * sizeof(float);
+}
+
+static int overlap(tensor a, size_t na, tensor b, size_t nb)
+{
+    return a.which == b.which && a.which < POOL && !(a.offset + na <= b.offset || b.offset + nb <= a.offset);
+}
+
+enum { CALL_FORWARD, CALL_CORE, CALL_ATTENTION, CALL_HOST };
+enum { X, Z, WQ, WK, WV, WO, AQ, AK, AV, R, TENSORS }; /* core: X..WV are q, y, k, v; attention: qt, o, kt, vt, lse */
+
+typedef struct call_case {
+    int call;
+    iha_shape shape;
+    iha_attention_options options;
+    tensor t[TENSORS];
+} call_case;
+
+/* 1 when the shape or the options alone make the header refuse the call. */
+static int bad_shape_or_options(const call_case *c)
+{
+    const iha_shape *s = &c->shape;
+    const iha_attention_options *o = &c->options;
+    const size_t D = c->call == CALL_FORWARD || c->call == CALL_HOST ? s->model_dim : 1;
+    if (!s->batch || !s->tokens || !s->heads || !s->head_dim || !s->pseudo || !D || s->head_dim > 256)
+        return 1;
+    if (o->mask < 0 || o->mask > 2 || o->window < 0 || !isfinite(o->scale))
+        return 1;
+    if (o->rope && (s->head_dim % 2 || !isfinite(o->rope_base) || o->rope_base < 0.0f))
+        return 1;
+    return o->rope && c->call == CALL_ATTENTION;
+}
+
+/* 1: the header says this call must be refused; 0: it is valid. *cheap: small enough to run. */
+static int must_refuse(const call_case *c, int *cheap)
+{
+    const iha_shape *s = &c->shape;
+    const size_t D = c->call == CALL_FORWARD ? s->model_dim : 1;
+    if (bad_shape_or_options(c))
+        return 1;
+    size_t T, BH, tok, virt, lse, x, w, mix, hd;
+    if (!mul(&T, s->tokens, s->pseudo) || !mul(&BH, s->batch, s->heads) || !mul(&hd, BH, s->head_dim) ||
+        !mul(&tok, hd, s->tokens) || !mul(&virt, hd, T) || !mul(&lse, BH, T) || !mul(&x, s->batch, s->tokens) ||
+        !mul(&x, x, D) || !mul(&w, D, s->heads) || !mul(&w, w, s->head_dim) || !mul(&mix, s->heads, s->heads) ||
+        !mul(&mix, mix, s->pseudo))
+        return 1;
+    const tensor *t = c->t;
+    *cheap = T <= 96 && virt <= 8192 && x <= 8192 && (s->head_dim == 1 || s->head_dim == 3 || s->head_dim == 8 ||
+                                                      s->head_dim == 16);
+    if (c->call == CALL_ATTENTION) { /* qt, kt, vt in X, WQ, WK; o in Z; the optional LSE in WO */
+        const int io[4] = {X, WQ, WK, Z};
+        for (int i = 0; i < 4; i++)
+            if (!fits(t[io[i]], virt))
+                return 1;
+        for (int i = 0; i < 3; i++)
+            if (overlap(t[Z], virt, t[io[i]], virt))
+                return 1;
+        if (t[WO].which != POOL) {
+            if (!fits(t[WO], lse))
+                return 1;
+            for (int i = 0; i < 4; i++)
+                if (overlap(t[WO], lse, t[io[i]], virt))
+                    return 1;
+        }
+        return 0;
+    }
+    const int nulls = (t[AQ].which == POOL) + (t[AK].which == POOL) + (t[AV].which == POOL) + (t[R].which == POOL);
+    if ((nulls != 0 && nulls != 4) || (nulls == 4 && s->pseudo != 1))
+        return 1;
+    for (int i = AQ; i <= R && nulls == 0; i++)
+        if (!fits(t[i], mix))
+            return 1;
+    if (c->call == CALL_CORE) {
+        const int io[4] = {X, WQ, WK, Z}; /* q, k, v, y */
+        for (int i = 0; i < 4; i++)
+            if (!fits(t[io[i]], tok))
+                return 1;
+        for (int i = 0; i < 3; i++)
+            if (overlap(t[Z], tok, t[io[i]], tok))
+                return 1;
+        for (int i = AQ; i <= R && nulls == 0; i++)
+            if (overlap(t[Z], tok, t[i], mix))
+                return 1;
+        return 0;
+    }
+    if (!fits(t[X], x) || !fits(t[Z], x))
+        return 1;
+    for (int i = WQ; i <= WO; i++)
+        if (!fits(t[i], w))
+            return 1;
+    if (overlap(t[Z], x, t[X], x))
+        return 1;
+    for (int i = WQ; i <= WO; i++)
+        if (overlap(t[Z], x, t[i], w))
+            return 1;
+    for (int i = AQ; i <= R && nulls == 0; i++)
+        if (overlap(t[Z], x, t[i], mix))
+            return 1;
+    return 0;
+}
+
+static iha_status make_call(const call_case *c)
+{
+    const tensor *t = c->t;
+    if (c->call == CALL_ATTENTION)
+        return iha_attention(g_ctx, &c->shape, &c->options, buf_of(t[X]), buf_of(t[WQ]), buf_of(t[WK]), buf_of(t[Z]),
+                             buf_of(t[WO]));
+    const iha_layer_weights w = {buf_of(t[WQ]), buf_of(t[WK]), buf_of(t[WV]), buf_of(t[WO]),
+                                 buf_of(t[AQ]), buf_of(t[AK]), buf_of(t[AV]), buf_of(t[R])};
+    if (c->call == CALL_CORE)
+        return iha_attention_core(g_ctx, &c->shape, &c->options, &w, buf_of(t[X]), buf_of(t[WQ]), buf_of(t[WK]),
+                                  buf_of(t[Z]));
+    return iha_forward(g_ctx, &c->shape, &c->options, &w, buf_of(t[X]), buf_of(t[Z]));
+}
+
+/* iha_forward_host only where the header has it refuse before it reads host memory: a bad
+ * shape or option, x or z NULL, or the identity shortcut half given or with P > 1. (The
+ * harness's host arrays are one float long: a valid call would read past them.) */
+static void host_call(const call_case *c)
+{
+    static float one[1];
+    const float *p[TENSORS];
+    for (int i = 0; i < TENSORS; i++)
+        p[i] = c->t[i].which == POOL && (i == X || i == Z || i >= AQ) ? NULL : one;
+    const int nulls = !p[AQ] + !p[AK] + !p[AV] + !p[R];
+    if (!bad_shape_or_options(c) && p[X] && p[Z] && (nulls == 0 || (nulls == 4 && c->shape.pseudo == 1)))
+        return;
+    const iha_host_weights w = {p[WQ], p[WK], p[WV], p[WO], p[AQ], p[AK], p[AV], p[R]};
+    if (iha_forward_host(g_ctx, &c->shape, &c->options, &w, p[X], (float *)p[Z]) == IHA_OK)
+        die("iha_forward_host accepted a NULL tensor or a bad shape");
+    if (!iha_context_message(g_ctx)[0])
+        die("iha_forward_host refused without a message");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!g_ctx)
+        setup();
+    reader r = {data, size};
+    call_case c;
+    memset(&c, 0, sizeof c);
+    c.call = take8(&r) % 4;
+    c.shape = (iha_shape){take_size(&r), take_size(&r), take_size(&r), take_size(&r), take_size(&r), take_size(&r)};
+    iha_attention_options_init(&c.options);
+    const uint8_t flags = take8(&r);
+    c.options.mask = flags & 0x80 ? (int)(int32_t)take64(&r) : flags % 3;
+    c.options.window = flags & 0x40 ? (int64_t)take64(&r) : (int64_t)(flags & 0x08 ? take_size(&r) : 0);
+    c.options.rope = (flags & 0x10) != 0;
+    c.options.scale = flags & 0x20 ? take_float(&r) : 0.0f;
+    c.options.rope_base = flags & 0x04 ? take_float(&r) : 0.0f;
+    for (int i = 0; i < TENSORS; i++)
+        c.t[i] = take_tensor(&r);
+
+    if (c.call == CALL_HOST) {
+        host_call(&c);
+        return 0;
+    }
+    int cheap = 0;
+    const int refuse = must_refuse(&c, &cheap);
+    if (!refuse && !cheap)
+        return 0; /* valid, but too much work for a fuzzer */
+    const iha_status st = make_call(&c);
+    char message[1024]; /* every call clears the message, iha_context_finish too */
+    snprintf(message, sizeof message, "%s", iha_context_message(g_ctx));
+    if (iha_context_finish(g_ctx) != IHA_OK)
+        die("iha_context_finish failed");
+    if (!refuse) {
+        if (st != IHA_OK) {
+            fprintf(stderr, "fuzz_api: a valid call was refused: %s: %s\n", iha_status_name(st), message);
+            die("a valid call was refused");
+        }
+        fill_pool(); /* the outputs were written */
+        return 0;
+    }
+    if (st != IHA_ERROR_INVALID_ARGUMENT && st != IHA_ERROR_SIZE_OVERFLOW && st != IHA_ERROR_BUFFER_TOO_SMALL &&
+        st != IHA_ERROR_UNSUPPORTED && st != IHA_ERROR_DEVICE_MEMORY) {
+        fprintf(stderr, "fuzz_api: a call that must be refused returned %s: %s\n", iha_status_name(st), message);
+        die("a call that must be refused was not");
+    }
+    if (!message[0])
+        die("a refusal without a message");
+    if (!pool_untouched())
+        die("a refused call wrote into a buffer");
+    return 0;
+}

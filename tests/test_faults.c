@@ -1,0 +1,642 @@
+/*
+ * test_faults.c - the fault paths: each gives a clear status and message, loses nothing (the
+ * output untouched, no OpenCL object leaked, the context still correct afterwards) and crashes
+ * nothing.
+ *   - one kernel source that fails to build (IHA_ERROR_BUILD with the compiler's log), then
+ *     repaired under the same context;
+ *   - a device allocation the OpenCL implementation refuses (a 4 GiB host tensor, above PoCL's
+ *     largest allocation), and an internal buffer beyond the device between good calls;
+ *   - a program cache directory that cannot be created (its parent is a regular file: chmod
+ *     does not stop root, which CI runs as): the layer still runs; and a full disk
+ *     (RLIMIT_FSIZE in a child process, so writes stop mid-entry): the writer leaves nothing
+ *     half-written, and a layer that PoCL can no longer compile fails with a clear status;
+ *   - cache entries cut at every boundary of their layout (as by a writer that died mid-write
+ *     on a file system without atomic rename), and a stray temporary file of a dead writer;
+ *   - a tuning profile truncated mid-write: ignored and reported, never fatal;
+ *   - the context freed while its queue still holds work, and trimmed while it does.
+ * On PoCL, where every OpenCL object holds a reference to its context, the context's reference
+ * count shows that nothing was leaked (CLBlast's process-wide program cache is cleared first).
+ */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <clblast_c.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "reliability.h"
+#include "runtime/disk_cache.h"
+#include "test_layer.h"
+#include "test_util.h"
+
+static iha_context *g_ctx;
+
+/* A small layer with every stage in use: P > 1, rotary, a window, odd sizes. */
+static const iha_shape kSmall = {2, 11, 24, 2, 16, 3};
+
+static iha_attention_options small_options(void)
+{
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.rope = 1;
+    o.window = 4;
+    return o;
+}
+
+static iha_context *open_with(const char *cache_dir, const char *kernel_dir)
+{
+    iha_context_options options;
+    iha_context_options_init(&options);
+    options.cache_dir = cache_dir;
+    options.kernel_dir = kernel_dir;
+    iha_context *ctx = NULL;
+    char message[1024] = "";
+    iha_status st = iha_context_create(&ctx, &options, message, sizeof message);
+    if (st != IHA_OK)
+        fail_msg("iha_context_create: %s: %s", iha_status_name(st), message);
+    return ctx;
+}
+
+/* Runs the small layer on ctx through `api` and checks every element of z. */
+static void check_small(iha_context *ctx, tu_api api)
+{
+    const iha_attention_options o = small_options();
+    tu_layer l;
+    tu_layer_init(&l, &kSmall, 17);
+    double *zref = tu_layer_reference(&l, &o);
+    tu_layer_check_forward(ctx, &l, &o, api, zref, TU_TOL_F32);
+    free(zref);
+    tu_layer_free(&l);
+}
+
+static void expect_message(iha_context *ctx, const char *needle)
+{
+    const char *m = iha_context_message(ctx);
+    if (!strstr(m, needle))
+        fail_msg("the message does not mention \"%s\": \"%s\"", needle, m);
+}
+
+/* ---- Files ---- */
+
+static void copy_file(const char *from, const char *to, const char *append)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buffer[4096];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, in)) > 0)
+        assert_int_equal(fwrite(buffer, 1, n, out), n);
+    if (append)
+        assert_true(fputs(append, out) >= 0);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+static void copy_into(const char *path, void *arg)
+{
+    char to[4200];
+    snprintf(to, sizeof to, "%s%s", (const char *)arg, strrchr(path, '/'));
+    copy_file(path, to, NULL);
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* ---- A kernel that fails to build ---- */
+
+#define BROKEN_TEXT "\n#error attention.cl deliberately broken by test_faults\n"
+
+static void one_kernel_fails_to_build(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char kdir[4096], cache[4096], from[4300], to[4300];
+    tu_temp_dir(kdir, sizeof kdir);
+    tu_temp_dir(cache, sizeof cache);
+    assert_true(tu_for_each_file(IHA_TEST_SOURCE_DIR "/cl", copy_into, kdir) > 0);
+    snprintf(from, sizeof from, "%s/cl/attention.cl", IHA_TEST_SOURCE_DIR);
+    snprintf(to, sizeof to, "%s/attention.cl", kdir);
+    copy_file(from, to, BROKEN_TEXT);
+
+    iha_context *ctx = open_with(cache, kdir);
+    const iha_attention_options o = small_options();
+    tu_layer l;
+    tu_layer_init(&l, &kSmall, 18);
+    tu_device_layer d;
+    tu_device_layer_upload(ctx, &l, 1, &d);
+    const size_t nz = tu_count_x(&kSmall);
+
+    /* The other stages build and are enqueued first; the attention kernel does not build. */
+    tu_assert_status(ctx, iha_forward(ctx, &kSmall, &o, &d.weights, d.x, d.z), IHA_ERROR_BUILD);
+    expect_message(ctx, "attention.cl");
+    expect_message(ctx, "build log");
+    expect_message(ctx, "deliberately broken by test_faults"); /* the compiler's own words */
+    assert_int_equal(iha_context_cl_error(ctx), CL_BUILD_PROGRAM_FAILURE);
+    tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
+    tu_assert_guard(ctx, d.z.mem, nz, d.z.offset, TU_GUARD, TU_SENTINEL);
+    float *z = tu_malloc(nz * sizeof *z);
+    tu_buffer_read(ctx, d.z.mem, d.z.offset, z, nz);
+    assert_int_equal(tu_count_nonfinite(z, nz), nz); /* still the NaN poison: z was not written */
+
+    /* The same failure from the attention call alone, again with the log. */
+    iha_shape as = kSmall;
+    iha_attention_options ao;
+    iha_attention_options_init(&ao);
+    const size_t nv = tu_count_virtual(&as);
+    cl_mem in = tu_buffer_guarded(ctx, NULL, 0, 0, nv, 0.5f), out = tu_buffer_guarded(ctx, NULL, 0, 0, nv, 0.25f);
+    iha_buffer ib = {in, 0}, ob = {out, 0}, none = {NULL, 0};
+    tu_assert_status(ctx, iha_attention(ctx, &as, &ao, ib, ib, ib, ob, none), IHA_ERROR_BUILD);
+    expect_message(ctx, "deliberately broken by test_faults");
+    tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
+    tu_assert_buffer_all(ctx, out, 0, nv, 0.25f);
+    /* Failing again keeps no OpenCL object: the count after a trim is the same as after the
+     * first failure (whose good programs, mixing and packing, the context keeps). */
+    iha_context_trim(ctx);
+    const unsigned refs = rel_context_refs(iha_context_cl_context(ctx));
+    for (int i = 0; i < 3; i++) {
+        tu_assert_status(ctx, iha_forward(ctx, &kSmall, &o, &d.weights, d.x, d.z), IHA_ERROR_BUILD);
+        tu_assert_status(ctx, iha_attention(ctx, &as, &ao, ib, ib, ib, ob, none), IHA_ERROR_BUILD);
+    }
+    tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
+    iha_context_trim(ctx);
+    if (rel_refs_count_objects(ctx))
+        assert_int_equal(rel_context_refs(iha_context_cl_context(ctx)), refs);
+    tu_buffer_release(in);
+    tu_buffer_release(out);
+
+    /* Repaired, the same context builds it on the next call and computes the right z. */
+    copy_file(from, to, NULL);
+    double *zref = tu_layer_reference(&l, &o);
+    tu_assert_status(ctx, iha_forward(ctx, &kSmall, &o, &d.weights, d.x, d.z), IHA_OK);
+    tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
+    tu_buffer_read(ctx, d.z.mem, d.z.offset, z, nz);
+    tu_assert_close("z after the repair", z, zref, nz, TU_TOL_F32);
+    free(z);
+    free(zref);
+    tu_device_layer_release(&d);
+    tu_layer_free(&l);
+    iha_context_free(ctx);
+
+    /* The cache holds only whole entries: nothing of the failed build. */
+    rel_cache_census c = rel_cache_scan(cache);
+    assert_true(c.valid > 0);
+    assert_int_equal(c.broken + c.temporary, 0);
+    tu_remove_tree(kdir);
+    tu_remove_tree(cache);
+}
+
+/* ---- Device allocations ---- */
+
+/* x and z of 4 GiB (reserved, never touched): iha_forward_host's clCreateBuffer is refused by
+ * the implementation (above PoCL's largest allocation), not by a check of the library. */
+static void device_refuses_an_allocation(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    const size_t D = (size_t)1 << 20, N = 1024; /* x: 2^30 floats */
+    const iha_shape s = {1, N, D, 1, 1, 1};
+    const size_t bytes = N * D * sizeof(float);
+    cl_ulong max_alloc = 0;
+    assert_int_equal(clGetDeviceInfo(iha_context_cl_device(g_ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc,
+                                     &max_alloc, NULL),
+                     CL_SUCCESS);
+    if (max_alloc >= bytes)
+        skip(); /* a device that would really allocate 4 GiB here */
+    float *x = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    float *z = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    assert_true(x != MAP_FAILED && z != MAP_FAILED);
+    float *w = tu_malloc(4 * D * sizeof *w);
+    tu_fill_value(w, 4 * D, 0.5f);
+    const iha_host_weights hw = {w, w + D, w + 2 * D, w + 3 * D, NULL, NULL, NULL, NULL};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+
+    cl_context cl = iha_context_cl_context(g_ctx);
+    iha_context_trim(g_ctx);
+    const unsigned refs = rel_context_refs(cl);
+    iha_status st = iha_forward_host(g_ctx, &s, &o, &hw, x, z);
+    print_message("4 GiB host tensor: %s: %s\n", iha_status_name(st), iha_context_message(g_ctx));
+    tu_assert_status(g_ctx, st, IHA_ERROR_DEVICE_MEMORY);
+    expect_message(g_ctx, "clCreateBuffer");
+    assert_int_not_equal(iha_context_cl_error(g_ctx), 0);
+    for (size_t i = 0; i < N * D; i += 4096) /* z never written: still the kernel's zero pages */
+        if (z[i] != 0.0f)
+            fail_msg("z[%zu] was written", i);
+    iha_context_trim(g_ctx);
+    if (rel_refs_count_objects(g_ctx))
+        assert_int_equal(rel_context_refs(cl), refs); /* the temporaries made before it are gone */
+    munmap(x, bytes);
+    munmap(z, bytes);
+    free(w);
+    check_small(g_ctx, TU_API_HOST);
+}
+
+/* Between good calls that grow and reuse the workspace, one whose internal buffers exceed the
+ * device: refused, z untouched, no buffer leaked, and the next calls are right. */
+static void workspace_refusal_between_good_calls(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    check_small(g_ctx, TU_API_DEVICE);
+    cl_context cl = iha_context_cl_context(g_ctx);
+    const unsigned refs = rel_context_refs(cl);
+
+    const iha_shape big = {1, (size_t)1 << 22, 1, 2, 256, 4}; /* Q alone is 8 GiB */
+    const size_t nx = tu_count_x(&big), nw = tu_count_w(&big), nm = tu_count_mix(&big);
+    cl_mem x = tu_buffer_guarded(g_ctx, NULL, 0, 0, nx, TU_SENTINEL);
+    cl_mem z = tu_buffer_guarded(g_ctx, NULL, 0, 0, nx, TU_SENTINEL);
+    cl_mem w = tu_buffer_guarded(g_ctx, NULL, 0, 0, nw, 0.5f), m = tu_buffer_guarded(g_ctx, NULL, 0, 0, nm, 0.5f);
+    const iha_buffer wb = {w, 0}, mb = {m, 0};
+    const iha_layer_weights weights = {wb, wb, wb, wb, mb, mb, mb, mb};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    iha_status st = iha_forward(g_ctx, &big, &o, &weights, (iha_buffer){x, 0}, (iha_buffer){z, 0});
+    tu_assert_status(g_ctx, st, IHA_ERROR_DEVICE_MEMORY);
+    expect_message(g_ctx, "exceeds the device");
+    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    tu_assert_buffer_all(g_ctx, z, 0, nx, TU_SENTINEL);
+    tu_buffer_release(x);
+    tu_buffer_release(z);
+    tu_buffer_release(w);
+    tu_buffer_release(m);
+    if (rel_refs_count_objects(g_ctx))
+        assert_true(rel_context_refs(cl) <= refs);
+    check_small(g_ctx, TU_API_DEVICE_OFFSETS);
+    check_small(g_ctx, TU_API_HOST);
+}
+
+/* ---- The program cache directory ---- */
+
+/* cache_dir below a regular file: no directory can be made there, by root either. */
+static void cache_dir_cannot_be_created(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char dir[4096], file[4200], cache[4300];
+    tu_temp_dir(dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/file", dir);
+    FILE *f = fopen(file, "wb");
+    assert_non_null(f);
+    assert_true(fputs("not a directory\n", f) >= 0);
+    assert_int_equal(fclose(f), 0);
+    snprintf(cache, sizeof cache, "%s/sub/iha", file);
+    for (int i = 0; i < 2; i++) {
+        iha_context *ctx = open_with(cache, NULL);
+        check_small(ctx, TU_API_DEVICE);
+        check_small(ctx, TU_API_HOST);
+        iha_context_free(ctx);
+    }
+    assert_int_equal(file_size(file), 16);
+    assert_int_equal(tu_for_each_file(dir, NULL, NULL), 1);
+    tu_remove_tree(dir);
+}
+
+/* The child of cache_dir_full, where writes stop at `limit` bytes per file (SIGXFSZ ignored,
+ * so a write fails with EFBIG):
+ *  1. the disk cache's writer alone, on an entry longer than the limit: it fails and leaves
+ *     nothing;
+ *  2. a layer with the cache in `cache`. PoCL writes each program's source to a file of its
+ *     own before it compiles (even when its own cache has the binary), so on a full disk it
+ *     cannot build: then the call must fail with a status and a message and leave z alone. If
+ *     it runs, z must be right.
+ * Returns the exit status: 0 when all holds. */
+static int cache_full_child(const char *cache, long limit)
+{
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit r;
+    if (getrlimit(RLIMIT_FSIZE, &r) != 0)
+        return 3;
+    r.rlim_cur = (rlim_t)limit;
+    if (setrlimit(RLIMIT_FSIZE, &r) != 0)
+        return 3;
+    const size_t size = limit > 0 ? (size_t)limit : 100000; /* with the header, always too long */
+    unsigned char *binary = tu_malloc(size);
+    memset(binary, 0x5a, size);
+    const int written = iha__disk_cache_write(cache, 0x0123456789abcdefULL, binary, size);
+    free(binary);
+    rel_cache_census c = rel_cache_scan(cache);
+    if (written != -1 || c.valid + c.broken + c.temporary + c.other != 0) {
+        fprintf(stderr, "cache-full child: the writer returned %d and left %zu files\n", written,
+                c.valid + c.broken + c.temporary + c.other);
+        return 4;
+    }
+
+    iha_context_options options;
+    iha_context_options_init(&options);
+    options.cache_dir = cache;
+    iha_context *ctx = NULL;
+    char message[1024] = "";
+    if (iha_context_create(&ctx, &options, message, sizeof message) != IHA_OK) {
+        printf("full disk: no context: %s\n", message);
+        return message[0] ? 0 : 5;
+    }
+    const iha_attention_options o = small_options();
+    tu_layer l;
+    tu_layer_init(&l, &kSmall, 17);
+    double *zref = tu_layer_reference(&l, &o);
+    const size_t nz = tu_count_x(&kSmall);
+    float *z = tu_malloc(nz * sizeof *z);
+    tu_fill_nan(z, nz);
+    const iha_host_weights w = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
+    iha_status st = iha_forward_host(ctx, &kSmall, &o, &w, l.x, z);
+    int rc;
+    if (st == IHA_OK)
+        rc = tu_count_nonfinite(z, nz) == 0 && tu_rel_l2(z, zref, nz) <= TU_TOL_F32 ? 0 : 6;
+    else
+        rc = iha_context_message(ctx)[0] && tu_count_nonfinite(z, nz) == nz ? 0 : 7;
+    printf("full disk (files limited to %ld bytes): %s%s%s\n", limit, iha_status_name(st), st ? ": " : "",
+           iha_context_message(ctx));
+    iha_context_free(ctx); /* writes the entries, or fails to */
+    free(z);
+    free(zref);
+    tu_layer_free(&l);
+    return rc;
+}
+
+/* A disk that fills up: room for 40 bytes per file (an entry's header fits, its binary not),
+ * and for nothing. The child gives a clear outcome, no entry stays behind, and once there is
+ * space again the next process fills the cache with whole entries. (With room for most files
+ * but not all, PoCL's LLVM ends the process itself: "LLVM ERROR: IO failure on output stream";
+ * the writer's behaviour there is what step 1 of the child checks.) */
+static void cache_dir_full(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    const char *limits[] = {"40", "0"};
+    for (int i = 0; i < 2; i++) {
+        char cache[4096];
+        tu_temp_dir(cache, sizeof cache);
+        const char *args[] = {"--cache-full-child", cache, limits[i], NULL};
+        int rc = rel_wait(rel_spawn_self(args));
+        if (rc != 0)
+            fail_msg("the child with files limited to %s bytes exited with %d", limits[i], rc);
+        rel_cache_census c = rel_cache_scan(cache);
+        if (c.valid + c.broken + c.temporary != 0)
+            fail_msg("files limited to %s bytes: %zu valid, %zu broken and %zu temporary entries", limits[i], c.valid,
+                     c.broken, c.temporary);
+        iha_context *ctx = open_with(cache, NULL);
+        check_small(ctx, TU_API_HOST);
+        iha_context_free(ctx);
+        c = rel_cache_scan(cache);
+        assert_true(c.valid > 0);
+        assert_int_equal(c.broken + c.temporary, 0);
+        tu_remove_tree(cache);
+    }
+}
+
+/* ---- Entries cut mid-write ---- */
+
+typedef struct saved_entry {
+    char path[4200];
+    unsigned char *bytes;
+    long size;
+} saved_entry;
+
+typedef struct saved_entries {
+    saved_entry items[64];
+    size_t count;
+} saved_entries;
+
+static void save_entry(const char *path, void *arg)
+{
+    saved_entries *s = arg;
+    if (!strstr(path, ".clbin") || s->count == 64)
+        return;
+    saved_entry *e = &s->items[s->count++];
+    snprintf(e->path, sizeof e->path, "%s", path);
+    e->size = file_size(path);
+    e->bytes = tu_malloc((size_t)e->size);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(e->bytes, 1, (size_t)e->size, f), (size_t)e->size);
+    fclose(f);
+}
+
+static void write_prefix(const saved_entry *e, long length)
+{
+    FILE *f = fopen(e->path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(e->bytes, 1, (size_t)length, f), (size_t)length);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Every entry cut to the same length, at each boundary of "magic | key | length | checksum |
+ * binary" and one byte short of whole: each run rebuilds, is right, and writes whole entries
+ * again. A dead writer's partial temporary file beside them changes nothing. */
+static void cache_entries_cut_mid_write(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char cache[4096];
+    tu_temp_dir(cache, sizeof cache);
+    iha_context *ctx = open_with(cache, NULL);
+    check_small(ctx, TU_API_DEVICE);
+    iha_context_free(ctx);
+    saved_entries saved = {.count = 0};
+    tu_for_each_file(cache, save_entry, &saved);
+    assert_true(saved.count > 0);
+
+    saved_entry dead = saved.items[0];
+    int n = snprintf(dead.path, sizeof dead.path, "%s.tmp.999999.1.2", saved.items[0].path);
+    assert_true(n > 0 && (size_t)n < sizeof dead.path);
+    write_prefix(&dead, dead.size / 2);
+
+    const long cuts[] = {0, 1, 7, 8, 15, 16, 24, 31, 32, 33, -1};
+    for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
+        for (size_t i = 0; i < saved.count; i++)
+            write_prefix(&saved.items[i], cuts[c] >= 0 ? cuts[c] : saved.items[i].size - 1);
+        ctx = open_with(cache, NULL);
+        check_small(ctx, TU_API_DEVICE);
+        iha_context_free(ctx);
+        for (size_t i = 0; i < saved.count; i++)
+            if (file_size(saved.items[i].path) != saved.items[i].size)
+                fail_msg("cut at %ld: %s was not rewritten whole (%ld of %ld bytes)", cuts[c], saved.items[i].path,
+                         file_size(saved.items[i].path), saved.items[i].size);
+    }
+    rel_cache_census census = rel_cache_scan(cache);
+    assert_int_equal(census.valid, saved.count);
+    assert_int_equal(census.broken, 0);
+    assert_int_equal(census.temporary, 1); /* the dead writer's, which nobody may take */
+    assert_int_equal(file_size(dead.path), dead.size / 2);
+    for (size_t i = 0; i < saved.count; i++)
+        free(saved.items[i].bytes);
+    tu_remove_tree(cache);
+}
+
+/* ---- A tuning profile cut mid-write ---- */
+
+static void profile_cut_mid_write(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char dir[4096], path[4200];
+    tu_temp_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    static const char whole[] =
+        "{\"format\": \"iha-tuning-profile\", \"format_version\": 1, \"key\": {\"vendor_id\": 0}, \"entries\": []}";
+    const size_t cuts[] = {0, 1, 20, sizeof whole / 2, sizeof whole - 2};
+    for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(whole, 1, cuts[c], f), cuts[c]);
+        assert_int_equal(fclose(f), 0);
+        iha_context_options options;
+        iha_context_options_init(&options);
+        options.profile = path;
+        iha_context *ctx = NULL;
+        char message[1024] = "";
+        iha_status st = iha_context_create(&ctx, &options, message, sizeof message);
+        if (st != IHA_OK)
+            fail_msg("a profile cut at %zu bytes made iha_context_create fail: %s", cuts[c], message);
+        iha_profile_info info;
+        tu_assert_status(ctx, iha_context_profile(ctx, &info), IHA_ERROR_PROFILE);
+        assert_int_equal(info.state, IHA_PROFILE_IGNORED);
+        assert_true(strlen(info.message) > 0);
+        assert_true(strlen(iha_context_message(ctx)) > 0);
+        check_small(ctx, TU_API_HOST);
+        iha_context_free(ctx);
+    }
+    tu_remove_tree(dir);
+}
+
+/* ---- Freeing and trimming while work is queued ---- */
+
+/* Three layers enqueued, then iha_context_free at once: it waits, and the application reads
+ * the right results through its own queue on the context it retained. The library releases
+ * every OpenCL object it made. */
+static void free_while_queue_holds_work(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    const iha_shape s = {1, 300, 64, 4, 32, 2};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    iha_context *ctx = open_with(NULL, NULL);
+    cl_context cl = iha_context_cl_context(ctx);
+    assert_int_equal(clRetainContext(cl), CL_SUCCESS);
+    cl_int err = CL_SUCCESS;
+    cl_command_queue queue = clCreateCommandQueue(cl, iha_context_cl_device(ctx), 0, &err);
+    assert_int_equal(err, CL_SUCCESS);
+
+    enum { LAYERS = 3 };
+    tu_layer l[LAYERS];
+    tu_device_layer d[LAYERS];
+    double *zref[LAYERS];
+    for (int i = 0; i < LAYERS; i++) {
+        tu_layer_init(&l[i], &s, 40 + (uint64_t)i);
+        zref[i] = tu_layer_reference(&l[i], &o);
+        tu_device_layer_upload(ctx, &l[i], i == 1, &d[i]);
+    }
+    for (int i = 0; i < LAYERS; i++)
+        tu_assert_status(ctx, iha_forward(ctx, &s, &o, &d[i].weights, d[i].x, d[i].z), IHA_OK);
+    iha_context_free(ctx);
+
+    const size_t nz = tu_count_x(&s);
+    float *z = tu_malloc(nz * sizeof *z);
+    for (int i = 0; i < LAYERS; i++) {
+        assert_int_equal(clEnqueueReadBuffer(queue, d[i].z.mem, CL_TRUE, d[i].z.offset * sizeof(float),
+                                             nz * sizeof(float), z, 0, NULL, NULL),
+                         CL_SUCCESS);
+        tu_assert_close("z read after iha_context_free", z, zref[i], nz, TU_TOL_F32);
+        tu_device_layer_release(&d[i]);
+        tu_layer_free(&l[i]);
+        free(zref[i]);
+    }
+    free(z);
+    assert_int_equal(clReleaseCommandQueue(queue), CL_SUCCESS);
+    /* With the application's objects gone, only its own reference is left, once CLBlast's
+     * process-wide cache lets go of the GEMM programs it compiled for this context. */
+    if (rel_refs_count_objects(g_ctx)) {
+        const unsigned left = rel_context_refs(cl);
+        assert_int_equal(CLBlastClearCache(), CLBlastSuccess);
+        print_message("after iha_context_free: %u references besides ours, %u of them in CLBlast's cache\n",
+                      left - 1, left - rel_context_refs(cl));
+        assert_int_equal(rel_context_refs(cl), 1);
+    }
+    assert_int_equal(clReleaseContext(cl), CL_SUCCESS);
+}
+
+/* A trim right after enqueueing, then a call of another shape that grows the workspace anew:
+ * both results right (the in-order queue keeps released buffers alive until their work ran). */
+static void trim_while_queue_holds_work(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    const iha_shape s1 = {1, 300, 64, 4, 32, 2}, s2 = {2, 45, 32, 3, 24, 3};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    tu_layer l1, l2;
+    tu_layer_init(&l1, &s1, 50);
+    tu_layer_init(&l2, &s2, 51);
+    double *r1 = tu_layer_reference(&l1, &o), *r2 = tu_layer_reference(&l2, &o);
+    tu_device_layer d1, d2;
+    tu_device_layer_upload(g_ctx, &l1, 0, &d1);
+    tu_device_layer_upload(g_ctx, &l2, 1, &d2);
+    tu_assert_status(g_ctx, iha_forward(g_ctx, &s1, &o, &d1.weights, d1.x, d1.z), IHA_OK);
+    iha_context_trim(g_ctx);
+    tu_assert_status(g_ctx, iha_forward(g_ctx, &s2, &o, &d2.weights, d2.x, d2.z), IHA_OK);
+    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    const size_t n1 = tu_count_x(&s1), n2 = tu_count_x(&s2);
+    float *z = tu_malloc((n1 > n2 ? n1 : n2) * sizeof *z);
+    tu_buffer_read(g_ctx, d1.z.mem, d1.z.offset, z, n1);
+    tu_assert_close("z of the call before the trim", z, r1, n1, TU_TOL_F32);
+    tu_buffer_read(g_ctx, d2.z.mem, d2.z.offset, z, n2);
+    tu_assert_close("z of the call after the trim", z, r2, n2, TU_TOL_F32);
+    free(z);
+    free(r1);
+    free(r2);
+    tu_device_layer_release(&d1);
+    tu_device_layer_release(&d2);
+    tu_layer_free(&l1);
+    tu_layer_free(&l2);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    iha_context_free(g_ctx);
+    g_ctx = NULL;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    tu_init_environment();
+    if (argc == 4 && strcmp(argv[1], "--cache-full-child") == 0)
+        return cache_full_child(argv[2], atol(argv[3]));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(one_kernel_fails_to_build),
+        cmocka_unit_test(device_refuses_an_allocation),
+        cmocka_unit_test(workspace_refusal_between_good_calls),
+        cmocka_unit_test(cache_dir_cannot_be_created),
+        cmocka_unit_test(cache_dir_full),
+        cmocka_unit_test(cache_entries_cut_mid_write),
+        cmocka_unit_test(profile_cut_mid_write),
+        cmocka_unit_test(free_while_queue_holds_work),
+        cmocka_unit_test(trim_while_queue_holds_work),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

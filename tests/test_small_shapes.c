@@ -1,0 +1,279 @@
+/*
+ * test_small_shapes.c - every kernel of the library on small shapes, checked against the float64
+ * reference: ragged tails (T not a multiple of the key block or of a work-item's rows, d not a
+ * multiple of the vector width), every mask, windows, P = 1 and P > 1, odd d and d = 1, d > 128,
+ * rotary, element offsets, the LSE output, the unfused baseline (a kernel with barriers and
+ * local memory) and the measurement kernels. Each case runs with the device's own launch
+ * geometry and with the other device type's (GPU: a work-item per element and per query row;
+ * CPU: a row per work-item and register tiles), so a CPU runs the GPU code paths too.
+ *
+ * The shapes are small because .ci/oclgrind.sh runs this file under Oclgrind, an OpenCL
+ * simulator that reports out-of-bounds accesses and data races (IHA_DEVICE=oclgrind); it is
+ * also an ordinary, fast test on any device. IHA_SMALL_SHAPES_GEOMETRY=native (or other) runs
+ * one of the two geometries only, IHA_SMALL_SHAPES_FILTER (a CMocka pattern such as "core*")
+ * some of the cases only.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/context.h" /* info.is_gpu: the launch geometry follows the device type */
+#include "test_layer.h"
+#include "test_util.h"
+
+static iha_context *g_ctx;
+
+enum { CAUSAL = IHA_MASK_CAUSAL, TOKEN = IHA_MASK_TOKEN_CAUSAL, NONE = IHA_MASK_NONE };
+typedef enum call { FORWARD, FORWARD_HOST, CORE, ATTENTION, UNFUSED } call;
+
+typedef struct small_case {
+    call call;
+    size_t B, N, D, H, d, P;
+    int mask;
+    long long window;
+    int rope;
+} small_case;
+
+/* T = N*P against the key block (16) and the CPU's 16 rows per work-item; d against the vector
+ * widths 4 (d < 8), 8 (d < 16) and 16, and the d > 128 tile. Few distinct d values, because each
+ * one is a program to build (twice: both geometries). */
+static const small_case kCases[] = {
+    /* call        B   N   D  H    d  P  mask    window rope */
+    {CORE,         1,  5,  0, 2,   3, 2, CAUSAL, 0,     0}, /* T = 10 < one key block, vec 4 */
+    {CORE,         2,  7,  0, 2,   9, 3, TOKEN,  2,     0}, /* vec 8 with a tail */
+    {CORE,         1,  9,  0, 1,  17, 2, NONE,   3,     0}, /* vec 16 with a 1-wide tail */
+    {CORE,         1, 13,  0, 2,   8, 4, NONE,   0,     1}, /* T = 52: 4 key blocks, rotary */
+    {CORE,         1, 17,  0, 2,   8, 2, CAUSAL, 0,     1}, /* T = 34: 3 work-items on a CPU */
+    {CORE,         2,  3,  0, 1,   1, 1, TOKEN,  0,     0}, /* d = 1, P = 1 */
+    {CORE,         1,  6,  0, 1, 130, 1, CAUSAL, 2,     1}, /* d > 128, window */
+    {CORE,         1, 11,  0, 3,   3, 3, TOKEN,  0,     0}, /* H = 3 */
+    {ATTENTION,    1,  7,  0, 2,   9, 3, CAUSAL, 2,     0}, /* with LSE */
+    {ATTENTION,    2,  9,  0, 1,   3, 2, TOKEN,  0,     0},
+    {ATTENTION,    1, 10,  0, 1,  17, 2, NONE,   4,     0},
+    {FORWARD,      1,  7, 12, 2,   8, 2, CAUSAL, 3,     1}, /* every stage, tensors at offsets */
+    {FORWARD,      2,  5,  9, 3,   3, 1, NONE,   0,     0},
+    {FORWARD_HOST, 1,  9, 16, 2,   8, 3, TOKEN,  2,     1},
+    {UNFUSED,      1,  9,  0, 2,   8, 2, CAUSAL, 0,     0}, /* measure_softmax.cl */
+    {UNFUSED,      1,  6,  0, 1,   3, 3, NONE,   2,     0},
+};
+#define CASE_COUNT (sizeof kCases / sizeof kCases[0])
+
+static iha_attention_options case_options(const small_case *c)
+{
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.mask = c->mask;
+    o.window = c->window;
+    o.rope = c->rope;
+    return o;
+}
+
+static ref_problem case_problem(const small_case *c, const float *const mix[4])
+{
+    ref_problem p;
+    memset(&p, 0, sizeof p);
+    p.B = c->B;
+    p.N = c->N;
+    p.D = c->D;
+    p.H = c->H;
+    p.d = c->d;
+    p.P = c->P;
+    p.mask = c->mask;
+    p.window = c->window;
+    p.rope = c->rope;
+    if (mix) {
+        p.alpha_q = mix[0];
+        p.alpha_k = mix[1];
+        p.alpha_v = mix[2];
+        p.r = mix[3];
+    }
+    return p;
+}
+
+/* A device copy of data at element offset `off`, with sentinel guards. */
+static iha_buffer guarded(const float *data, size_t n, size_t off)
+{
+    return (iha_buffer){tu_buffer_guarded(g_ctx, data, n, off, TU_GUARD, TU_SENTINEL), off};
+}
+
+/* Reads n floats of b, checks its guards and compares with ref. */
+static void check_output(const char *what, iha_buffer b, size_t n, const double *ref)
+{
+    float *out = tu_malloc(n * sizeof *out);
+    tu_buffer_read(g_ctx, b.mem, b.offset, out, n);
+    tu_assert_guard(g_ctx, b.mem, n, b.offset, TU_GUARD, TU_SENTINEL);
+    tu_assert_close(what, out, ref, n, TU_TOL_F32);
+    free(out);
+}
+
+/* iha_attention_core: Q, K, V [B][N][H][d] at offsets -> Y. */
+static void run_core(const small_case *c, uint64_t seed)
+{
+    const iha_shape s = {c->B, c->N, 0, c->H, c->d, c->P};
+    const iha_attention_options o = case_options(c);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    const size_t n = tu_count_heads(&s), nm = c->H * c->H * c->P;
+    float *q = tu_random_array(&rng, n, 2.0f), *k = tu_random_array(&rng, n, 2.0f), *v = tu_random_array(&rng, n, 1.0f);
+    float *mix[4];
+    for (int i = 0; i < 4; i++)
+        mix[i] = tu_random_array(&rng, nm, 1.0f / sqrtf((float)(c->H * (i == 3 ? c->P : 1))));
+    const ref_problem p = case_problem(c, (const float *const *)mix);
+    double *yref = tu_malloc(n * sizeof *yref);
+    assert_int_equal(ref_attention_core(&p, q, k, v, yref), 0);
+
+    iha_buffer qb = guarded(q, n, 3), kb = guarded(k, n, 1), vb = guarded(v, n, 6), yb = guarded(NULL, n, 5);
+    iha_layer_weights w;
+    memset(&w, 0, sizeof w);
+    iha_buffer *wm[4] = {&w.alpha_q, &w.alpha_k, &w.alpha_v, &w.r};
+    for (int i = 0; i < 4; i++)
+        *wm[i] = guarded(mix[i], nm, (size_t)i + 1);
+    tu_assert_status(g_ctx, iha_attention_core(g_ctx, &s, &o, &w, qb, kb, vb, yb), IHA_OK);
+    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    check_output("y (iha_attention_core)", yb, n, yref);
+
+    for (int i = 0; i < 4; i++) {
+        tu_buffer_release(wm[i]->mem);
+        free(mix[i]);
+    }
+    tu_buffer_release(qb.mem);
+    tu_buffer_release(kb.mem);
+    tu_buffer_release(vb.mem);
+    tu_buffer_release(yb.mem);
+    free(yref);
+    free(q);
+    free(k);
+    free(v);
+}
+
+/* iha_attention (with LSE) or iha_attention_unfused: Qt, Kt, Vt [B][H][T][d] -> O. */
+static void run_attention(const small_case *c, uint64_t seed)
+{
+    const iha_shape s = {c->B, c->N, 0, c->H, c->d, c->P};
+    const iha_attention_options o = case_options(c);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    const size_t n = tu_count_virtual(&s), nl = c->B * c->H * c->N * c->P;
+    float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f), *vt = tu_random_array(&rng, n, 1.0f);
+    const ref_problem p = case_problem(c, NULL);
+    double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(nl * sizeof *lref);
+    assert_int_equal(ref_attention(&p, qt, kt, vt, oref, lref), 0);
+
+    iha_buffer qb = guarded(qt, n, 2), kb = guarded(kt, n, 7), vb = guarded(vt, n, 1), ob = guarded(NULL, n, 4);
+    iha_buffer lb = c->call == ATTENTION ? guarded(NULL, nl, 3) : (iha_buffer){NULL, 0};
+    iha_status st = c->call == ATTENTION ? iha_attention(g_ctx, &s, &o, qb, kb, vb, ob, lb)
+                                         : iha_attention_unfused(g_ctx, &s, &o, qb, kb, vb, ob);
+    tu_assert_status(g_ctx, st, IHA_OK);
+    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    check_output(c->call == ATTENTION ? "o (iha_attention)" : "o (iha_attention_unfused)", ob, n, oref);
+    if (lb.mem)
+        check_output("lse (iha_attention)", lb, nl, lref);
+
+    tu_buffer_release(qb.mem);
+    tu_buffer_release(kb.mem);
+    tu_buffer_release(vb.mem);
+    tu_buffer_release(ob.mem);
+    tu_buffer_release(lb.mem);
+    free(oref);
+    free(lref);
+    free(qt);
+    free(kt);
+    free(vt);
+}
+
+static void run_forward(const small_case *c, uint64_t seed)
+{
+    const iha_shape s = {c->B, c->N, c->D, c->H, c->d, c->P};
+    const iha_attention_options o = case_options(c);
+    tu_layer l;
+    tu_layer_init(&l, &s, seed);
+    double *zref = tu_layer_reference(&l, &o);
+    tu_layer_check_forward(g_ctx, &l, &o, c->call == FORWARD ? TU_API_DEVICE_OFFSETS : TU_API_HOST, zref, TU_TOL_F32);
+    free(zref);
+    tu_layer_free(&l);
+}
+
+/* Bit 0: the device's own geometry, bit 1: the other device type's. */
+static int geometries(void)
+{
+    const char *g = getenv("IHA_SMALL_SHAPES_GEOMETRY");
+    return g && strcmp(g, "native") == 0 ? 1 : g && strcmp(g, "other") == 0 ? 2 : 3;
+}
+
+static void small_case_test(void **state)
+{
+    const small_case *c = *state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    const int native = g_ctx->info.is_gpu;
+    for (int g = 0; g < 2; g++) {
+        if (!(geometries() & (1 << g)))
+            continue;
+        g_ctx->info.is_gpu = g ? !native : native;
+        print_message("%s geometry\n", g_ctx->info.is_gpu ? "GPU" : "CPU");
+        const uint64_t seed = 7000 + (uint64_t)(c - kCases);
+        if (c->call == CORE)
+            run_core(c, seed);
+        else if (c->call == ATTENTION || c->call == UNFUSED)
+            run_attention(c, seed);
+        else
+            run_forward(c, seed);
+        g_ctx->info.is_gpu = native;
+    }
+}
+
+/* The measurement kernels (cl/measure_copy.cl; the peak-FMA kernel's run length is calibrated
+ * to 0.1 s per run, too long for a simulator, so it is left to `iha bench`). */
+static void measure_copy_kernel(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    double bytes_per_second = 0.0;
+    tu_assert_status(g_ctx, iha_measure_copy_bandwidth(g_ctx, 4096 + 64, &bytes_per_second), IHA_OK);
+    assert_true(bytes_per_second > 0.0);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    /* No tuning profile: the built-in configuration of each device type is what is flipped. */
+    iha_context_options options;
+    iha_context_options_init(&options);
+    options.profile = "off";
+    return tu_context_open(&g_ctx, &options) < 0 ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    iha_context_free(g_ctx);
+    g_ctx = NULL;
+    return 0;
+}
+
+int main(void)
+{
+    tu_init_environment();
+    struct CMUnitTest tests[CASE_COUNT + 1];
+    char names[CASE_COUNT][96];
+    static const char *const call_names[] = {"forward", "forward_host", "core", "attention", "unfused"};
+    static const char *const mask_names[] = {"causal", "token_causal", "none"};
+    for (size_t i = 0; i < CASE_COUNT; i++) {
+        const small_case *c = &kCases[i];
+        snprintf(names[i], sizeof names[i], "%s B%zu N%zu H%zu d%zu P%zu %s w%lld%s", call_names[c->call], c->B, c->N,
+                 c->H, c->d, c->P, mask_names[c->mask], c->window, c->rope ? " rope" : "");
+        tests[i] = (struct CMUnitTest){names[i], small_case_test, NULL, NULL, (void *)c};
+    }
+    tests[CASE_COUNT] = (struct CMUnitTest)cmocka_unit_test(measure_copy_kernel);
+    const char *filter = getenv("IHA_SMALL_SHAPES_FILTER");
+    if (filter && filter[0])
+        cmocka_set_test_filter(filter);
+    return _cmocka_run_group_tests("small_shapes", tests, CASE_COUNT + 1, group_setup, group_teardown);
+}

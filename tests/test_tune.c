@@ -1,0 +1,626 @@
+/*
+ * test_tune.c - tuning and the profile: a tune stores only verified configurations and later
+ * calls use them (exact bucket) with results inside SPEC's contract, as the built-in defaults
+ * do; the fallback order exact -> nearest of the same kind -> device default -> built-in; a
+ * profile for another driver, library or kernel version, and a corrupt, truncated or invalid
+ * one, is reported (IHA_ERROR_PROFILE), ignored and harmless; two writers at once leave a valid
+ * file and a later writer merges; a candidate that is fast but wrong is rejected, never stored;
+ * tuning on first use happens only when asked; clear removes the file. Candidate counts and
+ * budgets are tiny: every new configuration costs PoCL a compile.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test_layer.h"
+#include "test_util.h"
+
+static iha_context *g_ctx;
+static char g_dir[1024];
+static cJSON *g_key; /* the key the library wrote for this device */
+
+/* The shape every tuning here uses: T = 48 virtual tokens, d = 8. */
+static const iha_shape small_shape = {1, 24, 16, 2, 8, 2};
+
+/* ---- Files ---- */
+
+static void path_in(char *out, size_t size, const char *name)
+{
+    snprintf(out, size, "%s/%s", g_dir, name);
+}
+
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = tu_malloc((size_t)n + 1);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+static void write_text(const char *path, const char *text, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static cJSON *parse_file(const char *path)
+{
+    char *text = slurp(path);
+    assert_non_null(text);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    return root;
+}
+
+/* ---- Profiles written by hand, with this device's key ---- */
+
+static cJSON *profile_new(void)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "iha-tuning-profile");
+    cJSON_AddNumberToObject(root, "format_version", 1);
+    cJSON_AddItemToObject(root, "key", cJSON_Duplicate(g_key, 1));
+    cJSON_AddItemToObject(root, "entries", cJSON_CreateArray());
+    return root;
+}
+
+/* An attention entry; role "bucket" or "device_default". */
+static void add_attention(cJSON *root, const char *role, long mask, long windowed, long T, long span, const long cfg[5])
+{
+    static const char *const params[5] = {"ATT_ROWS", "ATT_TILES", "ATT_KB", "ATT_VD", "group"};
+    cJSON *e = cJSON_CreateObject(), *b = cJSON_CreateObject(), *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "kernel", "attention");
+    cJSON_AddStringToObject(e, "role", role);
+    cJSON_AddNumberToObject(b, "mask", (double)mask);
+    cJSON_AddNumberToObject(b, "windowed", (double)windowed);
+    cJSON_AddNumberToObject(b, "elem_bytes", 4);
+    cJSON_AddNumberToObject(b, "d", 8);
+    cJSON_AddNumberToObject(b, "P", 2);
+    cJSON_AddNumberToObject(b, "T", (double)T);
+    cJSON_AddNumberToObject(b, "span", (double)span);
+    for (int i = 0; i < 5; i++)
+        cJSON_AddNumberToObject(c, params[i], (double)cfg[i]);
+    cJSON_AddItemToObject(e, "bucket", b);
+    cJSON_AddItemToObject(e, "config", c);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(root, "entries"), e);
+}
+
+static void profile_write(cJSON *root, const char *path)
+{
+    char *text = cJSON_Print(root);
+    write_text(path, text, strlen(text));
+    free(text);
+}
+
+/* ---- Contexts and calls ---- */
+
+static iha_context *open_with_profile(const char *profile, int first_use)
+{
+    iha_context_options o;
+    iha_context_options_init(&o);
+    o.profile = profile;
+    o.tune_on_first_use = first_use;
+    o.tune_budget_s = 6;
+    iha_context *ctx = NULL;
+    char message[1024] = "";
+    iha_status st = iha_context_create(&ctx, &o, message, sizeof message);
+    if (st != IHA_OK)
+        fail_msg("iha_context_create: %s: %s", iha_status_name(st), message);
+    return ctx;
+}
+
+/* iha_attention on random inputs of `shape` and `options`, checked against the float64
+ * reference within SPEC's float32 contract. */
+static void check_attention(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options)
+{
+    const size_t n = tu_count_virtual(shape);
+    tu_rng rng;
+    tu_rng_seed(&rng, 5);
+    float *q = tu_random_array(&rng, n, 1.0f), *k = tu_random_array(&rng, n, 1.0f), *v = tu_random_array(&rng, n, 1.0f);
+    float *o = tu_malloc(n * sizeof *o);
+    double *ref = tu_malloc(n * sizeof *ref);
+    cl_mem bq = tu_buffer_guarded(ctx, q, n, 0, 0, 0), bk = tu_buffer_guarded(ctx, k, n, 0, 0, 0);
+    cl_mem bv = tu_buffer_guarded(ctx, v, n, 0, 0, 0), bo = tu_buffer_guarded(ctx, NULL, n, 0, 0, 0);
+    iha_status st = iha_attention(ctx, shape, options, (iha_buffer){bq, 0}, (iha_buffer){bk, 0}, (iha_buffer){bv, 0},
+                                  (iha_buffer){bo, 0}, (iha_buffer){NULL, 0});
+    tu_assert_status(ctx, st, IHA_OK);
+    tu_buffer_read(ctx, bo, 0, o, n);
+    ref_problem p = {.B = shape->batch, .N = shape->tokens, .H = shape->heads, .d = shape->head_dim,
+                     .P = shape->pseudo, .mask = options->mask, .window = options->window};
+    assert_int_equal(ref_attention(&p, q, k, v, ref, NULL), 0);
+    tu_assert_close("attention output", o, ref, n, TU_TOL_F32);
+    tu_buffer_release(bq), tu_buffer_release(bk), tu_buffer_release(bv), tu_buffer_release(bo);
+    free(q), free(k), free(v), free(o), free(ref);
+}
+
+static iha_kernel_choice choice_of(iha_context *ctx, const char *kernel)
+{
+    iha_kernel_choice c[4];
+    size_t n = 0;
+    assert_int_equal(iha_context_last_choices(ctx, c, 4, &n), IHA_OK);
+    for (size_t i = 0; i < n && i < 4; i++)
+        if (strcmp(c[i].kernel, kernel) == 0)
+            return c[i];
+    fail_msg("no choice reported for %s", kernel);
+    return c[0];
+}
+
+static iha_attention_options causal(int64_t window)
+{
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.window = window;
+    return o;
+}
+
+/* A tiny budgeted tune of `kernels` for small_shape (causal, global) into `profile`. */
+static void tune_small(iha_context *ctx, unsigned kernels, double budget, iha_tune_result *results, size_t *count)
+{
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = kernels;
+    to.budget_s = budget;
+    to.reps = 3;
+    const iha_attention_options o = causal(0);
+    iha_status st = iha_tune(ctx, &small_shape, &o, 1, &to, results, 4, count);
+    tu_assert_status(ctx, st, IHA_OK);
+}
+
+/* ---- Tests ---- */
+
+static void tune_stores_verified_configs_that_calls_use(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "verified.json");
+    iha_context *ctx = open_with_profile(path, 0);
+    /* One kernel per call: a task alone always gets its first candidates, however loaded the
+     * machine is (in one call, a slow first task may leave the second no budget). */
+    iha_tune_result r[4];
+    size_t n = 0;
+    tune_small(ctx, IHA_TUNE_ATTENTION, 6, r, &n);
+    assert_int_equal(n, 1);
+    tune_small(ctx, IHA_TUNE_ROWS, 6, r + 1, &n);
+    assert_int_equal(n, 1);
+    n = 2;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(r[i].stored);
+        assert_true(r[i].tuned_config[0] != '\0');
+        assert_true(r[i].error <= TU_TOL_F32);
+        assert_true(r[i].tuned_s > 0 && r[i].default_s > 0);
+    }
+    /* Every stored entry records the error of its verification, inside the contract. */
+    cJSON *root = parse_file(path);
+    const cJSON *e;
+    int entries = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
+    {
+        assert_true(cJSON_GetObjectItem(e, "error")->valuedouble <= TU_TOL_F32);
+        entries++;
+    }
+    assert_int_equal(entries, 4); /* a bucket entry and a device default per kernel */
+    cJSON_Delete(root);
+    iha_context_free(ctx);
+
+    /* A new context loads it; the layer uses the exact entries and stays inside the contract,
+     * as the built-in defaults (profile off) do. */
+    const iha_attention_options o = causal(0);
+    tu_layer l;
+    tu_layer_init(&l, &small_shape, 17);
+    double *zref = tu_layer_reference(&l, &o);
+    const char *profiles[2] = {path, "off"};
+    for (int i = 0; i < 2; i++) {
+        ctx = open_with_profile(profiles[i], 0);
+        iha_profile_info info;
+        assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
+        assert_int_equal(info.state, i == 0 ? IHA_PROFILE_LOADED : IHA_PROFILE_OFF);
+        tu_layer_check_forward(ctx, &l, &o, TU_API_DEVICE, zref, TU_TOL_F32);
+        const int want = i == 0 ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE;
+        assert_int_equal(choice_of(ctx, "attention").source, want);
+        assert_int_equal(choice_of(ctx, "rows").source, want);
+        if (i == 0)
+            assert_string_equal(choice_of(ctx, "attention").config,
+                                strcmp(r[0].kernel, "attention") == 0 ? r[0].tuned_config : r[1].tuned_config);
+        iha_context_free(ctx);
+    }
+    free(zref);
+    tu_layer_free(&l);
+}
+
+static void fallback_goes_from_specific_to_general(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "fallback.json");
+    static const long exact[5] = {1, 2, 8, 4, 16}, far[5] = {2, 1, 8, 8, 1}, device[5] = {1, 1, 16, 8, 1};
+    cJSON *root = profile_new();
+    add_attention(root, "bucket", 0, 0, 64, 64, exact);
+    add_attention(root, "bucket", 0, 0, 4096, 4096, far);
+    add_attention(root, "device_default", 0, 0, 64, 64, device);
+    profile_write(root, path);
+    cJSON_Delete(root);
+
+    iha_context *ctx = open_with_profile(path, 0);
+    const iha_attention_options global = causal(0);
+    iha_attention_options none = causal(0);
+    none.mask = IHA_MASK_NONE;
+    /* 1. T = 48 is in the bucket T = 64 exactly. */
+    check_attention(ctx, &small_shape, &global);
+    iha_kernel_choice c = choice_of(ctx, "attention");
+    assert_int_equal(c.source, IHA_CONFIG_PROFILE_EXACT);
+    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=2 ATT_KB=8 ATT_VD=4 group=16");
+    /* 2. T = 2000 (bucket 2048) is nearest to the T = 4096 entry of the same kind. */
+    const iha_shape longer = {1, 1000, 16, 1, 8, 2};
+    check_attention(ctx, &longer, &global);
+    c = choice_of(ctx, "attention");
+    assert_int_equal(c.source, IHA_CONFIG_PROFILE_NEAREST);
+    assert_string_equal(c.config, "ATT_ROWS=2 ATT_TILES=1 ATT_KB=8 ATT_VD=8 group=1");
+    assert_non_null(strstr(c.source_bucket, "T=4096"));
+    /* 3. Another mask is another kind: the device default. */
+    check_attention(ctx, &small_shape, &none);
+    c = choice_of(ctx, "attention");
+    assert_int_equal(c.source, IHA_CONFIG_PROFILE_DEVICE);
+    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=1 ATT_KB=16 ATT_VD=8 group=1");
+    /* The mixing kernels have no entry at all: 4. the built-in default of the device type. */
+    assert_int_equal(choice_of(ctx, "rows").source, IHA_CONFIG_BUILTIN_TYPE);
+    iha_context_free(ctx);
+}
+
+/* Writes a copy of this device's valid profile with key field `field` replaced by `value`. */
+static void write_with_key(const char *path, const char *field, cJSON *value)
+{
+    static const long cfg[5] = {1, 2, 8, 4, 16};
+    cJSON *root = profile_new();
+    add_attention(root, "bucket", 0, 0, 64, 64, cfg);
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "key"), field, value);
+    profile_write(root, path);
+    cJSON_Delete(root);
+}
+
+/* The profile at path must be reported, ignored, and harmless to a call. */
+static void expect_ignored(const char *path, const char *why)
+{
+    iha_context *ctx = open_with_profile(path, 0);
+    iha_profile_info info;
+    assert_int_equal(iha_context_profile(ctx, &info), IHA_ERROR_PROFILE);
+    assert_int_equal(info.state, IHA_PROFILE_IGNORED);
+    assert_int_equal(info.entries, 0);
+    if (why != NULL && strstr(info.message, why) == NULL)
+        fail_msg("message \"%s\" does not mention %s", info.message, why);
+    assert_non_null(strstr(iha_context_message(ctx), "ignored"));
+    const iha_attention_options o = causal(0);
+    check_attention(ctx, &small_shape, &o);
+    assert_int_equal(choice_of(ctx, "attention").source, IHA_CONFIG_BUILTIN_TYPE);
+    iha_context_free(ctx);
+}
+
+static void key_mismatch_is_reported_and_ignored(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "mismatch.json");
+    write_with_key(path, "driver_version", cJSON_CreateString("0.0-older-driver"));
+    expect_ignored(path, "driver_version");
+    write_with_key(path, "library_version", cJSON_CreateString("0.0.1"));
+    expect_ignored(path, "library_version");
+    write_with_key(path, "kernel_sources", cJSON_CreateString("0123456789abcdef"));
+    expect_ignored(path, "kernel_sources");
+    write_with_key(path, "compute_units", cJSON_CreateNumber(999));
+    expect_ignored(path, "compute_units");
+    write_with_key(path, "local_mem_type", cJSON_CreateString("none"));
+    expect_ignored(path, "local_mem_type");
+}
+
+static void corrupt_profile_is_reported_and_ignored(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "corrupt.json");
+    static const long good[5] = {1, 2, 8, 4, 16}, bad_kb[5] = {1, 2, 5, 4, 16}, big[5] = {1, 2, 8, 4, 1L << 40};
+    cJSON *root = profile_new();
+    add_attention(root, "bucket", 0, 0, 64, 64, good);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    const size_t len = strlen(text);
+
+    write_text(path, text, len / 2); /* truncated */
+    expect_ignored(path, "JSON");
+    write_text(path, "", 0);
+    expect_ignored(path, NULL);
+    write_text(path, "\x01\x7f garbage \xff{{[", 15);
+    expect_ignored(path, "JSON");
+    write_text(path, "{}", 2);
+    expect_ignored(path, "format");
+    free(text);
+
+    const long *configs[2] = {bad_kb, big};
+    for (int i = 0; i < 2; i++) { /* a configuration outside the space */
+        root = profile_new();
+        add_attention(root, "bucket", 0, 0, 64, 64, configs[i]);
+        profile_write(root, path);
+        cJSON_Delete(root);
+        expect_ignored(path, "outside its space");
+    }
+    root = profile_new(); /* an unknown kernel */
+    add_attention(root, "bucket", 0, 0, 64, 64, good);
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "entries"), 0), "kernel",
+                              cJSON_CreateString("softmax"));
+    profile_write(root, path);
+    cJSON_Delete(root);
+    expect_ignored(path, "unknown kernel");
+    root = profile_new(); /* a parameter missing, one of the wrong type */
+    add_attention(root, "bucket", 0, 0, 64, 64, good);
+    cJSON *config = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "entries"), 0), "config");
+    cJSON_DeleteItemFromObject(config, "ATT_VD");
+    profile_write(root, path);
+    expect_ignored(path, "ATT_VD");
+    cJSON_AddStringToObject(config, "ATT_VD", "4");
+    profile_write(root, path);
+    cJSON_Delete(root);
+    expect_ignored(path, "ATT_VD");
+}
+
+typedef struct writer {
+    const char *path;
+    iha_shape shape;
+    iha_status status;
+} writer;
+
+static void *write_profile(void *arg)
+{
+    writer *w = arg;
+    iha_context_options o;
+    iha_context_options_init(&o);
+    o.profile = w->path;
+    iha_context *ctx = NULL;
+    w->status = iha_context_create(&ctx, &o, NULL, 0);
+    if (w->status != IHA_OK)
+        return NULL;
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = IHA_TUNE_ROWS;
+    to.budget_s = 3;
+    to.reps = 2;
+    const iha_attention_options a = causal(0);
+    w->status = iha_tune(ctx, &w->shape, &a, 1, &to, NULL, 0, NULL);
+    iha_context_free(ctx);
+    return NULL;
+}
+
+static size_t count_entries(const char *path, const char *kernel)
+{
+    cJSON *root = parse_file(path);
+    size_t n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
+    {
+        n += strcmp(cJSON_GetObjectItem(e, "kernel")->valuestring, kernel) == 0 &&
+             strcmp(cJSON_GetObjectItem(e, "role")->valuestring, "bucket") == 0;
+    }
+    cJSON_Delete(root);
+    return n;
+}
+
+static void count_temp(const char *file, void *arg)
+{
+    *(int *)arg += strstr(file, ".tmp.") != NULL;
+}
+
+static void concurrent_writers_leave_a_valid_profile(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char dir[1024], path[1100];
+    tu_temp_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    writer w[3] = {{path, {1, 24, 16, 2, 8, 2}, IHA_OK}, {path, {1, 40, 16, 3, 8, 2}, IHA_OK},
+                   {path, {1, 80, 16, 2, 8, 3}, IHA_OK}};
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, write_profile, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(threads[i], NULL), 0);
+    assert_int_equal(w[0].status, IHA_OK);
+    assert_int_equal(w[1].status, IHA_OK);
+    /* Whichever finished last, the file is whole, loads, and no temporary file is left. */
+    iha_context *ctx = open_with_profile(path, 0);
+    iha_profile_info info;
+    assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
+    assert_int_equal(info.state, IHA_PROFILE_LOADED);
+    iha_context_free(ctx);
+    const size_t before = count_entries(path, "rows");
+    assert_true(before >= 1);
+    int temps = 0;
+    tu_for_each_file(dir, count_temp, &temps);
+    assert_int_equal(temps, 0);
+    /* A later writer keeps what is on disk and adds its own bucket. */
+    write_profile(&w[2]);
+    assert_int_equal(w[2].status, IHA_OK);
+    assert_int_equal(count_entries(path, "rows"), before + 1);
+    tu_remove_tree(dir);
+}
+
+/* Copies cl/ to dir, with attention.cl made fast and wrong when ATT_ROWS is 2. */
+static void broken_kernels(const char *dir)
+{
+    static const char *const files[] = {"attention.cl", "mix.cl", "collapse.cl", "pack_keys.cl", NULL};
+    for (int i = 0; files[i]; i++) {
+        char src[1200], dst[1200];
+        snprintf(src, sizeof src, "%s/cl/%s", IHA_TEST_SOURCE_DIR, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        char *text = slurp(src);
+        assert_non_null(text);
+        FILE *f = fopen(dst, "wb");
+        assert_non_null(f);
+        if (strcmp(files[i], "attention.cl") == 0)
+            fputs("#if defined(ATT_ROWS) && ATT_ROWS == 2\n#define exp2(x) (0.5f)\n#endif\n", f);
+        fputs(text, f);
+        fclose(f);
+        free(text);
+    }
+}
+
+static void wrong_candidate_is_never_stored(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char dir[1024], path[1100];
+    tu_temp_dir(dir, sizeof dir);
+    broken_kernels(dir);
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    iha_context_options o;
+    iha_context_options_init(&o);
+    o.profile = path;
+    o.kernel_dir = dir;
+    o.cache_dir = "off";
+    iha_context *ctx = NULL;
+    assert_int_equal(iha_context_create(&ctx, &o, NULL, 0), IHA_OK);
+    iha_tune_result r[4];
+    size_t n = 0;
+    tune_small(ctx, IHA_TUNE_ATTENTION, 20, r, &n);
+    assert_int_equal(n, 1);
+    /* The first sweep tries ATT_ROWS 1, 2 and 8 around the built-in: 2 fails its check. */
+    assert_true(r[0].rejected >= 1);
+    assert_true(r[0].stored);
+    assert_null(strstr(r[0].tuned_config, "ATT_ROWS=2 "));
+    cJSON *root = parse_file(path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
+    {
+        assert_int_not_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "config"), "ATT_ROWS")->valueint, 2);
+    }
+    cJSON_Delete(root);
+    iha_context_free(ctx);
+    tu_remove_tree(dir);
+}
+
+static void tuning_on_first_use_only_when_asked(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "first-use.json");
+    const iha_attention_options o = causal(0);
+    for (int asked = 0; asked < 2; asked++) {
+        remove(path);
+        iha_context *ctx = open_with_profile(path, asked);
+        check_attention(ctx, &small_shape, &o);
+        assert_int_equal(file_exists(path), asked);
+        const int want = asked ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE;
+        assert_int_equal(choice_of(ctx, "attention").source, want);
+        assert_int_equal(choice_of(ctx, "rows").source, want);
+        iha_context_free(ctx);
+    }
+}
+
+static void clear_removes_the_profile(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "clear.json");
+    static const long cfg[5] = {1, 2, 8, 4, 16};
+    cJSON *root = profile_new();
+    add_attention(root, "bucket", 0, 0, 64, 64, cfg);
+    profile_write(root, path);
+    cJSON_Delete(root);
+    iha_context *ctx = open_with_profile(path, 0);
+    const iha_attention_options o = causal(0);
+    check_attention(ctx, &small_shape, &o);
+    assert_int_equal(choice_of(ctx, "attention").source, IHA_CONFIG_PROFILE_EXACT);
+    assert_int_equal(iha_profile_clear(ctx), IHA_OK);
+    assert_false(file_exists(path));
+    iha_profile_info info;
+    assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
+    assert_int_equal(info.state, IHA_PROFILE_NONE);
+    check_attention(ctx, &small_shape, &o);
+    assert_int_equal(choice_of(ctx, "attention").source, IHA_CONFIG_BUILTIN_TYPE);
+    iha_context_free(ctx);
+}
+
+/* ---- Setup: the key comes from a profile the library writes itself ---- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (tu_context_open(&g_ctx, NULL) < 0)
+        return -1;
+    if (g_ctx == NULL)
+        return 0;
+    tu_temp_dir(g_dir, sizeof g_dir);
+    char path[1100];
+    path_in(path, sizeof path, "key.json");
+    iha_context *ctx = open_with_profile(path, 0);
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = IHA_TUNE_ROWS;
+    to.budget_s = 1;
+    to.reps = 1;
+    const iha_attention_options o = causal(0);
+    iha_status st = iha_tune(ctx, &small_shape, &o, 1, &to, NULL, 0, NULL);
+    iha_context_free(ctx);
+    if (st != IHA_OK)
+        return -1;
+    cJSON *root = parse_file(path);
+    g_key = cJSON_Duplicate(cJSON_GetObjectItem(root, "key"), 1);
+    cJSON_Delete(root);
+    return g_key ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    cJSON_Delete(g_key);
+    if (g_dir[0])
+        tu_remove_tree(g_dir);
+    iha_context_free(g_ctx);
+    return 0;
+}
+
+int main(void)
+{
+    tu_init_environment();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tune_stores_verified_configs_that_calls_use),
+        cmocka_unit_test(fallback_goes_from_specific_to_general),
+        cmocka_unit_test(key_mismatch_is_reported_and_ignored),
+        cmocka_unit_test(corrupt_profile_is_reported_and_ignored),
+        cmocka_unit_test(concurrent_writers_leave_a_valid_profile),
+        cmocka_unit_test(wrong_candidate_is_never_stored),
+        cmocka_unit_test(tuning_on_first_use_only_when_asked),
+        cmocka_unit_test(clear_removes_the_profile),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

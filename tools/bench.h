@@ -1,0 +1,135 @@
+/*
+ * bench.h - "iha bench": what it was asked to run (bench_config) and what it measured
+ * (bench_results), shared by the measuring (bench_run.c, cold_start.c) and the reporting
+ * (bench_report.c) halves. Every time is a median in seconds; every FLOP count follows SPEC's
+ * cost model (cost.h).
+ */
+#ifndef IHA_TOOLS_BENCH_H
+#define IHA_TOOLS_BENCH_H
+
+#include <stddef.h>
+
+#include "cost.h"
+#include "iha.h"
+
+/* The unfused baseline materialises T x T floats per (b, h); past this T it is not run. */
+#define BENCH_BASELINE_MAX_T 8192
+
+typedef struct bench_config {
+    iha_shape core;                /* the attention problem (model_dim unused) */
+    iha_shape layer;               /* the whole layer: the core's B, H, d, P with its own N and D */
+    iha_attention_options options; /* mask and window of both */
+    size_t reps;                   /* timed runs after one warm-up run */
+    size_t baseline_reps;          /* timed single-sequence runs of the unfused baseline (it is slow) */
+    const char *device;            /* NULL: $IHA_DEVICE or the default */
+    int json;
+    int run_layer, run_ceilings, run_baseline, run_cold_start;
+    int run_decode;                /* --decode: only the decoding step (and the ceilings) */
+    size_t decode_tokens;          /* tokens already in the cache, per sequence */
+    int decode_half;               /* the cache stores half */
+} bench_config;
+
+/* What a section holds: measured, skipped by an option, or not possible (note says why). */
+typedef enum bench_state { BENCH_SKIPPED = 0, BENCH_RAN, BENCH_NOT_RUN } bench_state;
+
+/* A GEMM of m x n x k: 2*m*n*k FLOPs. */
+typedef struct bench_gemm {
+    size_t m, n, k;
+    double seconds;
+} bench_gemm;
+
+typedef struct bench_ceilings {
+    bench_state state;
+    char note[256];
+    size_t copy_bytes;            /* bytes copied per run (read once, written once) */
+    double copy_bytes_per_second; /* 2 * copy_bytes / seconds */
+    bench_gemm clblast_square, clblast_projection;
+    double peak_fma_gflops;
+    bench_state host_state; /* BENCH_NOT_RUN when not built with CBLAS or the device is no CPU */
+    char host_note[128];
+    bench_gemm host_square, host_projection;
+} bench_ceilings;
+
+typedef struct bench_core {
+    double flops; /* 4*d per visible pair, B*H sequences */
+    double bytes; /* fewest bytes: Qt, Kt, Vt read and O written once, 4*B*H*T*d*4 */
+    double seconds;
+} bench_core;
+
+/* The baseline is timed on single (b, h) sequences and scaled by B*H (see bench_core.c). */
+typedef struct bench_baseline {
+    bench_state state;
+    char note[256];
+    double sequence_seconds; /* median over the timed sequences */
+    double seconds;          /* sequence_seconds * B*H: the whole problem */
+    size_t sequences_timed;  /* distinct sequences among the timed runs */
+    double rel_difference;   /* ||fused - unfused|| / ||unfused|| over those sequences' outputs */
+} bench_baseline;
+
+/* Bytes each memory-bound stage must move at least (float32, every tensor touched once):
+ *   mixing   reads Q, K, V (3*B*N*H*d) and alpha_Q/K/V (3*H*H*P), writes Qt, Kt, Vt (3*B*H*T*d);
+ *   collapse reads O (B*H*T*d) and R (H*H*P), writes Y (B*N*H*d). */
+typedef struct bench_layer {
+    bench_state state;
+    char note[256];
+    iha_stage_times stages;
+    double wall;
+    cost_flops flops;
+    double mixing_bytes, collapse_bytes;
+} bench_layer;
+
+/* One child process: context creation, then the first iha_forward of the layer shape. */
+typedef struct bench_cold_run {
+    double context_seconds, forward_seconds;
+    double process_seconds; /* spawn to exit, seen by the parent: adds process start and teardown */
+} bench_cold_run;
+
+typedef struct bench_cold_start {
+    bench_state state;
+    char note[256];
+    bench_cold_run empty; /* fresh IHA_CACHE_DIR and POCL_CACHE_DIR */
+    bench_cold_run warm;  /* the same directories again, filled by the first child */
+} bench_cold_start;
+
+/* One generated token per sequence against a cache of decode_tokens tokens (bench_decode.c). */
+typedef struct bench_decode {
+    bench_state state;
+    char note[256];
+    double step_seconds;      /* the whole step: projections, mixing, attention, collapse, output */
+    double attention_seconds; /* the step's attention stage */
+    double cache_bytes_read;  /* pseudo-keys and -values the new tokens' queries see, read once */
+    double cache_bytes_per_token;
+} bench_decode;
+
+typedef struct bench_results {
+    char device[256];
+    int device_is_cpu;
+    bench_ceilings ceilings;
+    bench_core core;
+    bench_baseline baseline;
+    bench_layer layer;
+    bench_cold_start cold;
+    bench_decode decode;
+} bench_results;
+
+/* Prints "iha bench: <what>: <status name>: <context message>" to stderr; returns -1. */
+int bench_fail(iha_context *ctx, iha_status status, const char *what);
+
+/* The measurements, in the order they run (bench_run.c). Each returns 0, or -1 after printing
+ * the failure to stderr; a section that cannot run on this device sets BENCH_NOT_RUN and a note
+ * instead of failing. */
+int bench_ceilings_run(iha_context *ctx, const bench_config *c, int device_is_cpu, bench_ceilings *out);
+int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, bench_baseline *baseline);
+int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out);
+int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out);
+
+/* Cold start (cold_start.c): the parent spawns "iha bench <args> --cold-start-child DIR" twice
+ * with a fresh POCL_CACHE_DIR in its environment; the child measures and prints one line. */
+void bench_cold_start_run(int argc, char **argv, bench_cold_start *out);
+int bench_cold_start_child(const bench_config *c, const char *cache_dir);
+
+/* Output (bench_report.c). */
+void bench_print_table(const bench_config *c, const bench_results *r);
+void bench_print_json(const bench_config *c, const bench_results *r);
+
+#endif

@@ -1,0 +1,80 @@
+/*
+ * bench_ceilings.c - what the device can do at all, measured in the same run as the layer:
+ * copy bandwidth, CLBlast SGEMM (square and the layer's projection shape), the library's
+ * peak-FMA kernel, and on a CPU device the host's SGEMM through CBLAS.
+ */
+#include <stdio.h>
+
+#include "bench.h"
+#include "host_sgemm.h"
+
+/* Well above any CPU's last-level cache, small enough for every device's largest buffer. */
+#define COPY_BYTES ((size_t)256 << 20)
+#define SQUARE 1024
+
+static cl_ulong max_alloc_bytes(iha_context *ctx)
+{
+    cl_ulong bytes = 0;
+    if (clGetDeviceInfo(iha_context_cl_device(ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof bytes, &bytes, NULL) !=
+        CL_SUCCESS)
+        bytes = 0;
+    return bytes;
+}
+
+static int device_gemm(iha_context *ctx, size_t reps, bench_gemm *g)
+{
+    iha_status st = iha_measure_gemm(ctx, g->m, g->n, g->k, reps, &g->seconds);
+    if (st == IHA_OK)
+        return 0;
+    char what[96];
+    snprintf(what, sizeof what, "CLBlast SGEMM %zux%zux%zu", g->m, g->n, g->k);
+    return bench_fail(ctx, st, what);
+}
+
+static void host_gemms(const bench_config *c, int device_is_cpu, bench_ceilings *out)
+{
+    out->host_square = out->clblast_square;
+    out->host_projection = out->clblast_projection;
+    if (!host_sgemm_available()) {
+        out->host_state = BENCH_NOT_RUN;
+        snprintf(out->host_note, sizeof out->host_note, "not built (no CBLAS found at configure time)");
+        return;
+    }
+    if (!device_is_cpu) {
+        out->host_state = BENCH_NOT_RUN;
+        snprintf(out->host_note, sizeof out->host_note, "the device is not the host CPU");
+        return;
+    }
+    if (host_sgemm_seconds(out->host_square.m, out->host_square.n, out->host_square.k, c->reps,
+                           &out->host_square.seconds) ||
+        host_sgemm_seconds(out->host_projection.m, out->host_projection.n, out->host_projection.k, c->reps,
+                           &out->host_projection.seconds)) {
+        out->host_state = BENCH_NOT_RUN;
+        snprintf(out->host_note, sizeof out->host_note, "host SGEMM failed (out of host memory?)");
+        return;
+    }
+    out->host_state = BENCH_RAN;
+    snprintf(out->host_note, sizeof out->host_note, "%s", host_sgemm_library());
+}
+
+int bench_ceilings_run(iha_context *ctx, const bench_config *c, int device_is_cpu, bench_ceilings *out)
+{
+    out->copy_bytes = COPY_BYTES;
+    cl_ulong cap = max_alloc_bytes(ctx);
+    if (cap && out->copy_bytes > cap)
+        out->copy_bytes = (size_t)cap;
+    iha_status st = iha_measure_copy_bandwidth(ctx, out->copy_bytes, &out->copy_bytes_per_second);
+    if (st != IHA_OK)
+        return bench_fail(ctx, st, "copy bandwidth");
+    out->clblast_square = (bench_gemm){SQUARE, SQUARE, SQUARE, 0};
+    const iha_shape *l = &c->layer;
+    out->clblast_projection = (bench_gemm){l->batch * l->tokens, l->heads * l->head_dim, l->model_dim, 0};
+    if (device_gemm(ctx, c->reps, &out->clblast_square) || device_gemm(ctx, c->reps, &out->clblast_projection))
+        return -1;
+    st = iha_measure_peak_fma(ctx, &out->peak_fma_gflops);
+    if (st != IHA_OK)
+        return bench_fail(ctx, st, "peak FMA");
+    host_gemms(c, device_is_cpu, out);
+    out->state = BENCH_RAN;
+    return 0;
+}

@@ -1,0 +1,120 @@
+/*
+ * bench_decode.c - "iha bench --decode": one generated token per sequence against a cache of
+ * L tokens (L*P virtual keys). A decoding step is memory-bound: its attention must read the
+ * cached pseudo-keys and -values it sees, so the measure is that read's bandwidth next to the
+ * device's copy bandwidth.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "random_layer.h"
+#include "timer.h"
+
+/* Prompt tokens per prefill step: bounds the step's workspace. */
+#define PREFILL_CHUNK 512
+
+/* Keys a query of the last token sees under the mask and window (SPEC's intervals), per head. */
+static double visible_keys(const iha_shape *s, const iha_attention_options *o, size_t tokens)
+{
+    const size_t P = s->pseudo, W = (size_t)o->window;
+    size_t keys_tokens = tokens;
+    if (W > 0 && W < tokens) keys_tokens = W;
+    return (double)keys_tokens * (double)P;
+}
+
+static int fill_cache(iha_context *ctx, const bench_config *c, random_layer *layer, iha_kv_cache *cache,
+                      cl_mem xs, cl_mem zs)
+{
+    const iha_shape *s = &layer->shape;
+    size_t done = 0;
+    while (done < c->decode_tokens) {
+        const size_t k = c->decode_tokens - done < PREFILL_CHUNK ? c->decode_tokens - done : PREFILL_CHUNK;
+        const iha_shape step = {s->batch, k, s->model_dim, s->heads, s->head_dim, s->pseudo};
+        iha_status st = iha_decode_step(ctx, cache, &step, &c->options, &layer->weights, NULL, (iha_buffer){xs, 0},
+                                        (iha_buffer){zs, 0});
+        if (st != IHA_OK) return bench_fail(ctx, st, "prefill");
+        done += k;
+    }
+    iha_status st = iha_context_finish(ctx);
+    return st == IHA_OK ? 0 : bench_fail(ctx, st, "prefill");
+}
+
+int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
+{
+    const iha_shape *core = &c->core;
+    const iha_shape shape = {core->batch, c->decode_tokens + 1, c->layer.model_dim, core->heads, core->head_dim,
+                             core->pseudo};
+    random_layer layer;
+    char err[512];
+    if (random_layer_create(ctx, &shape, 7, &layer, err, sizeof err)) {
+        out->state = BENCH_NOT_RUN;
+        snprintf(out->note, sizeof out->note, "%.200s", err);
+        return 0;
+    }
+    iha_kv_cache *cache = NULL;
+    cl_mem xs = NULL, zs = NULL;
+    int rc = -1;
+    iha_status st = iha_kv_cache_create(ctx, &shape, c->decode_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32, &cache);
+    if (st != IHA_OK) {
+        rc = bench_fail(ctx, st, "iha_kv_cache_create");
+        goto done;
+    }
+    /* The prefill chunks read the layer's first rows: the values do not matter for timing. */
+    const size_t chunk_rows = shape.batch * PREFILL_CHUNK;
+    cl_int e1 = CL_SUCCESS, e2 = CL_SUCCESS;
+    xs = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                        (chunk_rows < shape.batch * shape.tokens ? chunk_rows : shape.batch * shape.tokens) *
+                            shape.model_dim * sizeof(float),
+                        layer.x, &e1);
+    zs = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, chunk_rows * shape.model_dim * sizeof(float),
+                        NULL, &e2);
+    if (e1 != CL_SUCCESS || e2 != CL_SUCCESS) {
+        out->state = BENCH_NOT_RUN;
+        snprintf(out->note, sizeof out->note, "clCreateBuffer failed (%d, %d)", (int)e1, (int)e2);
+        rc = 0;
+        goto done;
+    }
+    if (fill_cache(ctx, c, &layer, cache, xs, zs)) goto done;
+
+    /* Each timed step appends one token per sequence, then the cache is rewound to L tokens. */
+    const iha_shape step = {shape.batch, 1, shape.model_dim, shape.heads, shape.head_dim, shape.pseudo};
+    double *wall = calloc(2 * (c->reps + 1), sizeof *wall), *att = wall ? wall + c->reps + 1 : NULL;
+    if (!wall) {
+        fprintf(stderr, "iha bench: out of memory\n");
+        goto done;
+    }
+    for (size_t r = 0; r <= c->reps; ++r) {
+        const double start = timer_seconds();
+        st = iha_decode_step(ctx, cache, &step, &c->options, &layer.weights, NULL, (iha_buffer){xs, 0},
+                             (iha_buffer){zs, 0});
+        if (st == IHA_OK) st = iha_context_finish(ctx);
+        if (st != IHA_OK) {
+            free(wall);
+            rc = bench_fail(ctx, st, "decode step");
+            goto done;
+        }
+        wall[r] = timer_seconds() - start;
+        iha_stage_times t;
+        iha_context_stage_times(ctx, &t);
+        att[r] = t.attention;
+        for (size_t b = 0; b < shape.batch; ++b) iha_kv_cache_truncate(cache, b, c->decode_tokens);
+    }
+    /* Run 0 is the warm-up (kernel builds). */
+    out->step_seconds = timer_median(wall + 1, c->reps);
+    out->attention_seconds = timer_median(att + 1, c->reps);
+    free(wall);
+    const double element = c->decode_half ? 2.0 : 4.0;
+    out->cache_bytes_read = 2.0 * (double)(shape.batch * shape.heads) *
+                            visible_keys(&shape, &c->options, c->decode_tokens + 1) * (double)shape.head_dim * element;
+    out->cache_bytes_per_token = (double)iha_kv_cache_bytes(cache) / (double)shape.tokens;
+    out->state = BENCH_RAN;
+    rc = 0;
+done:
+    if (xs) clReleaseMemObject(xs);
+    if (zs) clReleaseMemObject(zs);
+    iha_kv_cache_free(cache);
+    random_layer_free(&layer);
+    return rc;
+}

@@ -1,0 +1,80 @@
+/*
+ * bench_layer.c - a whole random layer through iha_forward with the context's stage timing:
+ * median seconds per stage, FLOPs per stage, and the bytes that the memory-bound stages
+ * (mixing, collapse) must move.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench.h"
+#include "random_layer.h"
+#include "timer.h"
+
+/* The counts documented at bench_layer in bench.h (float32, each tensor touched once). */
+static void count_bytes(const iha_shape *s, bench_layer *out)
+{
+    const double f = sizeof(float), b = (double)s->batch, n = (double)s->tokens, h = (double)s->heads;
+    const double d = (double)s->head_dim, p = (double)s->pseudo;
+    const double tokens = b * n * h * d, virt = b * h * n * p * d, mix = h * h * p;
+    out->mixing_bytes = f * (3 * tokens + 3 * mix + 3 * virt);
+    out->collapse_bytes = f * (virt + mix + tokens);
+}
+
+static iha_status forward_once(iha_context *ctx, random_layer *layer, const iha_attention_options *o)
+{
+    iha_status st = iha_forward(ctx, &layer->shape, o, &layer->weights, (iha_buffer){layer->x_mem, 0},
+                                (iha_buffer){layer->z_mem, 0});
+    return st == IHA_OK ? iha_context_finish(ctx) : st;
+}
+
+/* Runs reps timed passes after the caller's warm-up, storing the median of each stage. */
+static int time_passes(iha_context *ctx, random_layer *layer, const bench_config *c, bench_layer *out)
+{
+    const size_t reps = c->reps;
+    double *samples = malloc(6 * reps * sizeof *samples);
+    if (!samples) {
+        fprintf(stderr, "iha bench: out of host memory\n");
+        return -1;
+    }
+    double *wall = samples, *proj = wall + reps, *mix = proj + reps, *att = mix + reps, *col = att + reps,
+           *outp = col + reps;
+    iha_status st = IHA_OK;
+    for (size_t i = 0; i < reps && st == IHA_OK; i++) {
+        double start = timer_seconds();
+        st = forward_once(ctx, layer, &c->options);
+        wall[i] = timer_seconds() - start;
+        iha_stage_times t;
+        iha_context_stage_times(ctx, &t);
+        proj[i] = t.projections;
+        mix[i] = t.mixing;
+        att[i] = t.attention;
+        col[i] = t.collapse;
+        outp[i] = t.output;
+    }
+    if (st == IHA_OK) {
+        out->wall = timer_median(wall, reps);
+        out->stages = (iha_stage_times){timer_median(proj, reps), timer_median(mix, reps), timer_median(att, reps),
+                                        timer_median(col, reps), timer_median(outp, reps)};
+    }
+    free(samples);
+    return st == IHA_OK ? 0 : bench_fail(ctx, st, "layer");
+}
+
+int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out)
+{
+    const iha_shape *s = &c->layer;
+    cost_layer_flops(s, &c->options, &out->flops);
+    count_bytes(s, out);
+    random_layer layer;
+    char err[512];
+    if (random_layer_create(ctx, s, 1, &layer, err, sizeof err)) {
+        fprintf(stderr, "iha bench: layer: %s\n", err);
+        return -1;
+    }
+    iha_status st = forward_once(ctx, &layer, &c->options); /* warm-up: builds kernels, sizes workspace */
+    int failed = st != IHA_OK ? bench_fail(ctx, st, "layer") : time_passes(ctx, &layer, c, out);
+    random_layer_free(&layer);
+    if (!failed)
+        out->state = BENCH_RAN;
+    return failed;
+}

@@ -1,0 +1,419 @@
+/*
+ * bench_report.c - "iha bench" results as an aligned table or as one JSON object (the keys
+ * are listed in README.md, section "Benchmarks"). A ratio to a ceiling that was not measured
+ * is NaN here, "-" in the table and null in JSON.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "bench.h"
+#include "json.h"
+#include "mask_names.h"
+
+static double rate(double amount, double seconds) { return seconds > 0 ? amount / seconds : NAN; }
+
+static double gemm_gflops(const bench_gemm *g)
+{
+    return rate(2e-9 * (double)g->m * (double)g->n * (double)g->k, g->seconds);
+}
+
+static int ceilings_ran(const bench_results *r) { return r->ceilings.state == BENCH_RAN; }
+static int host_ran(const bench_results *r) { return ceilings_ran(r) && r->ceilings.host_state == BENCH_RAN; }
+
+/* a / b when the ceiling b was measured, else NaN. */
+static double fraction(double a, double b, int measured) { return measured && b > 0 ? a / b : NAN; }
+
+static const char *state_name(bench_state s)
+{
+    return s == BENCH_RAN ? "ran" : s == BENCH_SKIPPED ? "skipped" : "not_run";
+}
+
+static void describe_mask(const iha_shape *s, const iha_attention_options *o, char *buf, size_t size)
+{
+    if (o->window > 0)
+        snprintf(buf, size, "mask %s, window %" PRId64 " tokens (%" PRId64 " virtual keys)", mask_names[o->mask],
+                 o->window, o->window * (int64_t)s->pseudo);
+    else
+        snprintf(buf, size, "mask %s, global", mask_names[o->mask]);
+}
+
+/* Derived figures of the attention core and each layer stage, shared by both outputs. */
+typedef struct stage_row {
+    const char *name;
+    double seconds, flops, bytes; /* bytes 0: not a memory-bound stage */
+    double ceiling;               /* fraction of its ceiling: see ceiling_name */
+    const char *ceiling_name;
+} stage_row;
+
+static void layer_rows(const bench_results *r, stage_row rows[5])
+{
+    const bench_layer *l = &r->layer;
+    const bench_ceilings *c = &r->ceilings;
+    const int ran = ceilings_ran(r);
+    const double proj = gemm_gflops(&c->clblast_projection) * 1e9, bw = c->copy_bytes_per_second;
+    rows[0] = (stage_row){"projections", l->stages.projections, l->flops.projections, 0, 0, "clblast_gemm_projection"};
+    rows[1] = (stage_row){"mixing", l->stages.mixing, l->flops.mixing, l->mixing_bytes, 0, "copy_bandwidth"};
+    rows[2] = (stage_row){"attention", l->stages.attention, l->flops.attention, 0, 0, "peak_fma"};
+    rows[3] = (stage_row){"collapse", l->stages.collapse, l->flops.collapse, l->collapse_bytes, 0, "copy_bandwidth"};
+    rows[4] = (stage_row){"output", l->stages.output, l->flops.output, 0, 0, "clblast_gemm_projection"};
+    rows[0].ceiling = fraction(rate(rows[0].flops, rows[0].seconds), proj, ran);
+    rows[1].ceiling = fraction(rate(rows[1].bytes, rows[1].seconds), bw, ran);
+    rows[2].ceiling = fraction(rate(rows[2].flops, rows[2].seconds), c->peak_fma_gflops * 1e9, ran);
+    rows[3].ceiling = fraction(rate(rows[3].bytes, rows[3].seconds), bw, ran);
+    rows[4].ceiling = fraction(rate(rows[4].flops, rows[4].seconds), proj, ran);
+}
+
+/* ---- Table ---- */
+
+/* A number in a fixed-width column, or "-" when it is NaN. */
+static void cell(double value, int width, int decimals)
+{
+    if (isnan(value))
+        printf(" %*s", width, "-");
+    else
+        printf(" %*.*f", width, decimals, value);
+}
+
+static void print_ceilings(const bench_results *r)
+{
+    const bench_ceilings *c = &r->ceilings;
+    printf("\nceilings\n  %-44s %9s %9s %9s\n", "measure", "ms", "GFLOP/s", "GB/s");
+    char label[96];
+    snprintf(label, sizeof label, "copy kernel, %zu MiB read + written", c->copy_bytes >> 20);
+    printf("  %-44s", label);
+    cell(NAN, 9, 1), cell(NAN, 9, 1), cell(1e-9 * c->copy_bytes_per_second, 9, 2), printf("\n");
+    const bench_gemm *gemms[2] = {&c->clblast_square, &c->clblast_projection};
+    for (int i = 0; i < 2; i++) {
+        snprintf(label, sizeof label, "CLBlast SGEMM %zux%zux%zu%s", gemms[i]->m, gemms[i]->n, gemms[i]->k,
+                 i ? " (projection)" : "");
+        printf("  %-44s", label);
+        cell(1e3 * gemms[i]->seconds, 9, 1), cell(gemm_gflops(gemms[i]), 9, 1), cell(NAN, 9, 1), printf("\n");
+    }
+    printf("  %-44s", "peak FMA kernel (cl/measure_peak_fma.cl)");
+    cell(NAN, 9, 1), cell(c->peak_fma_gflops, 9, 1), cell(NAN, 9, 1), printf("\n");
+    if (c->host_state != BENCH_RAN) {
+        printf("  %-44s %s\n", "host SGEMM (CBLAS)", c->host_note);
+        return;
+    }
+    const bench_gemm *host[2] = {&c->host_square, &c->host_projection};
+    for (int i = 0; i < 2; i++) {
+        snprintf(label, sizeof label, "host SGEMM %zux%zux%zu (%.32s)", host[i]->m, host[i]->n, host[i]->k, c->host_note);
+        printf("  %-44s", label);
+        cell(1e3 * host[i]->seconds, 9, 1), cell(gemm_gflops(host[i]), 9, 1), cell(NAN, 9, 1), printf("\n");
+    }
+}
+
+static void print_core(const bench_config *cfg, const bench_results *r)
+{
+    const iha_shape *s = &cfg->core;
+    char mask[128];
+    describe_mask(s, &cfg->options, mask, sizeof mask);
+    printf("\nattention core: B=%zu H=%zu N=%zu P=%zu (T=%zu) d=%zu, %s\n", s->batch, s->heads, s->tokens, s->pseudo,
+           s->tokens * s->pseudo, s->head_dim, mask);
+    printf("  %-34s %9s %9s %9s %9s %9s\n", "kernel", "ms", "GFLOP", "GFLOP/s", "MB moved", "GB/s");
+    const bench_core *c = &r->core;
+    printf("  %-34s", "fused (iha_attention)");
+    cell(1e3 * c->seconds, 9, 1), cell(1e-9 * c->flops, 9, 2), cell(rate(1e-9 * c->flops, c->seconds), 9, 1);
+    cell(1e-6 * c->bytes, 9, 1), cell(rate(1e-9 * c->bytes, c->seconds), 9, 2), printf("\n");
+    const bench_baseline *b = &r->baseline;
+    if (b->state == BENCH_RAN) {
+        printf("  %-34s", "unfused (GEMM, softmax, GEMM)");
+        cell(1e3 * b->seconds, 9, 1), cell(1e-9 * c->flops, 9, 2), cell(rate(1e-9 * c->flops, b->seconds), 9, 1);
+        cell(NAN, 9, 1), cell(NAN, 9, 1), printf("\n");
+        printf("  unfused: %.1f ms per (b, h) sequence (median of %zu runs) x %zu sequences\n",
+               1e3 * b->sequence_seconds, cfg->baseline_reps, s->batch * s->heads);
+        printf("  fused speed-up over unfused: %.2fx (outputs of %zu sequences differ by relative L2 %.1e)\n",
+               rate(b->seconds, c->seconds), b->sequences_timed, b->rel_difference);
+    } else {
+        printf("  %-34s %s\n", "unfused baseline", b->state == BENCH_SKIPPED ? "skipped (--no-baseline)" : b->note);
+    }
+    if (!ceilings_ran(r))
+        return;
+    const double g = rate(c->flops, c->seconds), bw = rate(c->bytes, c->seconds);
+    const bench_ceilings *k = &r->ceilings;
+    printf("  fused as a fraction of the ceilings: peak FMA %.2f, CLBlast SGEMM %zu^3 %.2f", g / (k->peak_fma_gflops * 1e9),
+           k->clblast_square.m, g / (gemm_gflops(&k->clblast_square) * 1e9));
+    if (host_ran(r))
+        printf(", host SGEMM %zu^3 %.2f", k->host_square.m, g / (gemm_gflops(&k->host_square) * 1e9));
+    printf(", copy bandwidth %.3f\n", bw / k->copy_bytes_per_second);
+}
+
+static void print_layer(const bench_config *cfg, const bench_results *r)
+{
+    const iha_shape *s = &cfg->layer;
+    char mask[128];
+    describe_mask(s, &cfg->options, mask, sizeof mask);
+    printf("\nlayer: B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, %s (iha_forward, stages timed one by one)\n", s->batch,
+           s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask);
+    const bench_layer *l = &r->layer;
+    if (l->state != BENCH_RAN) {
+        printf("  skipped (--no-layer)\n");
+        return;
+    }
+    printf("  %-13s %9s %7s %9s %9s %9s %9s  %s\n", "stage", "ms", "share", "GFLOP", "GFLOP/s", "MB moved", "GB/s",
+           "of ceiling");
+    stage_row rows[5];
+    layer_rows(r, rows);
+    static const char *const ceiling_labels[] = {"CLBlast projection GEMM", "copy bandwidth", "peak FMA",
+                                                 "copy bandwidth", "CLBlast projection GEMM"};
+    for (int i = 0; i < 5; i++) {
+        const stage_row *row = &rows[i];
+        printf("  %-13s", row->name);
+        cell(1e3 * row->seconds, 9, 2), cell(rate(row->seconds, l->wall), 7, 3), cell(1e-9 * row->flops, 9, 3);
+        cell(rate(1e-9 * row->flops, row->seconds), 9, 1);
+        cell(row->bytes > 0 ? 1e-6 * row->bytes : NAN, 9, 1);
+        cell(row->bytes > 0 ? rate(1e-9 * row->bytes, row->seconds) : NAN, 9, 2);
+        if (isnan(row->ceiling))
+            printf("  -\n");
+        else
+            printf("  %.2f of %s\n", row->ceiling, ceiling_labels[i]);
+    }
+    printf("  %-13s", "layer (wall)");
+    cell(1e3 * l->wall, 9, 2), cell(1.0, 7, 3), cell(1e-9 * cost_total(&l->flops), 9, 3);
+    cell(rate(1e-9 * cost_total(&l->flops), l->wall), 9, 1), printf("\n");
+    printf("  mixing + collapse: %.1f%% of the layer's time\n",
+           100 * rate(l->stages.mixing + l->stages.collapse, l->wall));
+}
+
+static void print_cold(const bench_results *r)
+{
+    printf("\ncold start (child processes, fresh IHA cache dir and POCL_CACHE_DIR; layer shape above)\n");
+    const bench_cold_start *c = &r->cold;
+    if (c->state != BENCH_RAN) {
+        printf("  %s\n", c->state == BENCH_SKIPPED ? "skipped (--no-cold-start)" : c->note);
+        return;
+    }
+    printf("  %-22s %12s %14s %10s %12s\n", "program caches", "context ms", "1st forward ms", "sum ms", "process ms");
+    const bench_cold_run *runs[2] = {&c->empty, &c->warm};
+    static const char *const names[2] = {"empty", "warm (new process)"};
+    for (int i = 0; i < 2; i++) {
+        printf("  %-22s", names[i]);
+        cell(1e3 * runs[i]->context_seconds, 12, 1), cell(1e3 * runs[i]->forward_seconds, 14, 1);
+        cell(1e3 * (runs[i]->context_seconds + runs[i]->forward_seconds), 10, 1);
+        cell(1e3 * runs[i]->process_seconds, 12, 1), printf("\n");
+    }
+}
+
+static void print_decode(const bench_config *cfg, const bench_results *r)
+{
+    const iha_shape *s = &cfg->core;
+    char mask[128];
+    describe_mask(s, &cfg->options, mask, sizeof mask);
+    printf("\ndecoding step: B=%zu H=%zu d=%zu P=%zu D=%zu, %zu cached tokens (%zu virtual) + 1, %s cache, %s\n",
+           s->batch, s->heads, s->head_dim, s->pseudo, cfg->layer.model_dim, cfg->decode_tokens,
+           cfg->decode_tokens * s->pseudo, cfg->decode_half ? "half" : "float", mask);
+    const bench_decode *d = &r->decode;
+    if (d->state != BENCH_RAN) {
+        printf("  %s\n", d->note);
+        return;
+    }
+    printf("  step            %9.3f ms  %9.1f tokens/s (B tokens per step)\n", 1e3 * d->step_seconds,
+           rate((double)s->batch, d->step_seconds));
+    printf("  attention       %9.3f ms  reads %.1f MB of cache: %.2f GB/s", 1e3 * d->attention_seconds,
+           1e-6 * d->cache_bytes_read, rate(1e-9 * d->cache_bytes_read, d->attention_seconds));
+    if (ceilings_ran(r))
+        printf(", %.2f of the copy bandwidth", rate(d->cache_bytes_read, d->attention_seconds) /
+                                                   r->ceilings.copy_bytes_per_second);
+    printf("\n  cache           %.0f bytes per token\n", d->cache_bytes_per_token);
+}
+
+void bench_print_table(const bench_config *c, const bench_results *r)
+{
+    printf("iha bench (library %s)\n", iha_version_string());
+    printf("  device  %s%s\n", r->device, r->device_is_cpu ? " (CPU)" : "");
+    printf("  timing  medians of %zu runs after one warm-up run\n", c->reps);
+    if (ceilings_ran(r))
+        print_ceilings(r);
+    else
+        printf("\nceilings\n  skipped (--no-ceilings)\n");
+    if (c->run_decode) {
+        print_decode(c, r);
+        return;
+    }
+    print_core(c, r);
+    print_layer(c, r);
+    print_cold(r);
+}
+
+/* ---- JSON ---- */
+
+static void json_gemm(json_writer *w, const bench_gemm *g)
+{
+    json_begin_object(w, NULL);
+    json_size(w, "m", g->m);
+    json_size(w, "n", g->n);
+    json_size(w, "k", g->k);
+    json_number(w, "seconds", g->seconds);
+    json_number(w, "gflops", gemm_gflops(g));
+    json_end_object(w);
+}
+
+static void json_shape(json_writer *w, const iha_shape *s, const iha_attention_options *o, int with_model_dim)
+{
+    json_size(w, "batch", s->batch);
+    json_size(w, "heads", s->heads);
+    json_size(w, "n", s->tokens);
+    json_size(w, "p", s->pseudo);
+    json_size(w, "t", s->tokens * s->pseudo);
+    json_size(w, "d", s->head_dim);
+    if (with_model_dim)
+        json_size(w, "model_dim", s->model_dim);
+    json_string(w, "mask", mask_names[o->mask]);
+    json_number(w, "window", (double)o->window);
+}
+
+static void json_ceilings(json_writer *w, const bench_results *r)
+{
+    const bench_ceilings *c = &r->ceilings;
+    json_begin_object(w, "ceilings");
+    json_string(w, "state", state_name(c->state));
+    if (c->state == BENCH_RAN) {
+        json_size(w, "copy_bytes", c->copy_bytes);
+        json_number(w, "copy_bytes_per_second", c->copy_bytes_per_second);
+        json_begin_array(w, "clblast_gemm");
+        json_gemm(w, &c->clblast_square);
+        json_gemm(w, &c->clblast_projection);
+        json_end_array(w);
+        json_number(w, "peak_fma_gflops", c->peak_fma_gflops);
+        json_begin_object(w, "host_sgemm");
+        json_string(w, "state", state_name(c->host_state));
+        json_string(w, c->host_state == BENCH_RAN ? "library" : "note", c->host_note);
+        if (c->host_state == BENCH_RAN) {
+            json_begin_array(w, "gemm");
+            json_gemm(w, &c->host_square);
+            json_gemm(w, &c->host_projection);
+            json_end_array(w);
+        }
+        json_end_object(w);
+    }
+    json_end_object(w);
+}
+
+static void json_core(json_writer *w, const bench_config *cfg, const bench_results *r)
+{
+    const bench_core *c = &r->core;
+    const bench_ceilings *k = &r->ceilings;
+    const double g = rate(c->flops, c->seconds);
+    json_begin_object(w, "attention");
+    json_shape(w, &cfg->core, &cfg->options, 0);
+    json_number(w, "flops", c->flops);
+    json_number(w, "bytes", c->bytes);
+    json_number(w, "seconds", c->seconds);
+    json_number(w, "gflops", 1e-9 * g);
+    json_number(w, "bytes_per_second", rate(c->bytes, c->seconds));
+    json_number(w, "fraction_of_peak_fma", fraction(g, k->peak_fma_gflops * 1e9, ceilings_ran(r)));
+    json_number(w, "fraction_of_clblast_gemm", fraction(g, gemm_gflops(&k->clblast_square) * 1e9, ceilings_ran(r)));
+    json_number(w, "fraction_of_host_sgemm", fraction(g, gemm_gflops(&k->host_square) * 1e9, host_ran(r)));
+    json_number(w, "fraction_of_copy_bandwidth",
+                fraction(rate(c->bytes, c->seconds), k->copy_bytes_per_second, ceilings_ran(r)));
+    json_end_object(w);
+
+    const bench_baseline *b = &r->baseline;
+    json_begin_object(w, "baseline");
+    json_string(w, "state", state_name(b->state));
+    if (b->state == BENCH_NOT_RUN)
+        json_string(w, "note", b->note);
+    if (b->state == BENCH_RAN) {
+        json_size(w, "reps", cfg->baseline_reps);
+        json_number(w, "sequence_seconds", b->sequence_seconds);
+        json_size(w, "sequences_compared", b->sequences_timed);
+        json_number(w, "seconds", b->seconds);
+        json_number(w, "gflops", rate(1e-9 * c->flops, b->seconds));
+        json_number(w, "speedup", rate(b->seconds, c->seconds));
+        json_number(w, "rel_difference", b->rel_difference);
+    }
+    json_end_object(w);
+}
+
+static void json_layer(json_writer *w, const bench_config *cfg, const bench_results *r)
+{
+    const bench_layer *l = &r->layer;
+    json_begin_object(w, "layer");
+    json_string(w, "state", state_name(l->state));
+    if (l->state == BENCH_RAN) {
+        json_shape(w, &cfg->layer, &cfg->options, 1);
+        json_number(w, "seconds", l->wall);
+        json_number(w, "flops", cost_total(&l->flops));
+        json_number(w, "gflops", rate(1e-9 * cost_total(&l->flops), l->wall));
+        json_number(w, "mixing_collapse_share", rate(l->stages.mixing + l->stages.collapse, l->wall));
+        stage_row rows[5];
+        layer_rows(r, rows);
+        json_begin_object(w, "stages");
+        for (int i = 0; i < 5; i++) {
+            json_begin_object(w, rows[i].name);
+            json_number(w, "seconds", rows[i].seconds);
+            json_number(w, "share", rate(rows[i].seconds, l->wall));
+            json_number(w, "flops", rows[i].flops);
+            json_number(w, "gflops", rate(1e-9 * rows[i].flops, rows[i].seconds));
+            if (rows[i].bytes > 0) {
+                json_number(w, "bytes", rows[i].bytes);
+                json_number(w, "bytes_per_second", rate(rows[i].bytes, rows[i].seconds));
+            }
+            char key[64];
+            snprintf(key, sizeof key, "fraction_of_%s", rows[i].ceiling_name);
+            json_number(w, key, rows[i].ceiling);
+            json_end_object(w);
+        }
+        json_end_object(w);
+    }
+    json_end_object(w);
+}
+
+static void json_cold_run(json_writer *w, const char *key, const bench_cold_run *c)
+{
+    json_begin_object(w, key);
+    json_number(w, "context_seconds", c->context_seconds);
+    json_number(w, "first_forward_seconds", c->forward_seconds);
+    json_number(w, "process_seconds", c->process_seconds);
+    json_end_object(w);
+}
+
+static void json_decode(json_writer *w, const bench_config *cfg, const bench_results *r)
+{
+    const bench_decode *d = &r->decode;
+    json_begin_object(w, "decode");
+    json_string(w, "state", state_name(d->state));
+    json_shape(w, &cfg->core, &cfg->options, 0);
+    json_size(w, "cached_tokens", cfg->decode_tokens);
+    json_bool(w, "half", cfg->decode_half);
+    if (d->state == BENCH_RAN) {
+        json_number(w, "step_seconds", d->step_seconds);
+        json_number(w, "tokens_per_second", rate((double)cfg->core.batch, d->step_seconds));
+        json_number(w, "attention_seconds", d->attention_seconds);
+        json_number(w, "cache_bytes_read", d->cache_bytes_read);
+        json_number(w, "cache_bytes_per_second", rate(d->cache_bytes_read, d->attention_seconds));
+        json_number(w, "cache_bytes_per_token", d->cache_bytes_per_token);
+    } else {
+        json_string(w, "note", d->note);
+    }
+    json_end_object(w);
+}
+
+void bench_print_json(const bench_config *c, const bench_results *r)
+{
+    json_writer w;
+    json_init(&w, stdout);
+    json_begin_object(&w, NULL);
+    json_string(&w, "iha_version", iha_version_string());
+    json_string(&w, "device", r->device);
+    json_bool(&w, "device_is_cpu", r->device_is_cpu);
+    json_size(&w, "reps", c->reps);
+    json_number(&w, "seconds", r->core.seconds);
+    json_number(&w, "gflops", rate(1e-9 * r->core.flops, r->core.seconds));
+    if (c->run_decode)
+        json_decode(&w, c, r);
+    json_core(&w, c, r);
+    json_layer(&w, c, r);
+    json_ceilings(&w, r);
+    json_begin_object(&w, "cold_start");
+    json_string(&w, "state", state_name(r->cold.state));
+    if (r->cold.state == BENCH_NOT_RUN)
+        json_string(&w, "note", r->cold.note);
+    if (r->cold.state == BENCH_RAN) {
+        json_cold_run(&w, "empty_cache", &r->cold.empty);
+        json_cold_run(&w, "warm_cache", &r->cold.warm);
+    }
+    json_end_object(&w);
+    json_end_object(&w);
+}

@@ -1,0 +1,177 @@
+/*
+ * cmd_bench.c - "iha bench": the attention core, a whole layer, the device's ceilings, the
+ * unfused baseline and cold-start costs, measured in one run and printed as a table or as
+ * JSON. The measuring lives in bench_*.c and cold_start.c, the printing in bench_report.c.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "bench.h"
+#include "cli.h"
+#include "iha.h"
+#include "mask_names.h"
+
+static cli_option options[] = {
+    {"device", "SPEC", "P:D index or name substring (default $IHA_DEVICE, else first GPU)", NULL},
+    {"batch", "B", "sequences (default 1)", NULL},
+    {"heads", "H", "heads (default 8)", NULL},
+    {"n", "N", "tokens per sequence of the attention core (default 2048)", NULL},
+    {"p", "P", "pseudo-heads per head (default 4; T = N*P)", NULL},
+    {"d", "HEAD_DIM", "head width, 1..256 (default 64)", NULL},
+    {"mask", "MASK", "causal, token_causal or none (default causal)", NULL},
+    {"window", "W", "sliding window in tokens, 0 = global (default 0)", NULL},
+    {"layer-n", "N", "tokens per sequence of the whole layer (default 1024)", NULL},
+    {"model-dim", "D", "model width of the whole layer (default 512)", NULL},
+    {"reps", "R", "timed runs after one warm-up run; medians are shown (default 3)", NULL},
+    {"baseline-reps", "R", "timed one-sequence runs of the unfused baseline, scaled by B*H (default: reps)", NULL},
+    {"json", NULL, "print one JSON object instead of the table (keys: README.md, Benchmarks)", NULL},
+    {"no-layer", NULL, "skip the whole-layer section", NULL},
+    {"no-ceilings", NULL, "skip the ceilings (copy, GEMM, peak FMA, host SGEMM) and the ratios to them", NULL},
+    {"no-baseline", NULL, "skip the unfused baseline", NULL},
+    {"no-cold-start", NULL, "skip the cold-start child processes", NULL},
+    {"decode", NULL, "measure only a decoding step (and the ceilings): one new token per sequence", NULL},
+    {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
+    {"half", NULL, "with --decode: store the cache in half precision", NULL},
+    {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
+    {NULL, NULL, NULL, NULL},
+};
+
+static cli_spec spec = {
+    "bench",
+    "[options]",
+    "Measures, in one run: the attention core (iha_attention, default B*H=8, T=N*P=8192, d=64,\n"
+    "causal) with GFLOP/s over visible pairs (SPEC's cost model) and bytes moved; a whole layer\n"
+    "(iha_forward, default B=1 N=1024 D=512) per stage; the device's ceilings (copy bandwidth,\n"
+    "CLBlast SGEMM, a peak-FMA kernel, and on a CPU device the host's CBLAS SGEMM) with each\n"
+    "result as a fraction of them; the unfused baseline (GEMM, softmax, GEMM) for T <= 8192,\n"
+    "timed on single (b, h) sequences and scaled by B*H, and the fused speed-up over it; and\n"
+    "cold-start costs in child processes with fresh program caches.\n"
+    "With --decode: a decoding step (one token per sequence, the layer's D) against a cache of\n"
+    "--cache-tokens tokens, its cache-read bandwidth next to the copy bandwidth, tokens/s.\n"
+    "Exit status: 0 success, 1 failure, 2 usage.",
+    options,
+};
+
+int bench_fail(iha_context *ctx, iha_status status, const char *what)
+{
+    cli_error(&spec, "%s: %s: %s", what, iha_status_name(status), iha_context_message(ctx));
+    return -1;
+}
+
+static int read_options(bench_config *c)
+{
+    memset(c, 0, sizeof *c);
+    iha_shape *s = &c->core;
+    *s = (iha_shape){.batch = 1, .tokens = 2048, .model_dim = 1, .heads = 8, .head_dim = 64, .pseudo = 4};
+    size_t layer_n = 1024, model_dim = 512, window = 0;
+    c->reps = 3;
+    iha_attention_options_init(&c->options);
+    /* Caps keep every product below overflow; the library applies its own limits (d <= 256). */
+    if (cli_get_size(&spec, "batch", 1, 1 << 16, &s->batch) || cli_get_size(&spec, "heads", 1, 1024, &s->heads) ||
+        cli_get_size(&spec, "n", 1, 1 << 24, &s->tokens) || cli_get_size(&spec, "p", 1, 256, &s->pseudo) ||
+        cli_get_size(&spec, "d", 1, 4096, &s->head_dim) ||
+        cli_get_choice(&spec, "mask", mask_names, &c->options.mask) ||
+        cli_get_size(&spec, "window", 0, 1 << 24, &window) || cli_get_size(&spec, "layer-n", 1, 1 << 24, &layer_n) ||
+        cli_get_size(&spec, "model-dim", 1, 1 << 16, &model_dim) || cli_get_size(&spec, "reps", 1, 1000, &c->reps))
+        return -1;
+    c->baseline_reps = c->reps;
+    if (cli_get_size(&spec, "baseline-reps", 1, 1000, &c->baseline_reps))
+        return -1;
+    c->options.window = (int64_t)window;
+    c->layer = *s;
+    c->layer.tokens = layer_n;
+    c->layer.model_dim = model_dim;
+    c->device = cli_get(&spec, "device");
+    c->json = cli_get(&spec, "json") != NULL;
+    c->run_layer = !cli_get(&spec, "no-layer");
+    c->run_ceilings = !cli_get(&spec, "no-ceilings");
+    c->run_baseline = !cli_get(&spec, "no-baseline");
+    c->run_cold_start = !cli_get(&spec, "no-cold-start");
+    c->run_decode = cli_get(&spec, "decode") != NULL;
+    c->decode_half = cli_get(&spec, "half") != NULL;
+    c->decode_tokens = 4096;
+    if (cli_get_size(&spec, "cache-tokens", 1, 1 << 22, &c->decode_tokens))
+        return -1;
+    if (c->run_decode)
+        c->run_layer = c->run_baseline = c->run_cold_start = 0;
+    return 0;
+}
+
+/* Progress on stderr, only for a person watching: the whole run takes a minute or so. */
+static void progress(const char *what)
+{
+    if (isatty(STDERR_FILENO))
+        fprintf(stderr, "iha bench: %s ...\n", what);
+}
+
+static int device_is_cpu(iha_context *ctx)
+{
+    cl_device_type type = 0;
+    return clGetDeviceInfo(iha_context_cl_device(ctx), CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS &&
+           (type & CL_DEVICE_TYPE_CPU);
+}
+
+/* Everything that runs in this process, on one context with stage timing on. */
+static int measure(const bench_config *c, bench_results *r)
+{
+    iha_context_options o;
+    iha_context_options_init(&o);
+    o.device = c->device;
+    o.time_stages = 1;
+    iha_context *ctx = NULL;
+    char message[1024];
+    iha_status st = iha_context_create(&ctx, &o, message, sizeof message);
+    if (st != IHA_OK) {
+        cli_error(&spec, "%s: %s", iha_status_name(st), message);
+        return -1;
+    }
+    snprintf(r->device, sizeof r->device, "%s", iha_context_device_name(ctx));
+    r->device_is_cpu = device_is_cpu(ctx);
+    int failed = 0;
+    if (c->run_ceilings) {
+        progress("ceilings (copy, CLBlast SGEMM, peak FMA, host SGEMM)");
+        failed = bench_ceilings_run(ctx, c, r->device_is_cpu, &r->ceilings);
+    }
+    if (!failed && c->run_decode) {
+        progress("decoding step");
+        failed = bench_decode_run(ctx, c, &r->decode);
+    } else if (!failed) {
+        progress(c->run_baseline ? "attention core and unfused baseline" : "attention core");
+        failed = bench_core_run(ctx, c, &r->core, &r->baseline);
+    }
+    if (!failed && c->run_layer) {
+        progress("whole layer");
+        failed = bench_layer_run(ctx, c, &r->layer);
+    }
+    iha_context_free(ctx);
+    return failed;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    int code = cli_parse(&spec, argc, argv);
+    if (code >= 0)
+        return code;
+    bench_config c;
+    if (read_options(&c))
+        return CLI_EXIT_USAGE;
+    const char *child_dir = cli_get(&spec, "cold-start-child");
+    if (child_dir)
+        return bench_cold_start_child(&c, child_dir) ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+
+    bench_results r;
+    memset(&r, 0, sizeof r);
+    if (measure(&c, &r))
+        return CLI_EXIT_FAILURE;
+    if (c.run_cold_start) {
+        progress("cold start in child processes");
+        bench_cold_start_run(argc, argv, &r.cold);
+    }
+    if (c.json)
+        bench_print_json(&c, &r);
+    else
+        bench_print_table(&c, &r);
+    return CLI_EXIT_OK;
+}

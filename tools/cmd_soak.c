@@ -1,0 +1,287 @@
+/*
+ * cmd_soak.c - "iha soak": layer calls in a loop for a bounded time, watching for resources
+ * that grow: resident memory (VmRSS), open file descriptors and the OpenCL context's reference
+ * count (on PoCL every buffer, program, kernel and queue holds one, so a leaked OpenCL object
+ * shows there). After a warm-up, none of them may grow. Not a timed benchmark: BENCHMARKS.md
+ * ("Soak") records its results.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "cli.h"
+#include "iha.h"
+#include "random_layer.h"
+#include "timer.h"
+
+static cli_option options[] = {
+    {"device", "SPEC", "P:D index or name substring (default $IHA_DEVICE, else first GPU)", NULL},
+    {"seconds", "S", "length of the soak (default 60)", NULL},
+    {"warmup", "S", "seconds before growth counts: caches and workspace fill up (default 10)", NULL},
+    {"contexts", "MODE", "none: one context for all calls (default); borrowed: a new context per call on the "
+                         "same OpenCL queue; owned: a new context, and OpenCL context, per call", NULL},
+    {"max-growth-mib", "M", "resident memory growth allowed after the warm-up (default 4)", NULL},
+    {"n", "N", "tokens of the first shape; the second has N + N/4 (default 256)", NULL},
+    {"d", "HEAD_DIM", "head width (default 32)", NULL},
+    {NULL, NULL, NULL, NULL},
+};
+
+static cli_spec spec = {
+    "soak",
+    "[options]",
+    "Runs IHA layer calls in a loop for --seconds and samples, once a second, the process's\n"
+    "resident memory, its open file descriptors and the OpenCL context's reference count. With\n"
+    "--contexts none, the loop mixes what an application does: iha_forward on two shapes in turn,\n"
+    "iha_forward_host, a refused call (a too-small output) every 10th call, iha_context_trim every\n"
+    "25th, and checks that the first shape's output stays bit for bit the same. After the warm-up\n"
+    "none of the three may grow: the lowest value of the last third of the samples must not\n"
+    "exceed the lowest of the first third (memory by at most --max-growth-mib). Exit status:\n"
+    "0 stable, 1 growth or a failed call, 2 usage.",
+    options,
+};
+
+enum { CONTEXTS_NONE, CONTEXTS_BORROWED, CONTEXTS_OWNED };
+static const char *const kContextModes[] = {"none", "borrowed", "owned", NULL};
+
+typedef struct sample {
+    double t, rss_mib;
+    size_t calls, fds;
+    unsigned refs;
+} sample;
+
+static double rss_mib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %lf kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib / 1024.0;
+}
+
+static size_t open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    size_t n = 0;
+    while (d && readdir(d))
+        n++;
+    if (d)
+        closedir(d);
+    return n > 3 ? n - 3 : 0; /* ".", ".." and the directory's own descriptor */
+}
+
+static unsigned context_refs(cl_context cl)
+{
+    cl_uint n = 0;
+    return clGetContextInfo(cl, CL_CONTEXT_REFERENCE_COUNT, sizeof n, &n, NULL) == CL_SUCCESS ? n : 0;
+}
+
+typedef struct soak {
+    int mode;
+    iha_context *ctx; /* the base context: owns the OpenCL objects the loop uses */
+    random_layer layer[2];
+    iha_attention_options options[2];
+    float *first_z;   /* the first shape's output of the first call */
+    size_t calls;
+} soak;
+
+static int call_failed(iha_context *ctx, iha_status st, const char *what)
+{
+    if (st == IHA_OK)
+        return 0;
+    cli_error(&spec, "%s: %s: %s", what, iha_status_name(st), iha_context_message(ctx));
+    return -1;
+}
+
+static iha_status forward_device(iha_context *ctx, random_layer *l, const iha_attention_options *o)
+{
+    iha_status st = iha_forward(ctx, &l->shape, o, &l->weights, (iha_buffer){l->x_mem, 0}, (iha_buffer){l->z_mem, 0});
+    return st == IHA_OK ? iha_context_finish(ctx) : st;
+}
+
+static iha_status forward_host(iha_context *ctx, random_layer *l, const iha_attention_options *o)
+{
+    const iha_host_weights w = {l->wq, l->wk, l->wv, l->wo, l->alpha_q, l->alpha_k, l->alpha_v, l->r};
+    return iha_forward_host(ctx, &l->shape, o, &w, l->x, l->z);
+}
+
+/* The first shape's device output, compared bit for bit with the first call's. */
+static int check_output(soak *s)
+{
+    random_layer *l = &s->layer[0];
+    char err[256];
+    if (random_layer_read_output(s->ctx, l, err, sizeof err)) {
+        cli_error(&spec, "%s", err);
+        return -1;
+    }
+    const size_t n = l->shape.batch * l->shape.tokens * l->shape.model_dim;
+    if (!s->first_z) {
+        if (!(s->first_z = malloc(n * sizeof *s->first_z))) {
+            cli_error(&spec, "out of memory");
+            return -1;
+        }
+        memcpy(s->first_z, l->z, n * sizeof *l->z);
+    } else if (memcmp(s->first_z, l->z, n * sizeof *l->z) != 0) {
+        cli_error(&spec, "call %zu: the output differs from the first call's", s->calls);
+        return -1;
+    }
+    return 0;
+}
+
+/* One step of the loop with one context for everything. */
+static int step_shared(soak *s)
+{
+    iha_context *ctx = s->ctx;
+    const size_t i = s->calls;
+    random_layer *l = &s->layer[i % 2];
+    if (i % 10 == 9) { /* refused: z is one float too small at this offset */
+        const size_t nz = l->shape.batch * l->shape.tokens * l->shape.model_dim;
+        iha_status st = iha_forward(ctx, &l->shape, &s->options[i % 2], &l->weights, (iha_buffer){l->x_mem, 0},
+                                    (iha_buffer){l->z_mem, 1});
+        if (st != IHA_ERROR_BUFFER_TOO_SMALL) {
+            cli_error(&spec, "a call with z short by one float of %zu returned %s", nz, iha_status_name(st));
+            return -1;
+        }
+        return 0;
+    }
+    if (i % 25 == 24)
+        iha_context_trim(ctx);
+    if (i % 5 == 3)
+        return call_failed(ctx, forward_host(ctx, l, &s->options[i % 2]), "iha_forward_host");
+    if (call_failed(ctx, forward_device(ctx, l, &s->options[i % 2]), "iha_forward"))
+        return -1;
+    return i % 50 == 0 ? check_output(s) : 0;
+}
+
+/* One step with a context of its own: borrowing the base context's OpenCL objects (device
+ * tensors), or owning new ones (host tensors). */
+static int step_new_context(soak *s)
+{
+    iha_context_options o;
+    iha_context_options_init(&o);
+    o.device = cli_get(&spec, "device");
+    if (s->mode == CONTEXTS_BORROWED) {
+        o.cl_context = iha_context_cl_context(s->ctx);
+        o.cl_queue = iha_context_cl_queue(s->ctx);
+    }
+    iha_context *ctx = NULL;
+    char message[512];
+    iha_status st = iha_context_create(&ctx, &o, message, sizeof message);
+    if (st != IHA_OK) {
+        cli_error(&spec, "iha_context_create: %s: %s", iha_status_name(st), message);
+        return -1;
+    }
+    random_layer *l = &s->layer[s->calls % 2];
+    const iha_attention_options *ao = &s->options[s->calls % 2];
+    st = s->mode == CONTEXTS_BORROWED ? forward_device(ctx, l, ao) : forward_host(ctx, l, ao);
+    int rc = call_failed(ctx, st, "a layer call on a new context");
+    iha_context_free(ctx);
+    return rc;
+}
+
+static int setup(soak *s, size_t n, size_t d, char *err, size_t err_size)
+{
+    iha_context_options o;
+    iha_context_options_init(&o);
+    o.device = cli_get(&spec, "device");
+    iha_status st = iha_context_create(&s->ctx, &o, err, err_size);
+    if (st != IHA_OK)
+        return -1;
+    const iha_shape shapes[2] = {{1, n, 128, 4, d, 2}, {1, n + n / 4, 128, 4, d, 2}};
+    for (int i = 0; i < 2; i++) {
+        iha_attention_options_init(&s->options[i]);
+        s->options[i].window = i ? (int64_t)(n / 8 + 1) : 0;
+        s->options[i].rope = d % 2 == 0;
+        if (random_layer_create(s->ctx, &shapes[i], 100 + (uint64_t)i, &s->layer[i], err, err_size))
+            return -1;
+    }
+    return 0;
+}
+
+static void teardown(soak *s)
+{
+    for (int i = 0; i < 2; i++)
+        random_layer_free(&s->layer[i]);
+    free(s->first_z);
+    iha_context_free(s->ctx);
+}
+
+/* Growth of a series after the warm-up: the smallest value of its last third minus the
+ * smallest of its first third. A leak raises the floor; a sample that happens to catch a call's
+ * temporaries (a few buffers, a page of the allocator) does not. */
+static double growth(const sample *v, size_t from, size_t count, int field)
+{
+    double first = 1e300, last = 1e300;
+    const size_t third = (count - from) / 3 ? (count - from) / 3 : 1;
+    for (size_t i = from; i < count; i++) {
+        const double x = field == 0 ? v[i].rss_mib : field == 1 ? (double)v[i].fds : (double)v[i].refs;
+        if (i < from + third && x < first)
+            first = x;
+        if (i >= count - third && x < last)
+            last = x;
+    }
+    return last - first;
+}
+
+int cmd_soak(int argc, char **argv)
+{
+    int code = cli_parse(&spec, argc, argv);
+    if (code >= 0)
+        return code;
+    size_t seconds = 60, warmup = 10, max_growth = 4, n = 256, d = 32;
+    soak s;
+    memset(&s, 0, sizeof s);
+    if (cli_get_size(&spec, "seconds", 3, 7 * 24 * 3600, &seconds) || cli_get_size(&spec, "warmup", 0, 3600, &warmup) ||
+        cli_get_size(&spec, "max-growth-mib", 0, 1 << 20, &max_growth) || cli_get_size(&spec, "n", 8, 1 << 16, &n) ||
+        cli_get_size(&spec, "d", 1, 256, &d) || cli_get_choice(&spec, "contexts", kContextModes, &s.mode))
+        return CLI_EXIT_USAGE;
+    if (warmup + 3 > seconds) {
+        cli_error(&spec, "--warmup must leave at least 3 s of the %zu s soak", seconds);
+        return CLI_EXIT_USAGE;
+    }
+    char err[512] = "";
+    sample *v = calloc(seconds + 2, sizeof *v);
+    if (!v || setup(&s, n, d, err, sizeof err)) {
+        cli_error(&spec, "%s", v ? err : "out of memory");
+        free(v);
+        teardown(&s);
+        return CLI_EXIT_FAILURE;
+    }
+    cl_context cl = iha_context_cl_context(s.ctx);
+    printf("iha soak (library %s) on %s\n", iha_version_string(), iha_context_device_name(s.ctx));
+    printf("  %zu s, warm-up %zu s, contexts %s, shapes B=1 N=%zu and %zu D=128 H=4 d=%zu P=2\n", seconds, warmup,
+           kContextModes[s.mode], n, n + n / 4, d);
+    printf("  %7s %8s %10s %5s %8s\n", "t(s)", "calls", "rss(MiB)", "fds", "cl_refs");
+    const double start = timer_seconds();
+    double next = 1.0;
+    size_t count = 0, from = 0;
+    int failed = 0;
+    while (!failed && count <= seconds) {
+        failed = s.mode == CONTEXTS_NONE ? step_shared(&s) : step_new_context(&s);
+        s.calls++;
+        const double t = timer_seconds() - start;
+        if (t < next)
+            continue;
+        v[count] = (sample){t, rss_mib(), s.calls, open_fds(), context_refs(cl)};
+        printf("  %7.1f %8zu %10.1f %5zu %8u\n", t, s.calls, v[count].rss_mib, v[count].fds, v[count].refs);
+        fflush(stdout);
+        if (t < (double)warmup)
+            from = count + 1;
+        count++;
+        next = (double)(size_t)t + 1.0; /* a slow call (the first builds kernels) skips samples */
+    }
+    const double rss = growth(v, from, count, 0), fds = growth(v, from, count, 1), refs = growth(v, from, count, 2);
+    const int stable = !failed && count > from && rss <= (double)max_growth && fds <= 0 && refs <= 0;
+    if (!failed && count > from)
+        printf("result: after the warm-up, %zu calls: resident memory %+.1f MiB (limit %zu), open files %+.0f, "
+               "context references %+.0f: %s\n",
+               s.calls, rss, max_growth, fds, refs, stable ? "stable" : "GROWING");
+    free(v);
+    teardown(&s);
+    return stable ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+}
