@@ -70,5 +70,10 @@ measure_softmax_rows_f32(__global float *s, ulong s_off, int T, int P, int mask,
     /* A row with no visible key cannot occur under SPEC's masks; it would get zeros. */
     const float inv = red[0] > 0.0f ? 1.0f / red[0] : 0.0f;
 
-    for (int u = lid; u < T; u += SOFTMAX_WG) row[u] = (u >= lo && u < hi) ? row[u] * inv : 0.0f;
+    /* Each visible entry is scaled by the work-item that wrote it above, and the masked ones
+     * (which nobody wrote) are cleared: no entry is touched by two work-items, which the local
+     * fences of the reductions could not order for global memory (Oclgrind flagged it). */
+    for (int u = lo + lid; u < hi; u += SOFTMAX_WG) row[u] *= inv;
+    for (int u = lid; u < T; u += SOFTMAX_WG)
+        if (u < lo || u >= hi) row[u] = 0.0f;
 }

@@ -82,7 +82,7 @@ typedef struct bar_state {
 
 static void record(bar_state *b, const iha_tune_progress *p)
 {
-    if (p->candidate_config[0] == '\0' || p->candidate_s < 0) return;
+    if (p->task_done || p->candidate_config[0] == '\0' || p->candidate_s < 0) return; /* the last report repeats */
     if (b->seen_count == b->seen_capacity) {
         size_t cap = b->seen_capacity ? 2 * b->seen_capacity : 256;
         seen_config *grown = realloc(b->seen, cap * sizeof *grown);

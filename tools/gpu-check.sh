@@ -43,6 +43,7 @@ while [ $# -gt 0 ]; do
     --bench-args) bench_args=${2?}; shift 2 ;;
     --no-tests) run_tests=0; shift ;;
     --dry-run) dry_run=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) usage ;;
   esac
 done

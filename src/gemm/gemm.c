@@ -3,6 +3,8 @@
 
 #include <clblast_c.h>
 
+#include "gemm/clblast_lock.h"
+
 static iha_status clblast_failure(iha_context *ctx, CLBlastStatusCode s, const char *call, size_t m, size_t n,
                                   size_t k)
 {
@@ -31,15 +33,19 @@ iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, 
         }
         for (size_t i = 0; i < m; ++i) {
             /* Row i of C is B^T (row i of A), with B row-major [k][n]. */
+            iha__clblast_lock();
             CLBlastStatusCode s = CLBlastSgemv(CLBlastLayoutRowMajor, CLBlastTransposeYes, k, n, alpha, b, b_off, ldb,
                                                a, a_off + i * lda, 1, 0.0f, c, c_off + i * ldc, 1, &ctx->queue, NULL);
+            iha__clblast_unlock();
             if (s != CLBlastSuccess) return clblast_failure(ctx, s, "CLBlastSgemv", m, n, k);
         }
         return IHA_OK;
     }
     const CLBlastTranspose tb = transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo;
+    iha__clblast_lock();
     CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, alpha, a, a_off, lda,
                                        b, b_off, ldb, 0.0f, c, c_off, ldc, &ctx->queue, NULL);
+    iha__clblast_unlock();
     return s == CLBlastSuccess ? IHA_OK : clblast_failure(ctx, s, "CLBlastSgemm", m, n, k);
 }
 

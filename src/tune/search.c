@@ -166,13 +166,17 @@ static iha_status evaluate(search_state *s, iha_tune_config *cands, size_t n)
     const iha_tunable *t = s->task->tunable;
     iha_context *ctx = s->ctx;
     int *ok = calloc(n ? n : 1, sizeof *ok);
-    IHA_RETURN_ERROR_IF(ok == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    double *built = calloc(n ? n : 1, sizeof *built); /* seconds each build took */
+    if (ok == NULL || built == NULL) {
+        free(ok), free(built);
+        return iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    }
     size_t prepared = 0;
     for (; prepared < n && !over_budget(s, prepared); ++prepared) {
         const double t0 = now_seconds();
         ok[prepared] = t->prepare(ctx, s->timing, &cands[prepared]) == IHA_OK;
         if (ok[prepared]) ok[prepared] = clFinish(ctx->queue) == CL_SUCCESS;
-        s->cost_estimate = 0.5 * s->cost_estimate + 0.5 * (now_seconds() - t0);
+        built[prepared] = now_seconds() - t0;
     }
     iha_status st = IHA_OK;
     for (size_t i = 0; i < prepared && st == IHA_OK; ++i) {
@@ -198,10 +202,12 @@ static iha_status evaluate(search_state *s, iha_tune_config *cands, size_t n)
         s->out->last = cands[i];
         s->out->last_s = secs;
         if (!remember(&s->seen, &cands[i], secs, error)) st = iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
-        s->cost_estimate = 0.5 * s->cost_estimate + 0.5 * (now_seconds() - t0);
+        /* What the next candidate will cost: build, check and timing, smoothed. */
+        s->cost_estimate = 0.5 * s->cost_estimate + 0.5 * (built[i] + now_seconds() - t0);
         report(s, 0);
     }
     free(ok);
+    free(built);
     return st;
 }
 
