@@ -1,21 +1,16 @@
 /* Entry and stage timing of the public layer calls. */
 #include "layer/call.h"
+#include "common/timing.h"
 
 #include <string.h>
 #include <time.h>
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 iha_status iha__stage_done(iha_context *ctx, double *slot, double *mark)
 {
     if (!ctx->time_stages) return IHA_OK;
     IHA_CL_CHECK(ctx, clFinish(ctx->queue), "clFinish");
-    const double t = now_seconds();
+    const double t = iha__now_seconds();
     *slot += t - *mark;
     *mark = t;
     return IHA_OK;
@@ -28,6 +23,6 @@ iha_status iha__call_begin(iha_context *ctx, double *mark)
     ctx->cl_error = 0;
     memset(&ctx->stage_times, 0, sizeof ctx->stage_times);
     if (ctx->time_stages) IHA_CL_CHECK(ctx, clFinish(ctx->queue), "clFinish");
-    *mark = now_seconds();
+    *mark = iha__now_seconds();
     return IHA_OK;
 }

@@ -1,5 +1,6 @@
 /* Repeated timing with clFinish and a monotonic clock, reduced to a median. */
 #include "measure/measure.h"
+#include "common/timing.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -12,25 +13,9 @@ iha_status iha__measure_begin(iha_context *ctx)
     return IHA_OK;
 }
 
-double iha__measure_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double iha__measure_now(void) { return iha__now_seconds(); }
 
-static int compare_doubles(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
-/* Medians, not means: on a shared machine the odd descheduled run would dominate a mean. */
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 iha_status iha__measure_repeat(iha_context *ctx, size_t reps, iha_measure_run run, void *arg, double *seconds)
 {
@@ -47,7 +32,7 @@ iha_status iha__measure_repeat(iha_context *ctx, size_t reps, iha_measure_run ru
         samples[i] = iha__measure_now() - start;
     }
     if (st == IHA_OK && err != CL_SUCCESS) st = iha__fail_cl(ctx, err, "clFinish");
-    if (st == IHA_OK) *seconds = median(samples, reps);
+    if (st == IHA_OK) *seconds = iha__median(samples, reps);
     free(samples);
     return st;
 }

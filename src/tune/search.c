@@ -1,30 +1,15 @@
 /* Budgeted coordinate descent (or exhaustive enumeration) over a tuning space, with
  * verification before timing and event-timed medians. See search.h. */
 #include "tune/search.h"
+#include "common/timing.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-static int compare_doubles(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---- Timing ---- */
 
@@ -44,12 +29,12 @@ static iha_status time_once(iha_context *ctx, const iha_tunable *t, void *proble
 {
     cl_event before = NULL, after = NULL;
     IHA_CL_CHECK(ctx, clFinish(ctx->queue), "clFinish");
-    const double wall0 = now_seconds();
+    const double wall0 = iha__now_seconds();
     IHA_CL_CHECK(ctx, clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &before), "clEnqueueMarkerWithWaitList");
     iha_status st = t->enqueue(ctx, problem, c, copy);
     cl_int err = st == IHA_OK ? clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &after) : CL_SUCCESS;
     if (st == IHA_OK && err == CL_SUCCESS) err = clWaitForEvents(1, &after);
-    const double wall = now_seconds() - wall0;
+    const double wall = iha__now_seconds() - wall0;
     if (st == IHA_OK && err != CL_SUCCESS) st = iha__fail_cl(ctx, err, "timing markers");
     if (st == IHA_OK) {
         *seconds = event_seconds(before, after);
@@ -77,7 +62,7 @@ static iha_status time_candidate(iha_context *ctx, const iha_tunable *t, void *p
         /* Cannot win: one run 3x slower than the best, or two runs whose faster one is 10% slower. */
         if (best > 0.0 && ((n == 1 && fastest > 3.0 * best) || (n >= 2 && fastest > 1.1 * best))) break;
     }
-    *out = median(samples, (size_t)n);
+    *out = iha__median(samples, (size_t)n);
     return IHA_OK;
 }
 
@@ -138,7 +123,7 @@ typedef struct search_state {
 static int over_budget(const search_state *s, size_t pending)
 {
     if (s->settings->exhaustive) return 0;
-    const double now = now_seconds();
+    const double now = iha__now_seconds();
     if (s->out->candidates + pending == 0) return now + s->cost_estimate > s->settings->deadline;
     return now - s->start + s->cost_estimate > s->settings->budget_s;
 }
@@ -155,7 +140,7 @@ static int admit(search_state *s, iha_tune_config *c)
 
 static void report(search_state *s, int done)
 {
-    s->out->seconds = now_seconds() - s->start;
+    s->out->seconds = iha__now_seconds() - s->start;
     if (s->settings->progress) s->settings->progress(s->settings->user, s->task, s->out, done);
 }
 
@@ -173,14 +158,14 @@ static iha_status evaluate(search_state *s, iha_tune_config *cands, size_t n)
     }
     size_t prepared = 0;
     for (; prepared < n && !over_budget(s, prepared); ++prepared) {
-        const double t0 = now_seconds();
+        const double t0 = iha__now_seconds();
         ok[prepared] = t->prepare(ctx, s->timing, &cands[prepared]) == IHA_OK;
         if (ok[prepared]) ok[prepared] = clFinish(ctx->queue) == CL_SUCCESS;
-        built[prepared] = now_seconds() - t0;
+        built[prepared] = iha__now_seconds() - t0;
     }
     iha_status st = IHA_OK;
     for (size_t i = 0; i < prepared && st == IHA_OK; ++i) {
-        const double t0 = now_seconds();
+        const double t0 = iha__now_seconds();
         double error = INFINITY, secs = -1.0;
         /* A candidate that fails to time (say, out of resources at the real size) is rejected
          * like one that fails its check. */
@@ -203,7 +188,7 @@ static iha_status evaluate(search_state *s, iha_tune_config *cands, size_t n)
         s->out->last_s = secs;
         if (!remember(&s->seen, &cands[i], secs, error)) st = iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
         /* What the next candidate will cost: build, check and timing, smoothed. */
-        s->cost_estimate = 0.5 * s->cost_estimate + 0.5 * (built[i] + now_seconds() - t0);
+        s->cost_estimate = 0.5 * s->cost_estimate + 0.5 * (built[i] + iha__now_seconds() - t0);
         report(s, 0);
     }
     free(ok);
@@ -282,7 +267,7 @@ static void spread(search_state *s)
         if (s->seen.times[i] >= 0.0) times[n++] = s->seen.times[i];
     s->out->timed = n;
     if (n > 0) {
-        s->out->median_s = median(times, n);
+        s->out->median_s = iha__median(times, n);
         s->out->worst_s = times[n - 1];
     }
     free(times);
@@ -307,8 +292,8 @@ static iha_status confirm(search_state *s)
         IHA_FORWARD_IF_ERROR(time_once(s->ctx, t, s->timing, &builtin, r % s->copies, &def[r]));
         IHA_FORWARD_IF_ERROR(time_once(s->ctx, t, s->timing, &s->out->best, r % s->copies, &best[r]));
     }
-    s->out->default_s = median(def, (size_t)reps);
-    s->out->best_s = median(best, (size_t)reps);
+    s->out->default_s = iha__median(def, (size_t)reps);
+    s->out->best_s = iha__median(best, (size_t)reps);
     if (s->out->best_s >= s->out->default_s) {
         s->out->best = builtin;
         s->out->best_s = s->out->default_s;
@@ -353,7 +338,7 @@ static iha_status confirm_top(search_state *s)
         for (int j = 0; j < n; ++j) IHA_FORWARD_IF_ERROR(time_once(s->ctx, t, s->timing, &top[j], r % s->copies, &samples[j][r]));
     s->out->confirming = 1;
     for (int j = 0; j < n; ++j) {
-        taken[j] = median(samples[j], (size_t)reps);
+        taken[j] = iha__median(samples[j], (size_t)reps);
         if (j == 0 || taken[j] < s->out->best_s) {
             s->out->best = top[j];
             s->out->best_s = taken[j];
@@ -371,10 +356,10 @@ static iha_status run_search(search_state *s)
 {
     const iha_tunable *t = s->task->tunable;
     iha_context *ctx = s->ctx;
-    const double t0 = now_seconds();
+    const double t0 = iha__now_seconds();
     IHA_FORWARD_IF_ERROR(t->prepare(ctx, s->timing, NULL));
     IHA_FORWARD_IF_ERROR(time_candidate(ctx, t, s->timing, s->copies, NULL, s->settings->reps, 0.0, &s->out->default_s));
-    s->cost_estimate = now_seconds() - t0;
+    s->cost_estimate = iha__now_seconds() - t0;
     report(s, 0);
     IHA_FORWARD_IF_ERROR(start_points(s));
     IHA_FORWARD_IF_ERROR(s->settings->exhaustive ? exhaust(s) : descend(s));
@@ -392,7 +377,7 @@ iha_status iha__search(iha_context *ctx, const iha_tune_task *task, const iha_se
     s.task = task;
     s.settings = settings;
     s.out = out;
-    s.start = now_seconds();
+    s.start = iha__now_seconds();
     iha__tune_limits(ctx, &s.limits);
     /* Enough input copies that one rotation does not fit in a 64 MiB cache. */
     const size_t bytes = t->problem_bytes(&task->shape, &task->bucket);
@@ -410,7 +395,7 @@ iha_status iha__search(iha_context *ctx, const iha_tune_task *task, const iha_se
     free(s.seen.items);
     free(s.seen.times);
     free(s.seen.errors);
-    out->seconds = now_seconds() - s.start;
+    out->seconds = iha__now_seconds() - s.start;
     if (st == IHA_OK) report(&s, 1);
     return st;
 }
