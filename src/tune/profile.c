@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -124,8 +125,12 @@ static int key_matches(const cJSON *file_key, const profile_key *k, char *why, s
 static int read_long(const cJSON *obj, const char *name, long *out)
 {
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, name);
-    if (!cJSON_IsNumber(item) || item->valuedouble != (double)(long)item->valuedouble) return 0;
-    *out = (long)item->valuedouble;
+    if (!cJSON_IsNumber(item)) return 0;
+    /* Range first: converting a double outside long's range (1e300 in a hand-edited file) is
+     * undefined behaviour, which the profile fuzzer found. */
+    const double v = item->valuedouble;
+    if (!(v >= -9007199254740992.0 && v <= 9007199254740992.0) || v != floor(v)) return 0; /* +-2^53 */
+    *out = (long)v;
     return 1;
 }
 
