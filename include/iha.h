@@ -455,7 +455,8 @@ typedef struct iha_kv_cache iha_kv_cache;
 
 /* Creates an empty cache for shape->batch sequences of up to shape->tokens tokens, with
  * shape->heads, shape->head_dim and shape->pseudo (shape->model_dim is ignored). Device memory:
- * 2 * B * H * tokens * P * d elements of `storage`. */
+ * 2 * B * H * tokens * P * d elements of `storage`, the keys' virtual length rounded up to the
+ * attention kernel's key block (16). */
 iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_storage storage, iha_kv_cache **out);
 /* Releases the cache's device memory (after the context's queue finishes). NULL is allowed. */
 void iha_kv_cache_free(iha_kv_cache *cache);
