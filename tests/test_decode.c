@@ -245,6 +245,13 @@ static void refusals(void **state)
     tu_assert_buffer_all(g_ctx, zs, 0, 24, TU_SENTINEL);
     tu_assert_guard(g_ctx, zs, 24, 0, TU_GUARD, TU_SENTINEL);
 
+    /* An output on top of a weight is refused (the weight would be overwritten). */
+    const uint32_t one[1] = {1}; /* fits the cache, so only the overlap can refuse it */
+    st = iha_decode_step(g_ctx, cache, &step3, &o, &dev.weights, one, (iha_buffer){xs, 0}, dev.weights.wq);
+    tu_assert_status(g_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(iha_context_message(g_ctx), "z"));
+    assert_int_equal(iha_kv_cache_length(cache, 0), 3);
+
     /* Truncation: not past the length, not a missing sequence; rewinding then works. */
     tu_assert_status(g_ctx, iha_kv_cache_truncate(cache, 0, 4), IHA_ERROR_INVALID_ARGUMENT);
     tu_assert_status(g_ctx, iha_kv_cache_truncate(cache, 1, 0), IHA_ERROR_INVALID_ARGUMENT);

@@ -150,6 +150,7 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, "x"));
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, "z"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, "z", "x"));
+    IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
     iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, 0, c->storage == IHA_STORAGE_F16, p.attention};
     dd.cfg.key_block = c->key_block; /* fixed by the cache's layout */
     IHA_FORWARD_IF_ERROR(check_step(ctx, c, &p, counts, &dd.t_cur));
