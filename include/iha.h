@@ -12,10 +12,13 @@
  *
  * Conventions that hold for every call
  * ------------------------------------
- * - Tensors are dense, row-major float32 (C order, last index fastest).
+ * - Tensors are dense and row-major (C order, last index fastest), float32 unless the call's
+ *   options select half-precision storage (iha_attention_options.storage and weight_storage,
+ *   IEEE binary16; arithmetic stays float32 either way).
  * - Device tensors are passed as iha_buffer: an application-owned cl_mem plus an offset in
- *   ELEMENTS (floats), like CLBlast. The library never retains or frees them. They must belong
- *   to the context's cl_context (else IHA_ERROR_INVALID_ARGUMENT). Before any work is enqueued
+ *   ELEMENTS of the tensor's storage type (floats, or halves), like CLBlast. The library
+ *   never retains or frees them. They must belong to the context's cl_context (else
+ *   IHA_ERROR_INVALID_ARGUMENT). Before any work is enqueued
  *   every buffer is checked against CL_MEM_SIZE; too small a buffer is refused with
  *   IHA_ERROR_BUFFER_TOO_SMALL and nothing is written. An output that overlaps an input in
  *   the same cl_mem is refused with IHA_ERROR_INVALID_ARGUMENT.
@@ -221,15 +224,34 @@ void iha_context_stage_times(const iha_context *ctx, iha_stage_times *out);
  * respectively. */
 typedef enum iha_mask { IHA_MASK_CAUSAL = 0, IHA_MASK_TOKEN_CAUSAL = 1, IHA_MASK_NONE = 2 } iha_mask;
 
+/* Storage type of tensors in device memory: of a call's activations and weights (the two
+ * fields of iha_attention_options below) and of a KV cache. Arithmetic is always float32:
+ * IHA_STORAGE_F16 tensors are read with vload_half and written with vstore_half (round to
+ * nearest even), which are core OpenCL and need no cl_khr_fp16, so half storage works on every
+ * device. It halves the bytes of what it stores; results meet SPEC's half-storage contract
+ * (relative L2 error at most 2e-3 against float64 on the same float inputs).
+ * iha_half_from_float and iha_half_to_float below convert host arrays. */
+typedef enum iha_storage { IHA_STORAGE_F32 = 0, IHA_STORAGE_F16 = 1 } iha_storage;
+
 typedef struct iha_attention_options {
     int mask;           /* an iha_mask value; anything else is IHA_ERROR_INVALID_ARGUMENT */
     int64_t window;     /* sliding window in tokens; 0 = global; negative is invalid */
     float scale;        /* score scale; 0 means 1/sqrt(d); NaN or infinite is invalid */
     int rope;           /* nonzero: rotary embedding of Qt and Kt at virtual positions (d even) */
     float rope_base;    /* rotary base; 0 means 10000; negative, NaN or infinite is invalid */
+    /* iha_storage of the call's activations: x and z (iha_forward, iha_decode_step), q, k, v
+     * and y (iha_attention_core), qt, kt, vt and o (iha_attention). The optional lse stays
+     * float. Internal workspace is float: a half input is converted once on entry and a half
+     * output once on exit (memory-bound passes over B*N*D or B*H*T*d elements). */
+    int storage;
+    /* iha_storage of every weight: wq, wk, wv, wo, alpha_q, alpha_k, alpha_v and r. With
+     * IHA_STORAGE_F16, a projection of at most 16 rows (a decoding step) reads the half weights
+     * directly (cl/convert.cl, memory-bound: half the bytes of float weights); larger ones
+     * convert each weight matrix into float workspace (D*H*d floats) and run CLBlast's SGEMM. */
+    int weight_storage;
 } iha_attention_options;
 
-/* Defaults: causal, global, scale 1/sqrt(d), no rotary. */
+/* Defaults: causal, global, scale 1/sqrt(d), no rotary, float32 storage. */
 void iha_attention_options_init(iha_attention_options *options);
 
 /* Shape of one layer. Limits: every field >= 1, head_dim <= 256; every tensor's element count
@@ -244,7 +266,7 @@ typedef struct iha_shape {
     size_t pseudo;    /* P, pseudo-heads per head; 1 is plain multi-head attention */
 } iha_shape;
 
-/* A device tensor: an application-owned cl_mem and an offset in elements (floats). */
+/* A device tensor: an application-owned cl_mem and an offset in elements of its storage type. */
 typedef struct iha_buffer {
     cl_mem mem;
     size_t offset;
@@ -292,7 +314,10 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
 
 /* Host-memory convenience for applications without OpenCL code: the same as iha_forward,
  * with every tensor in host memory (same shapes; alpha/r may be NULL under the same identity
- * rule). Copies in, runs, copies z out, and blocks until done. */
+ * rule). Copies in, runs, copies z out, and blocks until done. Host arrays are always float;
+ * options->storage and weight_storage choose the device-side storage: with IHA_STORAGE_F16
+ * the tensors are rounded to half on upload (and z is read back from half), which shows what
+ * half storage does to a layer's results. */
 typedef struct iha_host_weights {
     const float *wq, *wk, *wv, *wo;
     const float *alpha_q, *alpha_k, *alpha_v, *r;
@@ -377,6 +402,12 @@ iha_status iha_profile_clear(iha_context *ctx);
 #define IHA_TUNE_ROWS 1u      /* mixing and collapse */
 #define IHA_TUNE_ATTENTION 2u
 #define IHA_TUNE_GEMM 4u      /* CLBlast's SGEMM for the layer's projection shapes */
+/* The decode kernels of iha_decode_step (tile, vector width, work-group, key-split policy), for
+ * one new token per sequence against a cache of each shape's N tokens, float and half caches.
+ * A decoding step chooses them by the fallback order above, on its bucket (d, P, mask, window
+ * or global, cache element type, new tokens k, cached keys seen, B*H; the last three rounded up
+ * to powers of two), and iha_context_last_choices then reports a "decode" entry. */
+#define IHA_TUNE_DECODE 8u
 
 /* Passed to the progress callback after the built-in default and after each candidate. */
 typedef struct iha_tune_progress {
@@ -443,9 +474,9 @@ iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attenti
 
 /* ---- Incremental decoding with a pseudo-token KV cache ---------------------------------- */
 
-/* Storage type of a cache. Arithmetic is always float; IHA_STORAGE_F16 stores with
- * vstore_half/vload_half (core OpenCL, no cl_khr_fp16 needed) and halves the cache's bytes. */
-typedef enum iha_storage { IHA_STORAGE_F32 = 0, IHA_STORAGE_F16 = 1 } iha_storage;
+/* The cache's storage type is an iha_storage (see "Problem description"): float, or half with
+ * float arithmetic. A step's x and z follow options->storage, its weights
+ * options->weight_storage, independently of the cache's storage. */
 
 /* The cache of one layer: pseudo-keys and pseudo-values after mixing and rotary,
  * [batch][heads][max_tokens*pseudo][head_dim] each, and the current length of every sequence.
@@ -484,6 +515,16 @@ size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
 iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shape *shape,
                            const iha_attention_options *options, const iha_layer_weights *weights,
                            const uint32_t *counts, iha_buffer x, iha_buffer z);
+
+/* ---- Half-precision host arrays --------------------------------------------------------- */
+
+/* Convert n elements between float and IEEE binary16 (as uint16_t bit patterns) in host memory,
+ * for filling and reading IHA_STORAGE_F16 buffers. Rounding is to nearest even, as the device's
+ * vstore_half; values beyond the half range become infinities, NaN stays NaN (quiet),
+ * subnormals are kept. src and dst must not overlap; n == 0 does nothing. Thread-safe, no
+ * context needed. */
+void iha_half_from_float(const float *src, uint16_t *dst, size_t n);
+void iha_half_to_float(const uint16_t *src, float *dst, size_t n);
 
 /* ---- Measurement calls, for benchmarks and tools -------------------------------------- */
 
@@ -526,8 +567,9 @@ iha_status iha_measure_copy_bandwidth(iha_context *ctx, size_t bytes, double *by
  * a masked row softmax in place (cl/measure_softmax.cl; masked entries become 0), and
  * O = S Vt by a second CLBlast SGEMM. Masked blocks are computed and discarded. For benchmarks
  * only: it needs T*T*4 bytes of device memory in one buffer (kept in the context's workspace)
- * and returns IHA_ERROR_UNSUPPORTED when that exceeds the device's largest allocation. Like
- * iha_attention it enqueues and returns; the result is ready after iha_context_finish. */
+ * and returns IHA_ERROR_UNSUPPORTED when that exceeds the device's largest allocation, or for
+ * half storage (options->storage must be IHA_STORAGE_F32). Like iha_attention it enqueues and
+ * returns; the result is ready after iha_context_finish. */
 iha_status iha_attention_unfused(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                  iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o);
 

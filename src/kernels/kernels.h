@@ -85,6 +85,14 @@ iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims
                                          cl_mem values, cl_mem partial, iha_ref o, cl_mem step, int mask,
                                          size_t window, float scale);
 
+/* ---- Half-precision storage (cl/convert.cl) ---- */
+
+/* n elements from half to float or back (round to nearest even). */
+iha_status iha__convert_enqueue(iha_context *ctx, int to_half, iha_ref src, iha_ref dst, size_t n);
+/* y [m][C] = x [m][K] * w [K][C] with float x and y and half w, read directly. */
+iha_status iha__gemv_half_weights_enqueue(iha_context *ctx, size_t m, size_t C, size_t K, iha_ref x, iha_ref w,
+                                          iha_ref y);
+
 /* The rotary cos/sin table [T][2][d/2] for positions 0..T-1 and head width d (computed in double on the
  * host, cached in the context while T, d and base stay the same). */
 iha_status iha__rope_table(iha_context *ctx, size_t T, size_t d, float base, cl_mem *out);

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "common/checked.h"
-#include "gemm/gemm.h"
 #include "layer/call.h"
 #include "layer/plan.h"
+#include "layer/storage.h"
 
 struct iha_kv_cache {
     iha_context *ctx;
@@ -147,9 +147,9 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     /* The window is relative to the whole sequence, not to the step's k tokens. */
     p.window = (uint64_t)options->window >= c->max_tokens ? 0 : (size_t)options->window;
     IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 1));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, "x"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, "z"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, "z", "x"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, p.act_bytes, "x"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, p.act_bytes, "z"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, p.act_bytes, "z", "x"));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
     iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, 0, c->storage == IHA_STORAGE_F16, p.attention};
     dd.cfg.key_block = c->key_block; /* fixed by the cache's layout */
@@ -167,31 +167,37 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
         iha__workspace_get(ctx, IHA_WS_PARTIAL, iha__decode_partial_elements(ctx, &dd) * f, &partial));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_STEP, 2 * c->B * sizeof(cl_int), &step));
     if (p.rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, c->t_max, c->d, p.rope_base, &rope));
+    iha_ref xf, zf;
+    iha_layer_weights mw;
+    IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, x, p.x_elems, IHA_WS_X, &xf));
+    IHA_FORWARD_IF_ERROR(iha__output_float(ctx, &p, z, p.x_elems, IHA_WS_OUT, &zf));
+    IHA_FORWARD_IF_ERROR(iha__mixing_float(ctx, &p, w, &mw));
     /* Blocking, so the staging array may change in the next step at once. */
     IHA_CL_CHECK(ctx, clEnqueueWriteBuffer(ctx->queue, step, CL_TRUE, 0, 2 * c->B * sizeof(cl_int), c->step, 0, NULL, NULL),
                  "clEnqueueWriteBuffer (decode step)");
 
-    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wq.mem, w->wq.offset, hd, q, 0, hd));
-    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wk.mem, w->wk.offset, hd, k, 0, hd));
-    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wv.mem, w->wv.offset, hd, v, 0, hd));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wq, (iha_ref){q, 0}));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wk, (iha_ref){k, 0}));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wv, (iha_ref){v, 0}));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, &mark));
 
     IHA_FORWARD_IF_ERROR(
-        iha__decode_mix_queries_enqueue(ctx, &dd, (iha_ref){q, 0}, iha__ref_of(w->alpha_q), (iha_ref){qt, 0}, rope, step));
+        iha__decode_mix_queries_enqueue(ctx, &dd, (iha_ref){q, 0}, iha__ref_of(mw.alpha_q), (iha_ref){qt, 0}, rope, step));
     IHA_FORWARD_IF_ERROR(
-        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){k, 0}, iha__ref_of(w->alpha_k), c->keys, rope, step, c->key_block));
+        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){k, 0}, iha__ref_of(mw.alpha_k), c->keys, rope, step, c->key_block));
     IHA_FORWARD_IF_ERROR(
-        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){v, 0}, iha__ref_of(w->alpha_v), c->values, NULL, step, 0));
+        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_ref){v, 0}, iha__ref_of(mw.alpha_v), c->values, NULL, step, 0));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, &mark));
 
     IHA_FORWARD_IF_ERROR(iha__decode_attention_enqueue(ctx, &dd, (iha_ref){qt, 0}, c->keys, c->values, partial,
                                                        (iha_ref){o, 0}, step, p.mask, p.window, p.scale));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, &mark));
 
-    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p.rows, &p.dims, (iha_ref){o, 0}, iha__ref_of(w->r), (iha_ref){y, 0}));
+    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p.rows, &p.dims, (iha_ref){o, 0}, iha__ref_of(mw.r), (iha_ref){y, 0}));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, &mark));
 
-    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, p.D, hd, y, 0, hd, w->wo.mem, w->wo.offset, p.D, z.mem, z.offset, p.D));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, p.D, hd, (iha_ref){y, 0}, w->wo, zf));
+    IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, zf, z, p.x_elems));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.output, &mark));
 
     for (size_t b = 0; b < c->B; ++b) c->length[b] += (size_t)c->step[2 * b + 1];

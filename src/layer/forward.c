@@ -1,17 +1,20 @@
 /* The public layer calls as thin orchestration of the stages: projections (CLBlast), mixing,
- * attention, collapse, output projection. */
+ * attention, collapse, output projection. Half storage is converted at the edges
+ * (layer/storage.h); the stages always see float. */
 #include <string.h>
 
-#include "gemm/gemm.h"
 #include "layer/call.h"
 #include "layer/plan.h"
+#include "layer/storage.h"
 
-/* Mixing, attention and collapse: q, k, v [B][N][H][d] -> y [B][N][H][d]. */
+/* Mixing, attention and collapse: float q, k, v [B][N][H][d] -> float y [B][N][H][d]. */
 static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_ref q, iha_ref k,
                            iha_ref v, iha_ref y, double *mark)
 {
     const size_t f = sizeof(float);
     cl_mem qt, kt, vt, o, rope = NULL;
+    iha_layer_weights mw;
+    IHA_FORWARD_IF_ERROR(iha__mixing_float(ctx, p, w, &mw));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_QT, p->virtual_elems * f, &qt));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p->packed_elems * f, &kt));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_VT, p->virtual_elems * f, &vt));
@@ -19,9 +22,9 @@ static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_
     if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p->dims.T, p->dims.d, p->rope_base, &rope));
 
     const int kb = p->attention.key_block;
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, q, iha__ref_of(w->alpha_q), (iha_ref){qt, 0}, rope, 0));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, k, iha__ref_of(w->alpha_k), (iha_ref){kt, 0}, rope, kb));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, v, iha__ref_of(w->alpha_v), (iha_ref){vt, 0}, NULL, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, q, iha__ref_of(mw.alpha_q), (iha_ref){qt, 0}, rope, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, k, iha__ref_of(mw.alpha_k), (iha_ref){kt, 0}, rope, kb));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, v, iha__ref_of(mw.alpha_v), (iha_ref){vt, 0}, NULL, 0));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
 
     IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, (iha_ref){qt, 0}, (iha_ref){kt, 0},
@@ -29,7 +32,7 @@ static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_
                                                 p->window, p->scale));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
 
-    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, (iha_ref){o, 0}, iha__ref_of(w->r), y));
+    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, (iha_ref){o, 0}, iha__ref_of(mw.r), y));
     return iha__stage_done(ctx, &ctx->stage_times.collapse, mark);
 }
 
@@ -41,9 +44,10 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 1, &p));
     IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 1));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, "x"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, "z"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, "z", "x"));
+    const size_t a = p.act_bytes;
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, a, "x"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, a, "z"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, a, "z", "x"));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
 
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
@@ -52,15 +56,19 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_K, p.token_elems * f, &k));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_V, p.token_elems * f, &v));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Y, p.token_elems * f, &y));
+    iha_ref xf, zf;
+    IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, x, p.x_elems, IHA_WS_X, &xf));
+    IHA_FORWARD_IF_ERROR(iha__output_float(ctx, &p, z, p.x_elems, IHA_WS_OUT, &zf));
 
-    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wq.mem, w->wq.offset, hd, q, 0, hd));
-    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wk.mem, w->wk.offset, hd, k, 0, hd));
-    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, hd, p.D, x.mem, x.offset, p.D, w->wv.mem, w->wv.offset, hd, v, 0, hd));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wq, (iha_ref){q, 0}));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wk, (iha_ref){k, 0}));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wv, (iha_ref){v, 0}));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, &mark));
 
     IHA_FORWARD_IF_ERROR(run_core(ctx, &p, w, (iha_ref){q, 0}, (iha_ref){k, 0}, (iha_ref){v, 0}, (iha_ref){y, 0}, &mark));
 
-    IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, rows, p.D, hd, y, 0, hd, w->wo.mem, w->wo.offset, p.D, z.mem, z.offset, p.D));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, p.D, hd, (iha_ref){y, 0}, w->wo, zf));
+    IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, zf, z, p.x_elems));
     return iha__stage_done(ctx, &ctx->stage_times.output, &mark);
 }
 
@@ -80,15 +88,22 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
     IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 0));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, q, p.token_elems, "q"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, k, p.token_elems, "k"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, v, p.token_elems, "v"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, y, p.token_elems, "y"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, p.token_elems, q, p.token_elems, "y", "q"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, p.token_elems, k, p.token_elems, "y", "k"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, p.token_elems, v, p.token_elems, "y", "v"));
-    IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 0, y, p.token_elems, "y"));
-    return run_core(ctx, &p, w, iha__ref_of(q), iha__ref_of(k), iha__ref_of(v), iha__ref_of(y), &mark);
+    const size_t n = p.token_elems, a = p.act_bytes;
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, q, n, a, "q"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, k, n, a, "k"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, v, n, a, "v"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, y, n, a, "y"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, n, q, n, a, "y", "q"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, n, k, n, a, "y", "k"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, n, v, n, a, "y", "v"));
+    IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 0, y, n, "y"));
+    iha_ref qf, kf, vf, yf;
+    IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, q, n, IHA_WS_Q, &qf));
+    IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, k, n, IHA_WS_K, &kf));
+    IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, v, n, IHA_WS_V, &vf));
+    IHA_FORWARD_IF_ERROR(iha__output_float(ctx, &p, y, n, IHA_WS_Y, &yf));
+    IHA_FORWARD_IF_ERROR(run_core(ctx, &p, w, qf, kf, vf, yf, &mark));
+    return iha__output_finish(ctx, &p, yf, y, n);
 }
 
 iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
@@ -109,26 +124,37 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
     IHA_RETURN_ERROR_IF(p.rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "iha_attention takes already rotated inputs: options->rope must be 0");
-    const size_t n = p.virtual_elems;
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, qt, n, "qt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, kt, n, "kt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, vt, n, "vt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, o, n, "o"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, qt, n, "o", "qt"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, kt, n, "o", "kt"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, vt, n, "o", "vt"));
+    const size_t n = p.virtual_elems, a = p.act_bytes, f = sizeof(float);
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, qt, n, a, "qt"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, kt, n, a, "kt"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, vt, n, a, "vt"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, o, n, a, "o"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, qt, n, a, "o", "qt"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, kt, n, a, "o", "kt"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, vt, n, a, "o", "vt"));
     if (lse.mem != NULL) {
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, lse, p.lse_elems, "lse"));
-        IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, lse, p.lse_elems, o, n, "lse", "o"));
-        IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, lse, p.lse_elems, qt, n, "lse", "qt"));
-        IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, lse, p.lse_elems, kt, n, "lse", "kt"));
-        IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, lse, p.lse_elems, vt, n, "lse", "vt"));
+        /* lse is float whatever the storage; the byte ranges of o and the inputs are a*n. */
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, lse, p.lse_elems, f, "lse"));
+        const iha_buffer others[4] = {o, qt, kt, vt};
+        static const char *const names[4] = {"o", "qt", "kt", "vt"};
+        for (int i = 0; i < 4; ++i) {
+            const int apart = lse.mem != others[i].mem || (lse.offset + p.lse_elems) * f <= others[i].offset * a ||
+                              (others[i].offset + n) * a <= lse.offset * f;
+            IHA_RETURN_ERROR_IF(!apart, ctx, IHA_ERROR_INVALID_ARGUMENT, "output lse overlaps %s in the same buffer",
+                                names[i]);
+        }
     }
+    iha_ref qf, kf, vf, of;
+    IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, qt, n, IHA_WS_QT, &qf));
+    IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, kt, n, IHA_WS_X, &kf));
+    IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, vt, n, IHA_WS_VT, &vf));
+    IHA_FORWARD_IF_ERROR(iha__output_float(ctx, &p, o, n, IHA_WS_O, &of));
     cl_mem packed;
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p.packed_elems * sizeof(float), &packed));
-    IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &p.dims, iha__ref_of(kt), (iha_ref){packed, 0}, p.attention.key_block));
-    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p.attention, &p.dims, iha__ref_of(qt), (iha_ref){packed, 0},
-                                                iha__ref_of(vt), iha__ref_of(o), iha__ref_of(lse), p.mask, p.window, p.scale));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p.packed_elems * f, &packed));
+    IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &p.dims, kf, (iha_ref){packed, 0}, p.attention.key_block));
+    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p.attention, &p.dims, qf, (iha_ref){packed, 0}, vf, of,
+                                                iha__ref_of(lse), p.mask, p.window, p.scale));
+    IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, of, o, n));
     return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
 }
 

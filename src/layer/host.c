@@ -1,16 +1,45 @@
 /* iha_forward_host: the layer for applications without OpenCL code. Copies the tensors into
  * temporary device buffers, runs iha_forward and reads z back, blocking. */
+#include <stdlib.h>
+
 #include "layer/plan.h"
 
 enum { HOST_X, HOST_Z, HOST_WQ, HOST_WK, HOST_WV, HOST_WO, HOST_AQ, HOST_AK, HOST_AV, HOST_R, HOST_COUNT };
 
-static iha_status upload(iha_context *ctx, const float *src, size_t elems, cl_mem *out, const char *name)
+/* Copies a host tensor into a new device buffer in storage half or float. */
+static iha_status upload(iha_context *ctx, const float *src, size_t elems, int half, cl_mem *out, const char *name)
 {
     IHA_RETURN_ERROR_IF(src == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "host tensor %s is NULL", name);
+    const void *data = src;
+    uint16_t *halves = NULL;
+    if (half) {
+        halves = malloc(elems * sizeof *halves);
+        IHA_RETURN_ERROR_IF(halves == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory converting %s", name);
+        iha_half_from_float(src, halves, elems);
+        data = halves;
+    }
     cl_int err = CL_SUCCESS;
-    *out = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, elems * sizeof(float), (void *)src,
+    *out = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, elems * (half ? 2 : 4), (void *)data,
                           &err);
+    free(halves);
     if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clCreateBuffer (host tensor)");
+    return IHA_OK;
+}
+
+/* Reads z back (blocking), from half when the activations are half. */
+static iha_status download(iha_context *ctx, const iha_plan *p, cl_mem m, float *z)
+{
+    if (!p->act_half) {
+        IHA_CL_CHECK(ctx, clEnqueueReadBuffer(ctx->queue, m, CL_TRUE, 0, p->x_elems * sizeof(float), z, 0, NULL, NULL),
+                     "clEnqueueReadBuffer (z)");
+        return IHA_OK;
+    }
+    uint16_t *halves = malloc(p->x_elems * sizeof *halves);
+    IHA_RETURN_ERROR_IF(halves == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory converting z");
+    cl_int err = clEnqueueReadBuffer(ctx->queue, m, CL_TRUE, 0, p->x_elems * sizeof *halves, halves, 0, NULL, NULL);
+    if (err == CL_SUCCESS) iha_half_to_float(halves, z, p->x_elems);
+    free(halves);
+    if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clEnqueueReadBuffer (z)");
     return IHA_OK;
 }
 
@@ -28,27 +57,25 @@ static iha_status run(iha_context *ctx, const iha_shape *shape, const iha_attent
                         "alpha_q, alpha_k, alpha_v and r may be NULL (identity) only when pseudo == 1, not %zu",
                         p.dims.P);
 
-    IHA_FORWARD_IF_ERROR(upload(ctx, x, p.x_elems, &m[HOST_X], "x"));
-    IHA_FORWARD_IF_ERROR(upload(ctx, w->wq, p.w_elems, &m[HOST_WQ], "wq"));
-    IHA_FORWARD_IF_ERROR(upload(ctx, w->wk, p.w_elems, &m[HOST_WK], "wk"));
-    IHA_FORWARD_IF_ERROR(upload(ctx, w->wv, p.w_elems, &m[HOST_WV], "wv"));
-    IHA_FORWARD_IF_ERROR(upload(ctx, w->wo, p.w_elems, &m[HOST_WO], "wo"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, x, p.x_elems, p.act_half, &m[HOST_X], "x"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, w->wq, p.w_elems, p.weight_half, &m[HOST_WQ], "wq"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, w->wk, p.w_elems, p.weight_half, &m[HOST_WK], "wk"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, w->wv, p.w_elems, p.weight_half, &m[HOST_WV], "wv"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, w->wo, p.w_elems, p.weight_half, &m[HOST_WO], "wo"));
     if (nulls == 0) {
-        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_q, p.mix_elems, &m[HOST_AQ], "alpha_q"));
-        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_k, p.mix_elems, &m[HOST_AK], "alpha_k"));
-        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_v, p.mix_elems, &m[HOST_AV], "alpha_v"));
-        IHA_FORWARD_IF_ERROR(upload(ctx, w->r, p.mix_elems, &m[HOST_R], "r"));
+        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_q, p.mix_elems, p.weight_half, &m[HOST_AQ], "alpha_q"));
+        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_k, p.mix_elems, p.weight_half, &m[HOST_AK], "alpha_k"));
+        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_v, p.mix_elems, p.weight_half, &m[HOST_AV], "alpha_v"));
+        IHA_FORWARD_IF_ERROR(upload(ctx, w->r, p.mix_elems, p.weight_half, &m[HOST_R], "r"));
     }
     cl_int err = CL_SUCCESS;
-    m[HOST_Z] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, p.x_elems * sizeof(float), NULL, &err);
+    m[HOST_Z] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, p.x_elems * p.act_bytes, NULL, &err);
     if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clCreateBuffer (z)");
 
     const iha_layer_weights dw = {{m[HOST_WQ], 0}, {m[HOST_WK], 0}, {m[HOST_WV], 0}, {m[HOST_WO], 0},
                                   {m[HOST_AQ], 0}, {m[HOST_AK], 0}, {m[HOST_AV], 0}, {m[HOST_R], 0}};
     IHA_FORWARD_IF_ERROR(iha_forward(ctx, shape, options, &dw, (iha_buffer){m[HOST_X], 0}, (iha_buffer){m[HOST_Z], 0}));
-    IHA_CL_CHECK(ctx, clEnqueueReadBuffer(ctx->queue, m[HOST_Z], CL_TRUE, 0, p.x_elems * sizeof(float), z, 0, NULL, NULL),
-                 "clEnqueueReadBuffer (z)");
-    return IHA_OK;
+    return download(ctx, &p, m[HOST_Z], z);
 }
 
 iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,

@@ -31,6 +31,16 @@ static iha_status check_options(iha_context *ctx, const iha_attention_options *o
     p->scale = o->scale != 0.0f ? o->scale : (float)(1.0 / sqrt((double)p->dims.d));
     p->rope = o->rope != 0;
     p->rope_base = o->rope_base != 0.0f ? o->rope_base : 10000.0f;
+    IHA_RETURN_ERROR_IF(o->storage != IHA_STORAGE_F32 && o->storage != IHA_STORAGE_F16, ctx,
+                        IHA_ERROR_INVALID_ARGUMENT, "unknown storage %d (use IHA_STORAGE_F32 or IHA_STORAGE_F16)",
+                        o->storage);
+    IHA_RETURN_ERROR_IF(o->weight_storage != IHA_STORAGE_F32 && o->weight_storage != IHA_STORAGE_F16, ctx,
+                        IHA_ERROR_INVALID_ARGUMENT,
+                        "unknown weight_storage %d (use IHA_STORAGE_F32 or IHA_STORAGE_F16)", o->weight_storage);
+    p->act_half = o->storage == IHA_STORAGE_F16;
+    p->weight_half = o->weight_storage == IHA_STORAGE_F16;
+    p->act_bytes = p->act_half ? 2 : 4;
+    p->weight_bytes = p->weight_half ? 2 : 4;
     return IHA_OK;
 }
 
@@ -60,7 +70,8 @@ iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_at
              iha__mul(T, d, &(size_t){0}) && T <= SIZE_MAX - 64;
     }
     /* Bytes too: every element count is later multiplied by sizeof(float). */
-    ok = ok && p->x_elems <= SIZE_MAX / 8 && p->token_elems <= SIZE_MAX / 8 && p->virtual_elems <= SIZE_MAX / 8;
+    ok = ok && p->x_elems <= SIZE_MAX / 8 && p->token_elems <= SIZE_MAX / 8 && p->virtual_elems <= SIZE_MAX / 8 &&
+         p->w_elems <= SIZE_MAX / 8;
     IHA_RETURN_ERROR_IF(!ok, ctx, IHA_ERROR_SIZE_OVERFLOW,
                         "the shape's sizes overflow size_t (batch=%zu tokens=%zu heads=%zu head_dim=%zu pseudo=%zu "
                         "model_dim=%zu)",
@@ -79,7 +90,7 @@ iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_at
     return IHA_OK;
 }
 
-iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, const char *name)
+iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, size_t elem_bytes, const char *name)
 {
     IHA_RETURN_ERROR_IF(buf.mem == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "buffer %s is NULL", name);
     size_t size = 0;
@@ -91,12 +102,12 @@ iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, con
     IHA_RETURN_ERROR_IF(err != CL_SUCCESS || owner != ctx->cl_ctx, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "buffer %s belongs to another OpenCL context than the iha context's", name);
     size_t end;
-    IHA_RETURN_ERROR_IF(!iha__add(buf.offset, elems, &end) || end > SIZE_MAX / sizeof(float), ctx,
+    IHA_RETURN_ERROR_IF(!iha__add(buf.offset, elems, &end) || end > SIZE_MAX / elem_bytes, ctx,
                         IHA_ERROR_SIZE_OVERFLOW, "buffer %s: offset %zu + %zu elements overflows size_t", name,
                         buf.offset, elems);
-    IHA_RETURN_ERROR_IF(end * sizeof(float) > size, ctx, IHA_ERROR_BUFFER_TOO_SMALL,
-                        "buffer %s holds %zu bytes but needs %zu (offset %zu + %zu floats)", name, size,
-                        end * sizeof(float), buf.offset, elems);
+    IHA_RETURN_ERROR_IF(end * elem_bytes > size, ctx, IHA_ERROR_BUFFER_TOO_SMALL,
+                        "buffer %s holds %zu bytes but needs %zu (offset %zu + %zu %s)", name, size,
+                        end * elem_bytes, buf.offset, elems, elem_bytes == 2 ? "halves" : "floats");
     return IHA_OK;
 }
 
@@ -104,10 +115,10 @@ iha_status iha__check_weights(iha_context *ctx, const iha_plan *p, const iha_lay
 {
     IHA_RETURN_ERROR_IF(w == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "weights is NULL");
     if (with_projections) {
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wq, p->w_elems, "wq"));
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wk, p->w_elems, "wk"));
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wv, p->w_elems, "wv"));
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wo, p->w_elems, "wo"));
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wq, p->w_elems, p->weight_bytes, "wq"));
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wk, p->w_elems, p->weight_bytes, "wk"));
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wv, p->w_elems, p->weight_bytes, "wv"));
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wo, p->w_elems, p->weight_bytes, "wo"));
     }
     const int nulls = (w->alpha_q.mem == NULL) + (w->alpha_k.mem == NULL) + (w->alpha_v.mem == NULL) + (w->r.mem == NULL);
     if (nulls == 4) {
@@ -118,20 +129,29 @@ iha_status iha__check_weights(iha_context *ctx, const iha_plan *p, const iha_lay
     }
     IHA_RETURN_ERROR_IF(nulls != 0, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "give all of alpha_q, alpha_k, alpha_v and r, or (with pseudo == 1) none of them");
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_q, p->mix_elems, "alpha_q"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_k, p->mix_elems, "alpha_k"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_v, p->mix_elems, "alpha_v"));
-    return iha__check_buffer(ctx, w->r, p->mix_elems, "r");
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_q, p->mix_elems, p->weight_bytes, "alpha_q"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_k, p->mix_elems, p->weight_bytes, "alpha_k"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_v, p->mix_elems, p->weight_bytes, "alpha_v"));
+    return iha__check_buffer(ctx, w->r, p->mix_elems, p->weight_bytes, "r");
+}
+
+/* Byte ranges, since an output and a weight may differ in element size. Sizes were checked
+ * against CL_MEM_SIZE before, so the products cannot overflow. */
+static iha_status check_apart(iha_context *ctx, iha_buffer out, size_t out_elems, size_t out_bytes, iha_buffer in,
+                              size_t in_elems, size_t in_bytes, const char *out_name, const char *in_name)
+{
+    if (out.mem != in.mem) return IHA_OK;
+    const size_t out_lo = out.offset * out_bytes, out_hi = (out.offset + out_elems) * out_bytes;
+    const size_t in_lo = in.offset * in_bytes, in_hi = (in.offset + in_elems) * in_bytes;
+    IHA_RETURN_ERROR_IF(!(out_hi <= in_lo || in_hi <= out_lo), ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "output %s overlaps input %s in the same buffer", out_name, in_name);
+    return IHA_OK;
 }
 
 iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elems, iha_buffer in, size_t in_elems,
-                               const char *out_name, const char *in_name)
+                               size_t elem_bytes, const char *out_name, const char *in_name)
 {
-    if (out.mem != in.mem) return IHA_OK;
-    const int apart = out.offset + out_elems <= in.offset || in.offset + in_elems <= out.offset;
-    IHA_RETURN_ERROR_IF(!apart, ctx, IHA_ERROR_INVALID_ARGUMENT, "output %s overlaps input %s in the same buffer",
-                        out_name, in_name);
-    return IHA_OK;
+    return check_apart(ctx, out, out_elems, elem_bytes, in, in_elems, elem_bytes, out_name, in_name);
 }
 
 iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
@@ -141,8 +161,8 @@ iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *p, co
     static const char *const names[8] = {"alpha_q", "alpha_k", "alpha_v", "r", "wq", "wk", "wv", "wo"};
     for (int i = 0; i < (with_projections ? 8 : 4); ++i) {
         if (weights[i].mem == NULL) continue; /* the identity shortcut */
-        IHA_FORWARD_IF_ERROR(
-            iha__check_disjoint(ctx, out, out_elems, weights[i], i < 4 ? p->mix_elems : p->w_elems, out_name, names[i]));
+        IHA_FORWARD_IF_ERROR(check_apart(ctx, out, out_elems, p->act_bytes, weights[i],
+                                         i < 4 ? p->mix_elems : p->w_elems, p->weight_bytes, out_name, names[i]));
     }
     return IHA_OK;
 }

@@ -14,6 +14,10 @@ typedef struct iha_plan {
     size_t x_elems;        /* B*N*D: X, Z */
     size_t w_elems;        /* D*H*d: W_Q, W_K, W_V, W_O */
     size_t mix_elems;      /* H*H*P: alpha, R */
+    int act_half;          /* options->storage: activations are half */
+    int weight_half;       /* options->weight_storage: weights are half */
+    size_t act_bytes;      /* bytes per activation element, 2 or 4 */
+    size_t weight_bytes;   /* bytes per weight element, 2 or 4 */
     iha_attention_config attention;
     iha_rows_config rows; /* mixing and collapse */
     int mask;
@@ -26,17 +30,18 @@ typedef struct iha_plan {
 /* Checks shape and options; with_model_dim also checks and sizes D. */
 iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                           int with_model_dim, iha_plan *plan);
-/* Checks that buf holds `elems` floats from its offset (against CL_MEM_SIZE). */
-iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, const char *name);
+/* Checks that buf holds `elems` elements of elem_bytes each from its offset (against
+ * CL_MEM_SIZE), and that it belongs to the context. */
+iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, size_t elem_bytes, const char *name);
 /* Checks alpha_q, alpha_k, alpha_v and r (all NULL is the P = 1 identity shortcut) and, when
  * with_projections, wq, wk, wv, wo. */
 iha_status iha__check_weights(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w,
                               int with_projections);
-/* Refuses an output that overlaps an input in the same cl_mem. */
+/* Refuses an output that overlaps an input in the same cl_mem (both of elem_bytes elements). */
 iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elems, iha_buffer in, size_t in_elems,
-                               const char *out_name, const char *in_name);
-/* Refuses an output that overlaps a weight the call reads: the mixing and collapse weights
- * (when given) and, when with_projections, wq, wk, wv and wo. */
+                               size_t elem_bytes, const char *out_name, const char *in_name);
+/* Refuses an output (of activation elements) that overlaps a weight the call reads: the mixing
+ * and collapse weights (when given) and, when with_projections, wq, wk, wv and wo. */
 iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w,
                                          int with_projections, iha_buffer out, size_t out_elems, const char *out_name);
 #endif

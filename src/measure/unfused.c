@@ -11,14 +11,16 @@ static iha_status check_call(iha_context *ctx, const iha_plan *p, iha_buffer qt,
 {
     IHA_RETURN_ERROR_IF(p->rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "iha_attention_unfused takes already rotated inputs: options->rope must be 0");
-    const size_t n = p->virtual_elems;
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, qt, n, "qt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, kt, n, "kt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, vt, n, "vt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, o, n, "o"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, qt, n, "o", "qt"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, kt, n, "o", "kt"));
-    return iha__check_disjoint(ctx, o, n, vt, n, "o", "vt");
+    IHA_RETURN_ERROR_IF(p->act_half, ctx, IHA_ERROR_UNSUPPORTED,
+                        "iha_attention_unfused is a float32 baseline: options->storage must be IHA_STORAGE_F32");
+    const size_t n = p->virtual_elems, f = sizeof(float);
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, qt, n, f, "qt"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, kt, n, f, "kt"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, vt, n, f, "vt"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, o, n, f, "o"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, qt, n, f, "o", "qt"));
+    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, kt, n, f, "o", "kt"));
+    return iha__check_disjoint(ctx, o, n, vt, n, f, "o", "vt");
 }
 
 /* The score matrix of one (b, h): T*T floats in one buffer, or IHA_ERROR_UNSUPPORTED. */

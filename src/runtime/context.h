@@ -21,6 +21,10 @@ typedef enum iha_workspace_slot {
     IHA_WS_PARTIAL, /* decoding: partial softmax results per key split */
     IHA_WS_STEP,    /* decoding: per-sequence (n0, count) of the step */
     IHA_WS_SCORES, /* the unfused baseline's score matrix of one (b, h), [T][T] (src/measure) */
+    IHA_WS_X,       /* half storage: x (or the first half input) converted to float */
+    IHA_WS_OUT,     /* half storage: the float result before its conversion to half */
+    IHA_WS_WEIGHT,  /* half weights: one projection matrix converted to float [D][H*d] */
+    IHA_WS_MIXING,  /* half weights: alpha_q, alpha_k, alpha_v and r converted to float */
     IHA_WS_COUNT
 } iha_workspace_slot;
 
