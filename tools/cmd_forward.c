@@ -24,6 +24,7 @@ static cli_option options[] = {
     {"window", "W", "sliding window in tokens; 0 (default) is global", NULL},
     {"rope-base", "B", "apply rotary embedding at virtual positions with this base (d even)", NULL},
     {"scale", "S", "attention score scale (default 1/sqrt(d))", NULL},
+    {"half", NULL, "store activations and weights on the device in half precision (float arithmetic)", NULL},
     {"device", "SPEC", "P:D index or name substring (default $IHA_DEVICE, else first GPU)", NULL},
     {NULL, NULL, NULL, NULL},
 };
@@ -34,7 +35,9 @@ static cli_spec spec = {
     "Runs one Interleaved Head Attention layer Z = IHA(X) on the NumPy files in DIR and writes\n"
     "Z. Files are little-endian float32 or float64 in C order; shapes: x [B,N,D], wq wk wv\n"
     "[D,H*d], wo [H*d,D], alpha_q alpha_k alpha_v r [H,H,P]. H and P come from alpha_q.npy,\n"
-    "d = columns of wq.npy / H. Exit status: 0 success, 1 failure, 2 usage error.",
+    "d = columns of wq.npy / H. With --half the tensors are rounded to half precision on the\n"
+    "device (SPEC's contract: relative L2 error at most 2e-3); Z is still written as float32.\n"
+    "Exit status: 0 success, 1 failure, 2 usage error.",
     options,
 };
 
@@ -58,6 +61,9 @@ static int read_options(iha_attention_options *attention)
     attention->scale = scale;
     attention->rope = cli_get(&spec, "rope-base") != NULL;
     attention->rope_base = rope_base;
+    const int half = cli_get(&spec, "half") != NULL;
+    attention->storage = half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    attention->weight_storage = attention->storage;
     return 0;
 }
 
@@ -139,9 +145,10 @@ int cmd_forward(int argc, char **argv)
         cli_error(&spec, "%s", err);
         goto done;
     }
-    printf("layer B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, mask %s, window %lld, rotary %s\n", s->batch, s->tokens,
-           s->model_dim, s->heads, s->head_dim, s->pseudo, mask_names[attention.mask], (long long)attention.window,
-           attention.rope ? "on" : "off");
+    printf("layer B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, mask %s, window %lld, rotary %s, storage %s\n", s->batch,
+           s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask_names[attention.mask],
+           (long long)attention.window, attention.rope ? "on" : "off",
+           attention.storage == IHA_STORAGE_F16 ? "half" : "float");
     printf("%s\n", summary);
     printf("wrote %s, float32 (%zu, %zu, %zu)\n", cli_get(&spec, "out"), shape[0], shape[1], shape[2]);
     rc = CLI_EXIT_OK;
