@@ -27,6 +27,7 @@ typedef struct bench_config {
     int run_decode;                /* --decode: only the decoding step (and the ceilings) */
     size_t decode_tokens;          /* tokens already in the cache, per sequence */
     int decode_half;               /* the cache stores half */
+    int decode_half_weights;       /* the layer's weights and x, z are stored half */
 } bench_config;
 
 /* What a section holds: measured, skipped by an option, or not possible (note says why). */

@@ -200,9 +200,11 @@ static void print_decode(const bench_config *cfg, const bench_results *r)
     const iha_shape *s = &cfg->core;
     char mask[128];
     describe_mask(s, &cfg->options, mask, sizeof mask);
-    printf("\ndecoding step: B=%zu H=%zu d=%zu P=%zu D=%zu, %zu cached tokens (%zu virtual) + 1, %s cache, %s\n",
+    printf("\ndecoding step: B=%zu H=%zu d=%zu P=%zu D=%zu, %zu cached tokens (%zu virtual) + 1, %s cache, %s weights, "
+           "%s\n",
            s->batch, s->heads, s->head_dim, s->pseudo, cfg->layer.model_dim, cfg->decode_tokens,
-           cfg->decode_tokens * s->pseudo, cfg->decode_half ? "half" : "float", mask);
+           cfg->decode_tokens * s->pseudo, cfg->decode_half ? "half" : "float",
+           cfg->decode_half_weights ? "half" : "float", mask);
     const bench_decode *d = &r->decode;
     if (d->state != BENCH_RAN) {
         printf("  %s\n", d->note);
@@ -377,6 +379,7 @@ static void json_decode(json_writer *w, const bench_config *cfg, const bench_res
     json_shape(w, &cfg->core, &cfg->options, 0);
     json_size(w, "cached_tokens", cfg->decode_tokens);
     json_bool(w, "half", cfg->decode_half);
+    json_bool(w, "half_weights", cfg->decode_half_weights);
     if (d->state == BENCH_RAN) {
         json_number(w, "step_seconds", d->step_seconds);
         json_number(w, "tokens_per_second", rate((double)cfg->core.batch, d->step_seconds));

@@ -34,6 +34,7 @@ static cli_option options[] = {
     {"decode", NULL, "measure only a decoding step (and the ceilings): one new token per sequence", NULL},
     {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
     {"half", NULL, "with --decode: store the cache in half precision", NULL},
+    {"half-weights", NULL, "with --decode: store the weights (and x, z) in half precision", NULL},
     {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
     {NULL, NULL, NULL, NULL},
 };
@@ -91,6 +92,7 @@ static int read_options(bench_config *c)
     c->run_cold_start = !cli_get(&spec, "no-cold-start");
     c->run_decode = cli_get(&spec, "decode") != NULL;
     c->decode_half = cli_get(&spec, "half") != NULL;
+    c->decode_half_weights = cli_get(&spec, "half-weights") != NULL;
     c->decode_tokens = 4096;
     if (cli_get_size(&spec, "cache-tokens", 1, 1 << 22, &c->decode_tokens))
         return -1;
