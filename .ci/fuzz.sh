@@ -26,6 +26,13 @@ for target in fuzz_npy fuzz_api fuzz_profile; do
   asan=""
   [ "$target" = fuzz_npy ] || asan=fast_unwind_on_malloc=0
   t=$SECONDS
+  # Warm-up: the seeds once each, without the per-input timeout. With cold caches the first
+  # inputs of the OpenCL targets wait for PoCL to compile whole programs (measured up to 100 s
+  # under load), which the 60 s hang detector below would report as a timeout.
+  if [ "$target" != fuzz_npy ]; then
+    ASAN_OPTIONS=$asan "$build/tests/fuzz/$target" -timeout=1200 "tests/fuzz/corpus/${target#fuzz_}"/* \
+      > "$build/$target.warmup.log" 2>&1 || { failed=1; echo "fuzz: $target FAILED on its seeds:"; tail -40 "$build/$target.warmup.log"; continue; }
+  fi
   if ASAN_OPTIONS=$asan "$build/tests/fuzz/$target" "$corpus" "tests/fuzz/corpus/${target#fuzz_}" \
        -max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
        -artifact_prefix="$build/artifacts/$target-" > "$build/$target.log" 2>&1; then

@@ -2,7 +2,8 @@
  * fuzz_api.c - libFuzzer target for the argument checks of the public API (include/iha.h).
  *
  * Each input picks a call (iha_forward, iha_attention_core, iha_attention, iha_forward_host),
- * a shape, options, and for every tensor a buffer from a pool (sizes 1 to 16384 floats, NULL,
+ * a shape, options (storage of activations and weights included: float, half or invalid), and
+ * for every tensor a buffer from a pool (sizes 1 to 16384 floats, NULL,
  * or a buffer of another OpenCL context) and an element offset. Dimensions and offsets come
  * from a table of edge values (0, 1, tails, 256/257, 2^32, SIZE_MAX, ...) or are raw.
  *
@@ -169,17 +170,20 @@ static iha_buffer buf_of(tensor t) { return (iha_buffer){mem_of(t), t.offset}; }
 /* Exact products; 0 when one overflows size_t. */
 static int mul(size_t *out, size_t a, size_t b) { return !__builtin_mul_overflow(a, b, out); }
 
-static int fits(tensor t, size_t elems)
+/* Element sizes: offsets and sizes count elements of the tensor's storage type. */
+static int fits(tensor t, size_t elems, size_t elem_bytes)
 {
     size_t end, bytes;
-    if (t.which >= POOL || __builtin_add_overflow(t.offset, elems, &end) || !mul(&bytes, end, sizeof(float)))
+    if (t.which >= POOL || __builtin_add_overflow(t.offset, elems, &end) || !mul(&bytes, end, elem_bytes))
         return 0;
     return bytes <= kPoolFloats[t.which] * sizeof(float);
 }
 
-static int overlap(tensor a, size_t na, tensor b, size_t nb)
+/* Byte ranges; called only for tensors that fit, so nothing overflows. */
+static int overlap(tensor a, size_t na, size_t ea, tensor b, size_t nb, size_t eb)
 {
-    return a.which == b.which && a.which < POOL && !(a.offset + na <= b.offset || b.offset + nb <= a.offset);
+    return a.which == b.which && a.which < POOL &&
+           !((a.offset + na) * ea <= b.offset * eb || (b.offset + nb) * eb <= a.offset * ea);
 }
 
 enum { CALL_FORWARD, CALL_CORE, CALL_ATTENTION, CALL_HOST };
@@ -202,6 +206,9 @@ static int bad_shape_or_options(const call_case *c)
         return 1;
     if (o->mask < 0 || o->mask > 2 || o->window < 0 || !isfinite(o->scale))
         return 1;
+    if ((o->storage != IHA_STORAGE_F32 && o->storage != IHA_STORAGE_F16) ||
+        (o->weight_storage != IHA_STORAGE_F32 && o->weight_storage != IHA_STORAGE_F16))
+        return 1;
     if (o->rope && (s->head_dim % 2 || !isfinite(o->rope_base) || o->rope_base < 0.0f))
         return 1;
     return o->rope && c->call == CALL_ATTENTION;
@@ -221,21 +228,22 @@ static int must_refuse(const call_case *c, int *cheap)
         !mul(&mix, mix, s->pseudo))
         return 1;
     const tensor *t = c->t;
+    const size_t a = c->options.storage == IHA_STORAGE_F16 ? 2 : 4, wb = c->options.weight_storage == IHA_STORAGE_F16 ? 2 : 4;
     *cheap = T <= 96 && virt <= 8192 && x <= 8192 && (s->head_dim == 1 || s->head_dim == 3 || s->head_dim == 8 ||
                                                       s->head_dim == 16);
     if (c->call == CALL_ATTENTION) { /* qt, kt, vt in X, WQ, WK; o in Z; the optional LSE in WO */
         const int io[4] = {X, WQ, WK, Z};
         for (int i = 0; i < 4; i++)
-            if (!fits(t[io[i]], virt))
+            if (!fits(t[io[i]], virt, a))
                 return 1;
         for (int i = 0; i < 3; i++)
-            if (overlap(t[Z], virt, t[io[i]], virt))
+            if (overlap(t[Z], virt, a, t[io[i]], virt, a))
                 return 1;
-        if (t[WO].which != POOL) {
-            if (!fits(t[WO], lse))
+        if (t[WO].which != POOL) { /* the LSE is float whatever the storage */
+            if (!fits(t[WO], lse, 4))
                 return 1;
             for (int i = 0; i < 4; i++)
-                if (overlap(t[WO], lse, t[io[i]], virt))
+                if (overlap(t[WO], lse, 4, t[io[i]], virt, a))
                     return 1;
         }
         return 0;
@@ -244,33 +252,33 @@ static int must_refuse(const call_case *c, int *cheap)
     if ((nulls != 0 && nulls != 4) || (nulls == 4 && s->pseudo != 1))
         return 1;
     for (int i = AQ; i <= R && nulls == 0; i++)
-        if (!fits(t[i], mix))
+        if (!fits(t[i], mix, wb))
             return 1;
     if (c->call == CALL_CORE) {
         const int io[4] = {X, WQ, WK, Z}; /* q, k, v, y */
         for (int i = 0; i < 4; i++)
-            if (!fits(t[io[i]], tok))
+            if (!fits(t[io[i]], tok, a))
                 return 1;
         for (int i = 0; i < 3; i++)
-            if (overlap(t[Z], tok, t[io[i]], tok))
+            if (overlap(t[Z], tok, a, t[io[i]], tok, a))
                 return 1;
         for (int i = AQ; i <= R && nulls == 0; i++)
-            if (overlap(t[Z], tok, t[i], mix))
+            if (overlap(t[Z], tok, a, t[i], mix, wb))
                 return 1;
         return 0;
     }
-    if (!fits(t[X], x) || !fits(t[Z], x))
+    if (!fits(t[X], x, a) || !fits(t[Z], x, a))
         return 1;
     for (int i = WQ; i <= WO; i++)
-        if (!fits(t[i], w))
+        if (!fits(t[i], w, wb))
             return 1;
-    if (overlap(t[Z], x, t[X], x))
+    if (overlap(t[Z], x, a, t[X], x, a))
         return 1;
     for (int i = WQ; i <= WO; i++)
-        if (overlap(t[Z], x, t[i], w))
+        if (overlap(t[Z], x, a, t[i], w, wb))
             return 1;
     for (int i = AQ; i <= R && nulls == 0; i++)
-        if (overlap(t[Z], x, t[i], mix))
+        if (overlap(t[Z], x, a, t[i], mix, wb))
             return 1;
     return 0;
 }
@@ -326,6 +334,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     c.options.rope_base = flags & 0x04 ? take_float(&r) : 0.0f;
     for (int i = 0; i < TENSORS; i++)
         c.t[i] = take_tensor(&r);
+    /* Read last, so inputs written before storage existed keep their meaning (float). */
+    const uint8_t storage = take8(&r);
+    c.options.storage = storage & 0x80 ? (int)(int32_t)take64(&r) : storage & 1;
+    c.options.weight_storage = storage & 0x40 ? (int)(int32_t)take64(&r) : (storage >> 1) & 1;
 
     if (c.call == CALL_HOST) {
         host_call(&c);
