@@ -19,7 +19,7 @@ static cli_option options[] = {
     {"budget-s", "S", "wall-clock budget in seconds for the whole run (default 40)", NULL},
     {"shapes", "demo|B,N,D,H,d,P", "layer shape (default demo: 1,1024,512,8,64,4)", NULL},
     {"layers", "both|global|sliding", "causal layers to tune: global, sliding window N/(2P^2), both (default)", NULL},
-    {"kernels", "LIST", "comma-separated attention,rows,gemm (default all)", NULL},
+    {"kernels", "LIST", "comma-separated attention,rows,gemm,decode (default all)", NULL},
     {"reps", "R", "timed runs per candidate, median taken (default 5)", NULL},
     {"dry-run", NULL, "measure and report, but store nothing", NULL},
     {"exhaustive", NULL, "benchmark: budgeted search, then every configuration of the space (slow)", NULL},
@@ -58,6 +58,7 @@ static int parse_kernels(const char *text, unsigned *out)
         if (strcmp(tok, "attention") == 0) *out |= IHA_TUNE_ATTENTION;
         else if (strcmp(tok, "rows") == 0) *out |= IHA_TUNE_ROWS;
         else if (strcmp(tok, "gemm") == 0) *out |= IHA_TUNE_GEMM;
+        else if (strcmp(tok, "decode") == 0) *out |= IHA_TUNE_DECODE;
         else return -1;
     }
     return 0;
@@ -232,7 +233,7 @@ int cmd_tune(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     if (parse_kernels(cli_get(&spec, "kernels"), &to.kernels)) {
-        cli_error(&spec, "--kernels takes a comma-separated list of attention, rows, gemm");
+        cli_error(&spec, "--kernels takes a comma-separated list of attention, rows, gemm, decode");
         return CLI_EXIT_USAGE;
     }
     if (cli_get_positive_float(&spec, "budget-s", &budget) || cli_get_size(&spec, "reps", 1, 64, &reps))

@@ -5,10 +5,38 @@
 #include "kernels/kernels.h"
 #include "runtime/launch.h"
 
-/* The key-split policy of the decode kernels in cl/attention.cl. */
-#define DECODE_MAX_SPLITS 64 /* DEC_MAX_SPLITS in the kernel */
-#define DECODE_MIN_SPLIT_KEYS 256
+/* Splits a row may have: DEC_MAX_SPLITS of cl/attention.cl (the merge keeps a weight per split). */
+#define DECODE_MAX_SPLITS 64
 
+void iha__decode_config_default(const iha_context *ctx, size_t head_dim, iha_decode_config *cfg)
+{
+    /* The attention kernel's tile (a 4-row tile of 16-wide vectors on CPUs, one row per
+     * work-item on GPUs), splits of at least 256 keys. CPUs: 8 work-items per core, one per
+     * work-group (PoCL left to choose packs the work into a few groups with the tiles in
+     * memory); GPUs: about 1024 work-items in all, as before tuning existed. */
+    cfg->vec = head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
+    cfg->min_split_keys = 256;
+    if (ctx->info.is_gpu) {
+        const size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1;
+        int per_cu = 1;
+        while (per_cu < 128 && (size_t)per_cu * 2 * cus <= 1024 * 3 / 2) per_cu *= 2; /* nearest power of 2 */
+        cfg->rows = 1;
+        cfg->group = 0;
+        cfg->per_cu = per_cu;
+    } else {
+        cfg->rows = head_dim > 128 ? 2 : 4;
+        cfg->group = 1;
+        cfg->per_cu = 8;
+    }
+}
+
+static void config_of(const iha_context *ctx, const iha_decode_dims *dd, iha_decode_config *cfg)
+{
+    if (dd->tune.rows > 0)
+        *cfg = dd->tune;
+    else
+        iha__decode_config_default(ctx, dd->d, cfg);
+}
 
 iha_status iha__decode_mix_queries_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_ref src, iha_ref alpha,
                                            iha_ref dst, cl_mem rope, cl_mem step)
@@ -53,20 +81,31 @@ iha_status iha__decode_mix_cache_enqueue(iha_context *ctx, const iha_decode_dims
     return iha__launch(ctx, &a, 2, global, NULL, "decode_mix_cache");
 }
 
-size_t iha__decode_splits(const iha_context *ctx, const iha_decode_dims *dd)
+/* Key blocks per split, so that every split has work: equal ranges of whole blocks. */
+static size_t blocks_per_split(const iha_decode_dims *dd, size_t splits)
 {
-    /* Enough work-items to fill the device when few queries meet a long cache, but splits of
-     * at least DECODE_MIN_SPLIT_KEYS keys so that the merge stays cheap. */
-    const size_t tile = (size_t)dd->cfg.rows;
-    const size_t rows = dd->k * dd->P, groups = (rows + tile - 1) / tile * dd->B * dd->H;
-    const size_t want = ctx->info.is_gpu ? 1024 : 8 * (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1);
-    size_t splits = (want + groups - 1) / groups;
-    const size_t by_length = (dd->t_cur + DECODE_MIN_SPLIT_KEYS - 1) / DECODE_MIN_SPLIT_KEYS;
-    if (splits > by_length) splits = by_length;
-    if (splits > DECODE_MAX_SPLITS) splits = DECODE_MAX_SPLITS;
-    return splits ? splits : 1;
+    const size_t kb = (size_t)dd->cfg.key_block, blocks = (dd->t_cur + kb - 1) / kb;
+    return (blocks + splits - 1) / splits;
 }
 
+size_t iha__decode_splits(const iha_context *ctx, const iha_decode_dims *dd)
+{
+    iha_decode_config cfg;
+    config_of(ctx, dd, &cfg);
+    const size_t tile = (size_t)cfg.rows, rows = dd->k * dd->P, groups = (rows + tile - 1) / tile * dd->B * dd->H;
+    const size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, want = (size_t)cfg.per_cu * cus;
+    const size_t kb = (size_t)dd->cfg.key_block, blocks = (dd->t_cur + kb - 1) / kb;
+    size_t splits = (want + groups - 1) / groups;
+    const size_t by_length = (dd->t_cur + (size_t)cfg.min_split_keys - 1) / (size_t)cfg.min_split_keys;
+    if (splits > by_length) splits = by_length;
+    if (splits > DECODE_MAX_SPLITS) splits = DECODE_MAX_SPLITS;
+    if (splits < 1) splits = 1;
+    /* A CPU runtime deals work-groups to its cores: a total that is not a multiple of the
+     * cores leaves one idle while the last work-items run (3 of them on 2 cores: 75%). */
+    while (!ctx->info.is_gpu && (groups * splits) % cus != 0 && splits < DECODE_MAX_SPLITS && splits < blocks) ++splits;
+    /* Equal ranges of whole blocks, none empty (64 splits of 100 blocks would leave 14 idle). */
+    return (blocks + blocks_per_split(dd, splits) - 1) / blocks_per_split(dd, splits);
+}
 size_t iha__decode_partial_elements(const iha_context *ctx, const iha_decode_dims *dd)
 {
     return dd->B * dd->H * dd->k * dd->P * iha__decode_splits(ctx, dd) * (dd->d + 2);
@@ -76,14 +115,13 @@ iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims
                                          cl_mem values, cl_mem partial, iha_ref o, cl_mem step, int mask,
                                          size_t window, float scale)
 {
-    const iha_attention_config *cfg = &dd->cfg;
+    iha_decode_config cfg;
+    config_of(ctx, dd, &cfg);
     char options[160];
     snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=1 -DATT_KB=%d -DATT_VD=%d -DKV_HALF=%d",
-             dd->d, cfg->rows, cfg->key_block, cfg->vec, dd->half);
-    const size_t splits = iha__decode_splits(ctx, dd);
-    const size_t kb = (size_t)cfg->key_block, blocks = (dd->t_cur + kb - 1) / kb;
-    const size_t split_blocks = (blocks + splits - 1) / splits;
-    const size_t rows = dd->k * dd->P, tile = (size_t)cfg->rows;
+             dd->d, cfg.rows, dd->cfg.key_block, cfg.vec, dd->half);
+    const size_t splits = iha__decode_splits(ctx, dd), split_blocks = blocks_per_split(dd, splits);
+    const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
 
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_decode_partial_f32", &k));
@@ -102,8 +140,10 @@ iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims
     iha__arg_int(&a, mask);
     iha__arg_int(&a, (cl_int)window);
     iha__arg_float(&a, (cl_float)(scale * 1.4426950408889634));
-    const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * dd->H};
-    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 3, global, NULL, "attention_decode_partial_f32"));
+    /* Work-items past the last split return at once (OpenCL 1.2 needs whole work-groups). */
+    const size_t group = cfg.group, along = group ? (splits + group - 1) / group * group : splits;
+    const size_t global[3] = {(rows + tile - 1) / tile, along, dd->B * dd->H}, local[3] = {1, group, 1};
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 3, global, group ? local : NULL, "attention_decode_partial_f32"));
 
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_decode_combine_f32", &k));
     a = iha__args_begin(k);

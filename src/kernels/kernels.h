@@ -61,13 +61,28 @@ iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *
                                   size_t window, float scale);
 /* ---- Decoding (cl/decode_mix.cl and the decode kernels of cl/attention.cl) ---- */
 
+/* The decode kernels' configuration (src/tune/space_decode.c tunes it): the register tile and
+ * vector width of attention.cl's decode kernels, the work-group along the key splits, and the
+ * split policy: enough (tile, split) work-items for about per_cu per compute unit, but splits
+ * of at least min_split_keys keys so that the merge stays cheap. */
+typedef struct iha_decode_config {
+    int rows;            /* ATT_ROWS of the decode kernels: query rows per work-item */
+    int vec;             /* ATT_VD: 4, 8 or 16 */
+    size_t group;        /* work-items per work-group along the splits; 0: the driver chooses */
+    int min_split_keys;  /* virtual keys per split at least */
+    int per_cu;          /* work-items wanted per compute unit */
+} iha_decode_config;
+
+void iha__decode_config_default(const iha_context *ctx, size_t head_dim, iha_decode_config *cfg);
+
 /* A decoding step's geometry: B sequences of k new tokens; the cache holds values in rows
  * [B][H][t_max][d] and keys in the key-block layout with cfg.key_block keys per block. */
 typedef struct iha_decode_dims {
     size_t B, k, H, d, P, t_max;
     size_t t_cur;  /* the longest sequence's virtual length after the step (sizes the splits) */
     int half;      /* the cache stores half */
-    iha_attention_config cfg; /* the attention kernel's tiles (rows, key_block, vec) */
+    iha_attention_config cfg; /* only key_block is used: the cache's layout */
+    iha_decode_config tune;   /* rows 0 (not chosen): iha__decode_config_default */
 } iha_decode_dims;
 
 /* Pseudo-queries of the new tokens -> rows [B][H][k*P][d]. step: int[2B] of (n0, count). */

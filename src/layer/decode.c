@@ -8,6 +8,7 @@
 #include "layer/call.h"
 #include "layer/plan.h"
 #include "layer/storage.h"
+#include "tune/choose.h"
 
 struct iha_kv_cache {
     iha_context *ctx;
@@ -151,9 +152,10 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, p.act_bytes, "z"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, p.act_bytes, "z", "x"));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
-    iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, 0, c->storage == IHA_STORAGE_F16, p.attention};
+    iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, 0, c->storage == IHA_STORAGE_F16, p.attention, {0}};
     dd.cfg.key_block = c->key_block; /* fixed by the cache's layout */
     IHA_FORWARD_IF_ERROR(check_step(ctx, c, &p, counts, &dd.t_cur));
+    IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &dd, p.mask, p.window));
 
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
     cl_mem q, k, v, qt, o, y, partial, step, rope = NULL;

@@ -8,4 +8,9 @@
  * first use. Records the choices for iha_context_last_choices. */
 iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             iha_attention_config *attention, iha_rows_config *rows);
+
+/* Chooses the decode kernels' configuration (dd->tune) for a validated decoding step whose
+ * geometry dd holds (t_cur and the cache's key block set), by the same fallback order, and adds
+ * it to the choices of the step (after iha__tune_choose's, which the step's plan made). */
+iha_status iha__tune_choose_decode(iha_context *ctx, iha_decode_dims *dd, int mask, size_t window);
 #endif

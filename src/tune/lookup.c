@@ -118,22 +118,28 @@ static int already_attempted(iha_tune_state *s, const iha_tune_task *task)
     return 0;
 }
 
-/* Chooses one kernel's configuration, tuning its bucket first when the context asked for it. */
+/* Chooses the configuration of a task's bucket, tuning it first when the context asked for it. */
+static iha_status choose_task(iha_context *ctx, iha_tune_task *task, iha_tune_config *out, iha_kernel_choice *choice)
+{
+    const iha_tunable *t = task->tunable;
+    int source;
+    const iha_profile_entry *e;
+    iha__tune_lookup(ctx, t, &task->bucket, out, &source, &e);
+    if (source != IHA_CONFIG_PROFILE_EXACT && ctx->tune->first_use && !already_attempted(ctx->tune, task)) {
+        const iha_tune_run run = {task, 1, ctx->tune->first_use_budget_s, 0, 5, 0, NULL, NULL, NULL};
+        IHA_FORWARD_IF_ERROR(iha__tune_tasks(ctx, &run));
+        iha__tune_lookup(ctx, t, &task->bucket, out, &source, &e);
+    }
+    describe(t, &task->bucket, out, source, e, choice);
+    return IHA_OK;
+}
+
 static iha_status choose_one(iha_context *ctx, const iha_tunable *t, const iha_shape *shape,
                              const iha_attention_options *options, iha_tune_config *out, iha_kernel_choice *choice)
 {
     iha_tune_task task = {t, {0, {0}}, *shape, *options};
     t->bucket_of(ctx, shape, options, &task.bucket);
-    int source;
-    const iha_profile_entry *e;
-    iha__tune_lookup(ctx, t, &task.bucket, out, &source, &e);
-    if (source != IHA_CONFIG_PROFILE_EXACT && ctx->tune->first_use && !already_attempted(ctx->tune, &task)) {
-        const iha_tune_run run = {&task, 1, ctx->tune->first_use_budget_s, 0, 5, 0, NULL, NULL, NULL};
-        IHA_FORWARD_IF_ERROR(iha__tune_tasks(ctx, &run));
-        iha__tune_lookup(ctx, t, &task.bucket, out, &source, &e);
-    }
-    describe(t, &task.bucket, out, source, e, choice);
-    return IHA_OK;
+    return choose_task(ctx, &task, out, choice);
 }
 
 iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
@@ -150,6 +156,24 @@ iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_
     IHA_FORWARD_IF_ERROR(choose_one(ctx, &iha__tunable_rows, shape, options, &c, &s->choices[1]));
     iha__tune_rows_config(&c, rows);
     s->choice_count = 2;
+    return IHA_OK;
+}
+
+iha_status iha__tune_choose_decode(iha_context *ctx, iha_decode_dims *dd, int mask, size_t window)
+{
+    iha_tune_state *s = ctx->tune;
+    /* Tuning on first use times this step's bucket on a cache of the keys it has seen so far. */
+    const size_t cached_tokens = dd->t_cur / dd->P > dd->k ? dd->t_cur / dd->P - dd->k : 0;
+    iha_tune_task task = {&iha__tunable_decode, {0, {0}}, {dd->B, cached_tokens, 1, dd->H, dd->d, dd->P}, {0}};
+    iha_attention_options_init(&task.options);
+    task.options.mask = mask;
+    task.options.window = (int64_t)window;
+    iha__tune_decode_bucket(dd, mask, window, &task.bucket);
+    iha_tune_config c;
+    iha_kernel_choice choice;
+    IHA_FORWARD_IF_ERROR(choose_task(ctx, &task, &c, &choice));
+    iha__tune_decode_config(&c, &dd->tune);
+    if (s->choice_count < IHA_TUNE_CHOICES) s->choices[s->choice_count++] = choice;
     return IHA_OK;
 }
 

@@ -6,7 +6,7 @@
 #include "tune/profile.h"
 #include "tune/search.h"
 
-#define IHA_TUNE_CHOICES 2 /* attention and rows per call; gemm is reported from `gemm` */
+#define IHA_TUNE_CHOICES 3 /* attention, rows and (decode steps) decode; gemm is reported from `gemm` */
 
 typedef struct iha_tune_state {
     iha_profile profile;
@@ -49,4 +49,11 @@ iha_status iha__tune_tasks(iha_context *ctx, const iha_tune_run *run);
 /* Conversions between a space's configuration and the kernel modules' structs. */
 void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *cfg);
 void iha__tune_rows_config(const iha_tune_config *c, iha_rows_config *cfg);
+void iha__tune_decode_config(const iha_tune_config *c, iha_decode_config *cfg);
+/* The decode bucket of a step (dd's geometry, its mask and window in tokens, 0: global). */
+void iha__tune_decode_bucket(const iha_decode_dims *dd, int mask, size_t window, iha_tune_bucket *b);
+/* The decode buckets a layer call stands for (bucket_of's float cache, then a half cache):
+ * writes up to capacity of them and returns how many. */
+int iha__tune_decode_buckets(const iha_shape *shape, const iha_attention_options *options, iha_tune_bucket *out,
+                             int capacity);
 #endif

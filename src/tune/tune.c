@@ -185,15 +185,21 @@ static size_t collect_tasks(iha_context *ctx, const iha_shape *shapes, const iha
         const iha_tunable *t = iha__tunable_at(k);
         const unsigned bit = t == &iha__tunable_gemm        ? IHA_TUNE_GEMM
                              : t == &iha__tunable_attention ? IHA_TUNE_ATTENTION
+                             : t == &iha__tunable_decode    ? IHA_TUNE_DECODE
                                                             : IHA_TUNE_ROWS;
         if (kernels != 0 && !(kernels & bit)) continue;
         for (size_t i = 0; i < count && n < MAX_TASKS; ++i) {
-            iha_tune_task task = {t, {0, {0}}, shapes[i], options[i]};
-            if (!t->bucket_of(ctx, &shapes[i], &options[i], &task.bucket)) continue;
-            int dup = 0;
-            for (size_t j = 0; j < n; ++j)
-                dup |= tasks[j].tunable == t && iha__bucket_distance(t->space, &tasks[j].bucket, &task.bucket) == 0.0;
-            if (!dup) tasks[n++] = task;
+            /* A decoding shape stands for a float and a half cache. */
+            iha_tune_bucket buckets[2];
+            const int m = t == &iha__tunable_decode ? iha__tune_decode_buckets(&shapes[i], &options[i], buckets, 2)
+                                                    : t->bucket_of(ctx, &shapes[i], &options[i], &buckets[0]);
+            for (int v = 0; v < m && n < MAX_TASKS; ++v) {
+                const iha_tune_task task = {t, buckets[v], shapes[i], options[i]};
+                int dup = 0;
+                for (size_t j = 0; j < n; ++j)
+                    dup |= tasks[j].tunable == t && iha__bucket_distance(t->space, &tasks[j].bucket, &task.bucket) == 0.0;
+                if (!dup) tasks[n++] = task;
+            }
         }
     }
     return n;

@@ -1,0 +1,392 @@
+/* The tuning space of the decode kernels of cl/attention.cl (iha_decode_config: tile, vector
+ * width, work-group and key-split policy) and its problems: timing on the bucket's step (k new
+ * tokens per sequence) against a full cache of the layer's B, H and N, verification on two ragged
+ * sequences (one long enough for several splits at every min_split_keys, one short enough to
+ * leave splits empty) against a float64 attention of SPEC.md "Decoding with a cache". The key
+ * block is not tuned here: the cache's layout fixes it (the attention kernel's ATT_KB for the
+ * cache's shape), so the problems use the block a cache of their shape would get. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "tune/buffers.h"
+#include "tune/state.h"
+
+enum { P_ROWS, P_VD, P_GROUP, P_MIN_KEYS, P_PER_CU };
+enum { K_MASK, K_WINDOWED, K_BYTES, K_D, K_P, K_K, K_CACHED, K_BH, K_COUNT };
+
+static const iha_tune_param params[] = {
+    {"ATT_ROWS", 4, {1, 2, 4, 8}, NULL},
+    {"ATT_VD", 3, {4, 8, 16}, NULL},
+    {"group", 7, {0, 1, 2, 4, 8, 16, 64}, NULL}, /* 0: the driver chooses */
+    {"min_split_keys", 6, {64, 128, 256, 512, 1024, 2048}, NULL},
+    {"per_cu", 8, {1, 2, 4, 8, 16, 32, 64, 128}, NULL},
+};
+
+/* Kind keys must match; the rest are compared on a log2 scale. k is the step's new tokens per
+ * sequence (1: generation; more: a prompt chunk), cached the keys a query of the longest
+ * sequence sees in the cache before the step (capped by the window), BH the (b, h) pairs. */
+static const iha_tune_key keys[] = {
+    {"mask", 1}, {"windowed", 1}, {"elem_bytes", 1}, {"d", 0}, {"P", 0}, {"k", 0}, {"cached", 0}, {"BH", 0},
+};
+
+/* Private state per work-item: ATT_ROWS query rows and accumulators of d floats. */
+static int tile_fits(const long *v) { return v[0] * v[1] <= 2048; }
+/* A vector wider than the head wastes its lanes. */
+static int vector_fits_head(const long *v) { return v[0] <= (iha__pow2_ceil(v[1]) > 4 ? iha__pow2_ceil(v[1]) : 4); }
+/* A tile taller than the step's query rows (k*P per sequence) computes copies of its last row. */
+static int tile_fits_rows(const long *v) { return v[0] <= iha__pow2_ceil(v[1] * v[2]); }
+
+static const iha_tune_constraint constraints[] = {
+    {tile_fits, {"ATT_ROWS", "d", NULL, NULL}, "ATT_ROWS rows of d floats exceed private memory"},
+    {vector_fits_head, {"ATT_VD", "d", NULL, NULL}, "ATT_VD is wider than the head"},
+    {tile_fits_rows, {"ATT_ROWS", "k", "P", NULL}, "ATT_ROWS exceeds the step's query rows"},
+    {iha__at_most_x, {"group", "max_group", NULL, NULL}, "the work-group exceeds the device's maximum"},
+};
+
+static const iha_tune_space space = {
+    "decode", params, 5, keys, K_COUNT, constraints, 4, NULL, {NULL}, {NULL, NULL, NULL},
+};
+
+void iha__tune_decode_config(const iha_tune_config *c, iha_decode_config *cfg)
+{
+    cfg->rows = (int)c->v[P_ROWS];
+    cfg->vec = (int)c->v[P_VD];
+    cfg->group = (size_t)c->v[P_GROUP];
+    cfg->min_split_keys = (int)c->v[P_MIN_KEYS];
+    cfg->per_cu = (int)c->v[P_PER_CU];
+}
+
+void iha__tune_decode_bucket(const iha_decode_dims *dd, int mask, size_t window, iha_tune_bucket *b)
+{
+    const size_t rows = dd->k * dd->P;
+    size_t cached = dd->t_cur > rows ? dd->t_cur - rows : 0;
+    if (window && window * dd->P < cached) cached = window * dd->P;
+    b->count = K_COUNT;
+    b->values[K_MASK] = mask;
+    b->values[K_WINDOWED] = window != 0;
+    b->values[K_BYTES] = dd->half ? 2 : 4;
+    b->values[K_D] = (long)dd->d;
+    b->values[K_P] = (long)dd->P;
+    b->values[K_K] = iha__pow2_ceil((long)dd->k);
+    b->values[K_CACHED] = iha__pow2_ceil(cached ? (long)cached : 1);
+    b->values[K_BH] = iha__pow2_ceil((long)(dd->B * dd->H));
+}
+
+/* What a layer shape stands for in decoding: one new token per sequence against a cache that
+ * holds the shape's N tokens (a cache of N + 1), with the window as the step sees it. */
+static void step_of(const iha_shape *s, const iha_attention_options *o, int half, iha_decode_dims *dd, size_t *window)
+{
+    memset(dd, 0, sizeof *dd);
+    dd->B = s->batch, dd->k = 1, dd->H = s->heads, dd->d = s->head_dim, dd->P = s->pseudo;
+    dd->t_max = dd->t_cur = (s->tokens + 1) * s->pseudo;
+    dd->half = half;
+    *window = o->window <= 0 || (uint64_t)o->window >= s->tokens + 1 ? 0 : (size_t)o->window;
+}
+
+int iha__tune_decode_buckets(const iha_shape *s, const iha_attention_options *o, iha_tune_bucket *out, int capacity)
+{
+    int n = 0;
+    for (int half = 0; half < 2 && n < capacity; ++half) {
+        iha_decode_dims dd;
+        size_t window;
+        step_of(s, o, half, &dd, &window);
+        iha__tune_decode_bucket(&dd, o->mask, window, &out[n++]);
+    }
+    return n;
+}
+
+static int bucket_of(const iha_context *ctx, const iha_shape *s, const iha_attention_options *o, iha_tune_bucket *b)
+{
+    (void)ctx;
+    return iha__tune_decode_buckets(s, o, b, 1);
+}
+
+/* The kernel module's default, with the tile no taller than the step's query rows. */
+static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *c)
+{
+    iha_decode_config cfg;
+    iha__decode_config_default(ctx, (size_t)b->values[K_D], &cfg);
+    const long rows = iha__pow2_ceil(b->values[K_K] * b->values[K_P]);
+    memset(c, 0, sizeof *c);
+    c->v[P_ROWS] = cfg.rows < rows ? cfg.rows : rows;
+    c->v[P_VD] = cfg.vec;
+    c->v[P_GROUP] = (long)cfg.group;
+    c->v[P_MIN_KEYS] = cfg.min_split_keys;
+    c->v[P_PER_CU] = cfg.per_cu;
+    return 1;
+}
+
+static void safe(const iha_tune_bucket *b, iha_tune_config *c)
+{
+    (void)b;
+    memset(c, 0, sizeof *c);
+    c->v[P_ROWS] = 1;
+    c->v[P_VD] = 4;
+    c->v[P_GROUP] = 0;
+    c->v[P_MIN_KEYS] = 256;
+    c->v[P_PER_CU] = 8;
+}
+
+/* ---- Problems ---- */
+
+#define MAX_COPIES 4
+#define MAX_SPLITS 64 /* DEC_MAX_SPLITS: the partial buffer is sized for the most splits */
+
+typedef struct problem {
+    iha_decode_dims dd; /* dd.tune is set per run */
+    int mask;
+    size_t window;
+    float scale;
+    int copies;
+    cl_int step[4];     /* (n0, count) per sequence; verification has 2 sequences, timing shares one pair */
+    cl_mem q, o, partial, steps;
+    cl_mem keys[MAX_COPIES], values[MAX_COPIES];
+    float *hq, *hk, *hv; /* verification: queries, and keys and values as rows [B*H][t_max][d] as stored */
+} problem;
+
+static void problem_free(void *p)
+{
+    problem *pr = p;
+    if (pr == NULL) return;
+    cl_mem m[4] = {pr->q, pr->o, pr->partial, pr->steps};
+    iha__tune_release(m, 4);
+    iha__tune_release(pr->keys, MAX_COPIES);
+    iha__tune_release(pr->values, MAX_COPIES);
+    free(pr->hq), free(pr->hk), free(pr->hv);
+    free(pr);
+}
+
+static size_t problem_bytes(const iha_shape *s, const iha_tune_bucket *b)
+{
+    return 2 * s->batch * s->heads * (s->tokens + (size_t)b->values[K_K]) * s->pseudo * s->head_dim *
+           (size_t)b->values[K_BYTES];
+}
+
+/* The key block of a cache of this shape: attention's configuration for it, as
+ * iha_kv_cache_create chooses it. */
+static int cache_key_block(const iha_context *ctx, const iha_shape *cache_shape)
+{
+    iha_attention_options defaults;
+    iha_attention_options_init(&defaults);
+    iha_tune_bucket ab;
+    iha_tune_config c;
+    int source;
+    const iha_profile_entry *e;
+    iha__tunable_attention.bucket_of(ctx, cache_shape, &defaults, &ab);
+    iha__tune_lookup(ctx, &iha__tunable_attention, &ab, &c, &source, &e);
+    iha_attention_config cfg;
+    iha__tune_attention_config(&c, &cfg);
+    return cfg.key_block;
+}
+
+/* IEEE half bits of f (round to nearest even; |f| < 65504), and the value of half bits. */
+static uint16_t half_bits(float f)
+{
+    const uint16_t sign = signbit(f) ? 0x8000 : 0;
+    const float a = fabsf(f);
+    if (a < 6.103515625e-05f) return sign | (uint16_t)lrintf(a * 16777216.0f); /* subnormal: units of 2^-24 */
+    int e;
+    long q = lrintf(ldexpf(frexpf(a, &e), 11)); /* a = q * 2^(e-11), q in [1024, 2048] */
+    if (q == 2048) q = 1024, ++e;
+    return sign | (uint16_t)(((e + 14) << 10) | (q - 1024));
+}
+
+static float half_value(uint16_t h)
+{
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float a = e == 0 ? ldexpf((float)m, -24) : ldexpf((float)(1024 + m), e - 25);
+    return (h & 0x8000) ? -a : a;
+}
+
+/* Uploads n elements in the cache's storage; with half storage, rounds x to what is stored. */
+static iha_status upload(iha_context *ctx, float *x, size_t n, int half, cl_mem *out)
+{
+    if (!half) return iha__tune_buffer(ctx, n, x, out);
+    uint16_t *h = calloc(n + 2, sizeof *h);
+    IHA_RETURN_ERROR_IF(h == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    for (size_t i = 0; i < n; ++i) {
+        h[i] = half_bits(x[i]);
+        x[i] = half_value(h[i]);
+    }
+    iha_status st = iha__tune_buffer(ctx, (n + 1) / 2, (const float *)(const void *)h, out);
+    free(h);
+    return st;
+}
+
+/* Keys as rows [BH][t_max][d] -> the key-block layout [BH][ceil(t_max/KB)][d][KB], zero padded. */
+static float *pack(const float *rows, size_t bh, size_t t_max, size_t d, size_t kb)
+{
+    const size_t blocks = (t_max + kb - 1) / kb;
+    float *out = calloc(bh * blocks * kb * d + 1, sizeof *out);
+    if (out == NULL) return NULL;
+    for (size_t h = 0; h < bh; ++h)
+        for (size_t t = 0; t < t_max; ++t)
+            for (size_t c = 0; c < d; ++c)
+                out[((h * blocks + t / kb) * d + c) * kb + t % kb] = rows[(h * t_max + t) * d + c];
+    return out;
+}
+
+static iha_status make_cache(iha_context *ctx, problem *pr, int copy, int verify)
+{
+    const iha_decode_dims *dd = &pr->dd;
+    const size_t bh = dd->B * dd->H, n = bh * dd->t_max * dd->d, kb = (size_t)dd->cfg.key_block;
+    float *k = iha__tune_random(n, 41 + 2 * (uint64_t)copy), *v = iha__tune_random(n, 42 + 2 * (uint64_t)copy);
+    iha_status st = k && v ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    /* Rounded to half in place first, so that the packed keys and the reference agree. */
+    if (st == IHA_OK) st = upload(ctx, v, n, dd->half, &pr->values[copy]);
+    if (st == IHA_OK && dd->half)
+        for (size_t i = 0; i < n; ++i) k[i] = half_value(half_bits(k[i]));
+    float *packed = st == IHA_OK ? pack(k, bh, dd->t_max, dd->d, kb) : NULL;
+    if (st == IHA_OK && packed == NULL) st = iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    if (st == IHA_OK) st = upload(ctx, packed, bh * ((dd->t_max + kb - 1) / kb) * kb * dd->d, dd->half, &pr->keys[copy]);
+    free(packed);
+    if (st == IHA_OK && verify) {
+        pr->hk = k, pr->hv = v;
+    } else {
+        free(k), free(v);
+    }
+    return st;
+}
+
+/* Timing: the bucket's k new tokens per sequence against a full cache of the shape's B, H and
+ * N tokens. Verification: 2 sequences of 2 heads, one with about 4700 keys cached (splits at
+ * every min_split_keys), one with 5 tokens, and with a chunk, 2 tokens of 3 in the second. */
+static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha_attention_options *o,
+                                 const iha_tune_bucket *b, iha_tune_purpose purpose, int copies, void **out)
+{
+    problem *pr = calloc(1, sizeof *pr);
+    IHA_RETURN_ERROR_IF(pr == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    const int verify = purpose == IHA_TUNE_PROBLEM_VERIFY;
+    const size_t P = s->pseudo, d = s->head_dim, k = verify ? (b->values[K_K] > 1 ? 3 : 1) : (size_t)b->values[K_K];
+    const size_t n0 = verify ? (4700 + P - 1) / P : s->tokens, n1 = verify ? 5 : n0;
+    iha_decode_dims *dd = &pr->dd;
+    dd->B = verify ? 2 : s->batch, dd->k = k, dd->H = verify ? 2 : s->heads, dd->d = d, dd->P = P;
+    dd->t_cur = (n0 + k) * P;
+    dd->t_max = verify ? dd->t_cur + 2 * P : dd->t_cur;
+    dd->half = b->values[K_BYTES] == 2;
+    const iha_shape cache_shape = {s->batch, dd->t_max / P, 1, s->heads, d, P};
+    dd->cfg.key_block = cache_key_block(ctx, &cache_shape);
+    pr->mask = o->mask;
+    pr->window = b->values[K_WINDOWED] ? (verify ? n0 / 3 : (size_t)o->window) : 0;
+    pr->scale = (float)(1.0 / sqrt((double)d));
+    pr->copies = verify ? 1 : (copies < 1 ? 1 : copies > MAX_COPIES ? MAX_COPIES : copies);
+    pr->step[0] = (cl_int)n0, pr->step[1] = (cl_int)k;
+    pr->step[2] = (cl_int)n1, pr->step[3] = (cl_int)(verify && k > 1 ? k - 1 : k);
+
+    const size_t bh = dd->B * dd->H, nq = bh * k * P * d;
+    float *q = iha__tune_random(nq, 40);
+    iha_status st = q ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    if (st == IHA_OK) st = iha__tune_buffer(ctx, nq, q, &pr->q);
+    if (st == IHA_OK) st = iha__tune_buffer(ctx, nq, NULL, &pr->o);
+    if (st == IHA_OK) st = iha__tune_buffer(ctx, bh * k * P * MAX_SPLITS * (d + 2), NULL, &pr->partial);
+    if (st == IHA_OK) st = iha__tune_buffer(ctx, 2 * dd->B, NULL, &pr->steps);
+    for (size_t i = 0; i < dd->B && st == IHA_OK; ++i) {
+        const cl_int *pair = &pr->step[i == 0 || !verify ? 0 : 2];
+        IHA_CL_CHECK(ctx, clEnqueueWriteBuffer(ctx->queue, pr->steps, CL_TRUE, 2 * i * sizeof(cl_int), 2 * sizeof(cl_int),
+                                               pair, 0, NULL, NULL),
+                     "clEnqueueWriteBuffer (decode tuning steps)");
+    }
+    for (int i = 0; i < pr->copies && st == IHA_OK; ++i) st = make_cache(ctx, pr, i, verify);
+    if (verify)
+        pr->hq = q;
+    else
+        free(q);
+    if (st != IHA_OK) {
+        problem_free(pr);
+        return st;
+    }
+    *out = pr;
+    return IHA_OK;
+}
+
+static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, int copy)
+{
+    problem *pr = p;
+    iha_decode_dims dd = pr->dd;
+    iha_tune_config builtin_config;
+    if (c == NULL) {
+        iha_tune_bucket b;
+        iha__tune_decode_bucket(&dd, pr->mask, pr->window, &b);
+        builtin(ctx, &b, &builtin_config);
+        c = &builtin_config;
+    }
+    iha__tune_decode_config(c, &dd.tune);
+    return iha__decode_attention_enqueue(ctx, &dd, (iha_ref){pr->q, 0}, pr->keys[copy], pr->values[copy], pr->partial,
+                                         (iha_ref){pr->o, 0}, pr->steps, pr->mask, pr->window, pr->scale);
+}
+
+/* One launch builds the program and, on PoCL, the machine code for this work-group size. */
+static iha_status prepare(iha_context *ctx, void *p, const iha_tune_config *c) { return enqueue(ctx, p, c, 0); }
+
+/* SPEC.md's visibility rule for virtual query t and key u. */
+static int visible(long t, long u, long P, int mask, long W)
+{
+    const long n = t / P, m = u / P;
+    if (mask == IHA_MASK_CAUSAL) return u <= t && (W == 0 || t - u < W * P);
+    if (mask == IHA_MASK_TOKEN_CAUSAL) return m <= n && (W == 0 || n - m < W);
+    return W == 0 || labs(n - m) < W;
+}
+
+/* Float64 attention of each active query row over its sequence's keys; inactive rows are 0. */
+static void reference(const problem *pr, double *ref)
+{
+    const iha_decode_dims *dd = &pr->dd;
+    const long P = (long)dd->P, d = (long)dd->d, rows = (long)(dd->k * dd->P), W = (long)pr->window;
+    double *s = malloc(dd->t_max * sizeof *s);
+    if (s == NULL) return;
+    for (size_t bh = 0; bh < dd->B * dd->H; ++bh) {
+        const cl_int *step = &pr->step[bh / dd->H == 0 ? 0 : 2];
+        const long n0 = step[0], T = (n0 + step[1]) * P;
+        const float *k = pr->hk + bh * dd->t_max * (size_t)d, *v = pr->hv + bh * dd->t_max * (size_t)d;
+        for (long r = 0; r < rows; ++r) {
+            double *out = ref + (bh * (size_t)rows + (size_t)r) * (size_t)d;
+            for (long c = 0; c < d; ++c) out[c] = 0.0;
+            if (r >= step[1] * P) continue;
+            const float *q = pr->hq + (bh * (size_t)rows + (size_t)r) * (size_t)d;
+            const long t = n0 * P + r;
+            double mx = -INFINITY, sum = 0.0;
+            for (long u = 0; u < T; ++u) {
+                s[u] = -INFINITY;
+                if (!visible(t, u, P, pr->mask, W)) continue;
+                double dot = 0.0;
+                for (long c = 0; c < d; ++c) dot += (double)q[c] * k[u * d + c];
+                s[u] = dot * (double)pr->scale;
+                mx = s[u] > mx ? s[u] : mx;
+            }
+            for (long u = 0; u < T; ++u) {
+                if (s[u] == -INFINITY) continue;
+                const double e = exp(s[u] - mx);
+                sum += e;
+                for (long c = 0; c < d; ++c) out[c] += e * v[u * d + c];
+            }
+            for (long c = 0; c < d; ++c) out[c] /= sum;
+        }
+    }
+    free(s);
+}
+
+static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, double *error)
+{
+    problem *pr = p;
+    const size_t n = pr->dd.B * pr->dd.H * pr->dd.k * pr->dd.P * pr->dd.d;
+    float *out = malloc(n * sizeof *out);
+    double *ref = calloc(n, sizeof *ref);
+    iha_status st = out && ref ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    if (st == IHA_OK) st = iha__tune_poison(ctx, pr->o, n);
+    if (st == IHA_OK) st = enqueue(ctx, pr, c, 0);
+    if (st == IHA_OK) st = iha__tune_read(ctx, pr->o, n, out);
+    if (st == IHA_OK) {
+        reference(pr, ref);
+        *error = iha__tune_rel_error(out, ref, n);
+    }
+    free(out);
+    free(ref);
+    return st;
+}
+
+const iha_tunable iha__tunable_decode = {
+    &space, 1.0, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, NULL,
+    prepare, enqueue, check, NULL,
+};

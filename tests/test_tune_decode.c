@@ -1,0 +1,378 @@
+/*
+ * test_tune_decode.c - tuning of the decode kernels (src/tune/space_decode.c): iha_tune with
+ * IHA_TUNE_DECODE stores verified configurations for a float and a half cache, and a decoding
+ * step then uses the exact entry with outputs inside SPEC's contract; a hand-written profile's
+ * decode entries are used in the fallback order (exact, nearest of the same kind, device
+ * default) and reported by iha_context_last_choices; a candidate that is fast but wrong is
+ * rejected and never stored. Shapes are tiny: every new configuration costs PoCL a compile.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_layer.h"
+#include "test_util.h"
+
+#define TOL_F16 2e-3 /* SPEC's half-storage contract */
+
+static iha_context *g_ctx;
+static char g_dir[1024];
+static cJSON *g_key; /* the key the library wrote for this device */
+
+/* The layer every test here decodes: 24 tokens of 2 heads, d = 8, P = 4. The last token's step
+ * has 23 tokens (92 keys) cached: bucket cached=128, as iha_tune's for N = 24 (96 keys). */
+static const iha_shape shape = {1, 24, 16, 2, 8, 4};
+
+/* ---- Files and profiles ---- */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = tu_malloc((size_t)n + 1);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+static cJSON *parse_file(const char *path)
+{
+    char *text = slurp(path);
+    assert_non_null(text);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    return root;
+}
+
+static void profile_write(cJSON *root, const char *path)
+{
+    char *text = cJSON_Print(root);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+    free(text);
+}
+
+/* A decode entry for shape's heads (BH = 2, d = 8, P = 4), causal and global. */
+static void add_decode(cJSON *entries, const char *role, long elem_bytes, long k, long cached, const long cfg[5])
+{
+    static const char *const params[5] = {"ATT_ROWS", "ATT_VD", "group", "min_split_keys", "per_cu"};
+    static const char *const keys[8] = {"mask", "windowed", "elem_bytes", "d", "P", "k", "cached", "BH"};
+    const long values[8] = {0, 0, elem_bytes, 8, 4, k, cached, 2};
+    cJSON *e = cJSON_CreateObject(), *b = cJSON_CreateObject(), *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "kernel", "decode");
+    cJSON_AddStringToObject(e, "role", role);
+    for (int i = 0; i < 8; i++)
+        cJSON_AddNumberToObject(b, keys[i], (double)values[i]);
+    for (int i = 0; i < 5; i++)
+        cJSON_AddNumberToObject(c, params[i], (double)cfg[i]);
+    cJSON_AddItemToObject(e, "bucket", b);
+    cJSON_AddItemToObject(e, "config", c);
+    cJSON_AddItemToArray(entries, e);
+}
+
+static iha_context *open_with(const char *profile, const char *kernel_dir)
+{
+    iha_context_options o;
+    iha_context_options_init(&o);
+    o.profile = profile;
+    o.kernel_dir = kernel_dir;
+    if (kernel_dir)
+        o.cache_dir = "off";
+    iha_context *ctx = NULL;
+    char message[1024] = "";
+    iha_status st = iha_context_create(&ctx, &o, message, sizeof message);
+    if (st != IHA_OK)
+        fail_msg("iha_context_create: %s: %s", iha_status_name(st), message);
+    return ctx;
+}
+
+static iha_kernel_choice choice_of(iha_context *ctx, const char *kernel)
+{
+    iha_kernel_choice c[8];
+    size_t n = 0;
+    assert_int_equal(iha_context_last_choices(ctx, c, 8, &n), IHA_OK);
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (strcmp(c[i].kernel, kernel) == 0)
+            return c[i];
+    fail_msg("no choice reported for %s", kernel);
+    return c[0];
+}
+
+/* ---- Decoding ---- */
+
+typedef struct decoded {
+    iha_kernel_choice prefill, step; /* the decode choices of the prompt chunk and of the last token */
+} decoded;
+
+/* Decodes the layer's tokens into a fresh cache of `storage`: the first N-1 as one chunk, then
+ * the last one alone, whose output must equal the reference's last row within the contract. */
+static decoded decode_layer(iha_context *ctx, const tu_layer *l, const double *zref, iha_storage storage)
+{
+    const size_t N = shape.tokens, D = shape.model_dim;
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    tu_device_layer dev;
+    tu_device_layer_upload(ctx, l, 0, &dev);
+    iha_kv_cache *cache = NULL;
+    tu_assert_status(ctx, iha_kv_cache_create(ctx, &shape, storage, &cache), IHA_OK);
+    cl_mem xs = tu_buffer_new(ctx, N * D), zs = tu_buffer_new(ctx, N * D);
+    tu_buffer_write(ctx, xs, 0, l->x, (N - 1) * D);
+    decoded out;
+    iha_shape step = shape;
+    step.tokens = N - 1;
+    tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+                     IHA_OK);
+    out.prefill = choice_of(ctx, "decode");
+    float *z = tu_malloc(D * sizeof *z);
+    tu_fill_nan(z, D);
+    tu_buffer_write(ctx, zs, 0, z, D);
+    tu_buffer_write(ctx, xs, 0, l->x + (N - 1) * D, D);
+    step.tokens = 1;
+    tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+                     IHA_OK);
+    out.step = choice_of(ctx, "decode");
+    tu_buffer_read(ctx, zs, 0, z, D);
+    tu_assert_close("the last token's output", z, zref + (N - 1) * D, D, storage == IHA_STORAGE_F16 ? TOL_F16 : TU_TOL_F32);
+    free(z);
+    tu_buffer_release(xs), tu_buffer_release(zs);
+    iha_kv_cache_free(cache);
+    tu_device_layer_release(&dev);
+    return out;
+}
+
+static void tune_decode(iha_context *ctx, double budget, iha_tune_result *results, size_t capacity, size_t *count)
+{
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = IHA_TUNE_DECODE;
+    to.budget_s = budget;
+    to.reps = 3;
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    tu_assert_status(ctx, iha_tune(ctx, &shape, &o, 1, &to, results, capacity, count), IHA_OK);
+}
+
+/* ---- Tests ---- */
+
+static void tune_stores_verified_configs_that_steps_use(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/verified.json", g_dir);
+    iha_context *ctx = open_with(path, NULL);
+    iha_tune_result r[4];
+    size_t n = 0;
+    tune_decode(ctx, 12, r, 4, &n);
+    assert_int_equal(n, 2); /* float and half cache */
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(r[i].kernel, "decode");
+        assert_non_null(strstr(r[i].bucket, i == 0 ? "elem_bytes=4" : "elem_bytes=2"));
+        assert_non_null(strstr(r[i].bucket, "k=1 cached=128 BH=2"));
+        assert_true(r[i].stored);
+        assert_true(r[i].error <= TU_TOL_F32);
+        assert_true(r[i].tuned_s > 0 && r[i].default_s > 0);
+    }
+    /* Every stored entry records the error of its verification, inside the contract. */
+    cJSON *root = parse_file(path);
+    const cJSON *e;
+    int entries = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
+    {
+        assert_string_equal(cJSON_GetObjectItem(e, "kernel")->valuestring, "decode");
+        assert_true(cJSON_GetObjectItem(e, "error")->valuedouble <= TU_TOL_F32);
+        entries++;
+    }
+    assert_int_equal(entries, 3); /* two buckets and the device default */
+    cJSON_Delete(root);
+    iha_context_free(ctx);
+
+    /* A new context loads it: the last token's step uses the exact entry, the prompt chunk (k = 23
+     * tokens, bucket k=32) the nearest; with profiles off, the built-in. Outputs stay inside the
+     * contract either way. */
+    tu_layer l;
+    tu_layer_init(&l, &shape, 23);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    double *zref = tu_layer_reference(&l, &o);
+    const char *profiles[2] = {path, "off"};
+    for (int i = 0; i < 2; i++) {
+        ctx = open_with(profiles[i], NULL);
+        for (int half = 0; half < 2; half++) {
+            const decoded d = decode_layer(ctx, &l, zref, half ? IHA_STORAGE_F16 : IHA_STORAGE_F32);
+            assert_int_equal(d.step.source, i == 0 ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE);
+            assert_int_equal(d.prefill.source, i == 0 ? IHA_CONFIG_PROFILE_NEAREST : IHA_CONFIG_BUILTIN_TYPE);
+            assert_string_equal(d.step.bucket, r[half].bucket);
+            if (i == 0)
+                assert_string_equal(d.step.config, r[half].tuned_config);
+            else
+                assert_string_equal(d.step.config, r[half].default_config);
+        }
+        iha_context_free(ctx);
+    }
+    free(zref);
+    tu_layer_free(&l);
+}
+
+static void profile_entries_are_used_from_specific_to_general(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/fallback.json", g_dir);
+    static const long exact[5] = {2, 4, 4, 64, 32}, device[5] = {1, 8, 0, 128, 2};
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "iha-tuning-profile");
+    cJSON_AddNumberToObject(root, "format_version", 1);
+    cJSON_AddItemToObject(root, "key", cJSON_Duplicate(g_key, 1));
+    cJSON *entries = cJSON_AddArrayToObject(root, "entries");
+    add_decode(entries, "bucket", 4, 1, 128, exact);
+    add_decode(entries, "device_default", 4, 1, 128, device);
+    profile_write(root, path);
+    cJSON_Delete(root);
+
+    tu_layer l;
+    tu_layer_init(&l, &shape, 29);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    double *zref = tu_layer_reference(&l, &o);
+    iha_context *ctx = open_with(path, NULL);
+    iha_profile_info info;
+    assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
+    assert_int_equal(info.state, IHA_PROFILE_LOADED);
+    /* 1. The last token's step is in the entry's bucket; 2. the prompt chunk is nearest to it. */
+    decoded d = decode_layer(ctx, &l, zref, IHA_STORAGE_F32);
+    assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_EXACT);
+    assert_string_equal(d.step.config, "ATT_ROWS=2 ATT_VD=4 group=4 min_split_keys=64 per_cu=32");
+    assert_int_equal(d.prefill.source, IHA_CONFIG_PROFILE_NEAREST);
+    assert_string_equal(d.prefill.config, "ATT_ROWS=2 ATT_VD=4 group=4 min_split_keys=64 per_cu=32");
+    assert_non_null(strstr(d.prefill.source_bucket, "k=1 cached=128"));
+    assert_non_null(strstr(d.prefill.bucket, "k=32 cached=1 "));
+    /* 3. A half cache is another kind: the device default. */
+    d = decode_layer(ctx, &l, zref, IHA_STORAGE_F16);
+    assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_DEVICE);
+    assert_string_equal(d.step.config, "ATT_ROWS=1 ATT_VD=8 group=0 min_split_keys=128 per_cu=2");
+    /* The step reports the layer's other kernels too: attention, rows, decode and gemm. */
+    size_t count = 0;
+    assert_int_equal(iha_context_last_choices(ctx, NULL, 0, &count), IHA_OK);
+    assert_int_equal(count, 4);
+    iha_context_free(ctx);
+    free(zref);
+    tu_layer_free(&l);
+}
+
+/* Copies every kernel of cl/ to dir, with the decode kernels made wrong when ATT_ROWS is 2 (only
+ * the decode kernels are built with KV_HALF defined). */
+static void copy_kernel(const char *src, void *arg)
+{
+    const char *dir = arg, *name = strrchr(src, '/') + 1;
+    if (strlen(name) < 3 || strcmp(name + strlen(name) - 3, ".cl") != 0)
+        return;
+    char dst[1200];
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    char *text = slurp(src);
+    assert_non_null(text);
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    if (strcmp(name, "attention.cl") == 0)
+        fputs("#if defined(KV_HALF) && ATT_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 0.01f)\n#endif\n", f);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+}
+
+static void wrong_candidate_is_never_stored(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(g_ctx);
+    char dir[1024], cl_dir[1100], path[1100];
+    tu_temp_dir(dir, sizeof dir);
+    snprintf(cl_dir, sizeof cl_dir, "%s/cl", IHA_TEST_SOURCE_DIR);
+    assert_true(tu_for_each_file(cl_dir, copy_kernel, dir) > 0);
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    iha_context *ctx = open_with(path, dir);
+    iha_tune_result r[4];
+    size_t n = 0;
+    tune_decode(ctx, 30, r, 4, &n);
+    assert_int_equal(n, 2);
+    /* The first sweep tries ATT_ROWS 1 and 2 around the built-in 4: 2 fails its check. */
+    assert_true(r[0].rejected >= 1);
+    assert_true(r[0].stored);
+    assert_null(strstr(r[0].tuned_config, "ATT_ROWS=2 "));
+    cJSON *root = parse_file(path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
+    {
+        assert_int_not_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "config"), "ATT_ROWS")->valueint, 2);
+    }
+    cJSON_Delete(root);
+    iha_context_free(ctx);
+    tu_remove_tree(dir);
+}
+
+/* ---- Setup: the key comes from a profile the library writes itself ---- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (tu_context_open(&g_ctx, NULL) < 0)
+        return -1;
+    if (g_ctx == NULL)
+        return 0;
+    tu_temp_dir(g_dir, sizeof g_dir);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/key.json", g_dir);
+    iha_context *ctx = open_with(path, NULL);
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = IHA_TUNE_ROWS;
+    to.budget_s = 1;
+    to.reps = 1;
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    iha_status st = iha_tune(ctx, &shape, &o, 1, &to, NULL, 0, NULL);
+    iha_context_free(ctx);
+    if (st != IHA_OK)
+        return -1;
+    cJSON *root = parse_file(path);
+    g_key = cJSON_Duplicate(cJSON_GetObjectItem(root, "key"), 1);
+    cJSON_Delete(root);
+    return g_key ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    cJSON_Delete(g_key);
+    if (g_dir[0])
+        tu_remove_tree(g_dir);
+    iha_context_free(g_ctx);
+    return 0;
+}
+
+int main(void)
+{
+    tu_init_environment();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tune_stores_verified_configs_that_steps_use),
+        cmocka_unit_test(profile_entries_are_used_from_specific_to_general),
+        cmocka_unit_test(wrong_candidate_is_never_stored),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
