@@ -59,6 +59,15 @@ iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_re
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
                                   iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                   size_t window, float scale);
+/* The local-memory variant (cl/attention_local.cl, for GPUs): `rows` work-items per group, one
+ * query row each, and tiles of `keys` keys (a multiple of key_block) staged in local memory.
+ * Same inputs and outputs as iha__attention_enqueue. IHA_ERROR_UNSUPPORTED when the group or
+ * its 2*keys*d floats of local memory do not fit the device (iha__attention_local_fits). */
+size_t iha__attention_local_bytes(size_t head_dim, int keys);
+int iha__attention_local_fits(const iha_context *ctx, size_t head_dim, int rows, int keys, int key_block);
+iha_status iha__attention_local_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
+                                        iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
+                                        size_t window, float scale);
 /* ---- Decoding (cl/decode_mix.cl and the decode kernels of cl/attention.cl) ---- */
 
 /* The decode kernels' configuration (src/tune/space_decode.c tunes it): the register tile and

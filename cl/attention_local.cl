@@ -1,0 +1,139 @@
+/* Flash attention for GPUs: a work-group of LOC_ROWS work-items owns LOC_ROWS consecutive
+ * query rows (one each) of one (b, h) and streams the keys and values it can see through local
+ * memory in tiles of LOC_KEYS keys, loaded cooperatively (consecutive work-items read
+ * consecutive addresses, so the loads coalesce) and then read by every work-item at the same
+ * address (a broadcast, free of bank conflicts). Each work-item keeps its query row, its output
+ * row and the online-softmax state (max, sum) in private memory.
+ *
+ * attention.cl's register-tile kernel is the CPU variant: on a CPU local memory is emulated in
+ * global memory and a work-item is a loop iteration, so staging buys nothing there; on a GPU
+ * the register tile's private arrays are too large and the work-group's shared tile is what
+ * saves global traffic (each key and value is read from global memory once per LOC_ROWS
+ * queries instead of once per query). The autotuner picks between the two per device.
+ *
+ * Inputs are those of attention_fwd_f32: queries and values as rows [B*H][T][HEAD_DIM], keys in
+ * the key-block layout [B*H][ceil(T/ATT_KB)][HEAD_DIM][ATT_KB]. Masks and windows are the
+ * per-row visible interval [lo, hi] of SPEC; key tiles outside the work-group's union of
+ * intervals are skipped, tiles outside one row's interval are skipped by that row. */
+
+#ifndef HEAD_DIM
+#error "HEAD_DIM must be defined"
+#endif
+#ifndef ATT_KB
+#define ATT_KB 16 /* keys per block of the packed key layout */
+#endif
+#ifndef LOC_ROWS
+#define LOC_ROWS 64 /* work-items per work-group = query rows per work-group */
+#endif
+#ifndef LOC_KEYS
+#define LOC_KEYS 32 /* keys per local-memory tile, a multiple of ATT_KB */
+#endif
+#if LOC_KEYS % ATT_KB != 0
+#error "LOC_KEYS must be a multiple of ATT_KB"
+#endif
+
+#define MASK_CAUSAL 0
+#define MASK_TOKEN_CAUSAL 1
+
+/* Visible keys of virtual query t: [lo, hi] (as in attention.cl). window in tokens, 0: global.
+ * Both ends are non-decreasing in t under every mask, so a work-group's first and last rows
+ * bound its union of intervals. */
+static inline int2 visible_range(int t, int T, int P, int mask, int window)
+{
+    const int n = t / P;
+    int lo, hi;
+    if (mask == MASK_CAUSAL) {
+        hi = t;
+        lo = window > 0 ? max(0, t - window * P + 1) : 0;
+    } else if (mask == MASK_TOKEN_CAUSAL) {
+        hi = min(T - 1, (n + 1) * P - 1);
+        lo = window > 0 ? max(0, n - window + 1) * P : 0;
+    } else {
+        hi = window > 0 ? min(T - 1, (n + window) * P - 1) : T - 1;
+        lo = window > 0 ? max(0, n - window + 1) * P : 0;
+    }
+    return (int2)(lo, hi);
+}
+
+__kernel __attribute__((reqd_work_group_size(LOC_ROWS, 1, 1)))
+void attention_fwd_local_f32(__global const float *q, ulong q_off, /* [B*H][T][HEAD_DIM] */
+                             __global const float *kp, ulong k_off, /* key blocks */
+                             __global const float *v, ulong v_off,  /* [B*H][T][HEAD_DIM] */
+                             __global float *o, ulong o_off,        /* [B*H][T][HEAD_DIM] */
+                             __global float *lse, ulong lse_off,    /* [B*H][T] natural log */
+                             int want_lse, int T, int P, int mask, int window,
+                             float scale_log2) /* score scale * log2(e) */
+{
+    __local float ks[LOC_KEYS * HEAD_DIM]; /* the packed layout's blocks, as stored */
+    __local float vs[LOC_KEYS * HEAD_DIM]; /* value rows [key][HEAD_DIM] */
+    const int lid = get_local_id(0);
+    const int t0 = get_group_id(0) * LOC_ROWS;
+    const int t = t0 + lid;
+    const int bh = get_global_id(1);
+    const int active = t < T;
+    const int row = min(t, T - 1);
+    const int blocks = (T + ATT_KB - 1) / ATT_KB;
+    const __global float *qb = q + q_off + (size_t)bh * T * HEAD_DIM;
+    const __global float *kb = kp + k_off + (size_t)bh * blocks * HEAD_DIM * ATT_KB;
+    const __global float *vb = v + v_off + (size_t)bh * T * HEAD_DIM;
+
+    float qr[HEAD_DIM], acc[HEAD_DIM];
+    for (int c = 0; c < HEAD_DIM; ++c) {
+        qr[c] = qb[(size_t)row * HEAD_DIM + c] * scale_log2;
+        acc[c] = 0.0f;
+    }
+    const int2 range = visible_range(row, T, P, mask, window);
+    /* The same for every work-item of the group, so the barriers below are reached uniformly. */
+    const int lo_min = visible_range(t0, T, P, mask, window).x;
+    const int hi_max = visible_range(min(t0 + LOC_ROWS - 1, T - 1), T, P, mask, window).y;
+    float m = -INFINITY, l = 0.0f;
+
+    for (int j0 = lo_min / LOC_KEYS * LOC_KEYS; j0 <= hi_max; j0 += LOC_KEYS) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is no longer read */
+        /* A tile is LOC_KEYS / ATT_KB whole blocks: contiguous in the packed buffer. Blocks past
+         * the last one and value rows past T are not there; zeros keep the reads in bounds. */
+        const __global float *ksrc = kb + (size_t)(j0 / ATT_KB) * HEAD_DIM * ATT_KB;
+        const __global float *vsrc = vb + (size_t)j0 * HEAD_DIM;
+        const int kavail = min(LOC_KEYS, blocks * ATT_KB - j0) * HEAD_DIM;
+        const int vavail = min(LOC_KEYS, T - j0) * HEAD_DIM;
+        for (int i = lid; i < LOC_KEYS * HEAD_DIM; i += LOC_ROWS) {
+            ks[i] = i < kavail ? ksrc[i] : 0.0f;
+            vs[i] = i < vavail ? vsrc[i] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!active || j0 > range.y || j0 + LOC_KEYS - 1 < range.x) continue;
+
+        float s[LOC_KEYS];
+        float mx = -INFINITY;
+        for (int j = 0; j < LOC_KEYS; ++j) {
+            const __local float *kcol = ks + (j / ATT_KB) * HEAD_DIM * ATT_KB + j % ATT_KB;
+            float dot = 0.0f;
+            for (int c = 0; c < HEAD_DIM; ++c) dot = fma(qr[c], kcol[c * ATT_KB], dot);
+            const int key = j0 + j;
+            /* A select, not arithmetic: keys outside the interval (padding included) never
+             * contribute, whatever their bits. */
+            s[j] = key >= range.x && key <= range.y ? dot : -INFINITY;
+            mx = fmax(mx, s[j]);
+        }
+        const float m_new = fmax(m, mx);
+        /* A row that has seen no visible key keeps m = -inf; base 0 makes every exponential
+         * exactly 0 instead of NaN. */
+        const float base = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = exp2(m - base);
+        l *= corr;
+        for (int c = 0; c < HEAD_DIM; ++c) acc[c] *= corr;
+        for (int j = 0; j < LOC_KEYS; ++j) {
+            const float p = exp2(s[j] - base);
+            l += p;
+            const __local float *vrow = vs + j * HEAD_DIM;
+            for (int c = 0; c < HEAD_DIM; ++c) acc[c] = fma(p, vrow[c], acc[c]);
+        }
+        m = m_new;
+    }
+
+    if (!active) return;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
+    for (int c = 0; c < HEAD_DIM; ++c) orow[c] = acc[c] * inv;
+    if (want_lse) lse[lse_off + (size_t)bh * T + t] = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
+}
