@@ -190,6 +190,7 @@ typedef struct tile_state {
     int lo_min, lo_max, hi_min, hi_max;
     float m[ATT_ROWS], l[ATT_ROWS]; /* running max (base 2) and sum of exponentials */
     floatV acc[ATT_ROWS][VCHUNKS];  /* unnormalised output */
+    int zero;                       /* 0, computed from a kernel argument: see tile_pv */
 } tile_state;
 
 /* Query row r of the tile is rows[min(r, valid - 1)] at virtual position pos0 + min(r, valid - 1):
@@ -201,6 +202,7 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
     ts->lo_max = 0;
     ts->hi_min = T;
     ts->hi_max = 0;
+    ts->zero = T < 0;
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         const int i = min(r, valid - 1);
@@ -216,6 +218,32 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
         ts->l[r] = 0.0f;
         #pragma unroll
         for (int cv = 0; cv < VCHUNKS; ++cv) ts->acc[r][cv] = (floatV)(0.0f);
+    }
+}
+
+/* acc = acc * corr + P V for the ATT_KB value rows min(j0 + j, last), with the head dimension
+ * outermost: per chunk only ATT_ROWS accumulators are live, which fits AVX2's 16 registers where
+ * the whole tile would spill. The probabilities are read from pr in every chunk at an offset of
+ * ts->zero (0 at run time, unknown to the compiler): otherwise the compiler keeps the
+ * ATT_ROWS * ATT_KB broadcasts of the first chunk for the others and spills them, and with more
+ * than 4 rows the accumulators with them. A broadcast from memory costs one load. */
+static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const float *pr, const float *corr,
+                                                         const __global kv_t *vb, int j0, int last)
+{
+    #pragma unroll
+    for (int cv = 0; cv < VCHUNKS; ++cv) {
+        const float *pc = pr + cv * ts->zero;
+        floatV a[ATT_ROWS];
+        #pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv] * corr[r];
+        #pragma unroll
+        for (int j = 0; j < ATT_KB; ++j) {
+            const floatV vv = load_chunk(vb + (size_t)min(j0 + j, last) * HEAD_DIM, cv);
+            #pragma unroll
+            for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
+        }
+        #pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] = a[r];
     }
 }
 
@@ -255,26 +283,13 @@ static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __
         ts->m[r] = m_new;
     }
 
-    /* P.V with the head dimension outermost: per chunk only ATT_ROWS accumulators are live,
-     * which fits 16 AVX2 registers; the whole tile would spill. Padding keys past T have
-     * probability 0; clamping their rows keeps the reads in bounds. */
-    size_t vrow[ATT_KB];
-    #pragma unroll
-    for (int j = 0; j < ATT_KB; ++j) vrow[j] = (size_t)min(j0 + j, T - 1) * HEAD_DIM;
-    #pragma unroll
-    for (int cv = 0; cv < VCHUNKS; ++cv) {
-        floatV a[ATT_ROWS];
-        #pragma unroll
-        for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv] * corr[r];
-        #pragma unroll
-        for (int j = 0; j < ATT_KB; ++j) {
-            const floatV vv = load_chunk(vb + vrow[j], cv);
-            #pragma unroll
-            for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pr[r][j]), vv, a[r]);
-        }
-        #pragma unroll
-        for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] = a[r];
-    }
+    /* P.V, with rows clamped only in a block that runs past T (padding keys have probability 0;
+     * clamping their rows keeps the reads in bounds): elsewhere the rows are consecutive and
+     * their addresses fold into the loads. */
+    if (j0 + ATT_KB <= T)
+        tile_pv(ts, &pr[0][0], corr, vb, j0, j0 + ATT_KB - 1);
+    else
+        tile_pv(ts, &pr[0][0], corr, vb, j0, T - 1);
 }
 
 __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */
