@@ -1,7 +1,8 @@
 /*
  * fuzz_api.c - libFuzzer target for the argument checks of the public API (include/iha.h).
  *
- * Each input picks a call (iha_forward, iha_attention_core, iha_attention, iha_forward_host),
+ * Each input picks a call (iha_forward, iha_attention_core, iha_attention, iha_forward_host,
+ * iha_decode_step on a small KV cache with fuzzed per-sequence counts, iha_kv_cache_truncate),
  * a shape, options (storage of activations and weights included: float, half or invalid), and
  * for every tensor a buffer from a pool (sizes 1 to 16384 floats, NULL,
  * or a buffer of another OpenCL context) and an element offset. Dimensions and offsets come
@@ -30,6 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const size_t kPoolFloats[POOL] = {1, 7, 64, 1000, 4096, 16384};
 
 static iha_context *g_ctx;
+static iha_kv_cache *g_cache; /* B=2 sequences of up to 8 tokens, H=2, d=8, P=2, float */
+static const iha_shape kCacheShape = {2, 8, 0, 2, 8, 2};
 static cl_mem g_pool[POOL], g_foreign;
 static cl_context g_other;
 static float *g_expect; /* sentinel image of the largest buffer */
@@ -73,6 +76,8 @@ static void setup(void)
         g_foreign = clCreateBuffer(g_other, CL_MEM_READ_WRITE, 65536, NULL, &err);
     if (err != CL_SUCCESS)
         die("cannot create the buffer pool");
+    if (iha_kv_cache_create(g_ctx, &kCacheShape, IHA_STORAGE_F32, &g_cache) != IHA_OK)
+        die("cannot create the KV cache");
     fill_pool();
 }
 
@@ -186,7 +191,7 @@ static int overlap(tensor a, size_t na, size_t ea, tensor b, size_t nb, size_t e
            !((a.offset + na) * ea <= b.offset * eb || (b.offset + nb) * eb <= a.offset * ea);
 }
 
-enum { CALL_FORWARD, CALL_CORE, CALL_ATTENTION, CALL_HOST };
+enum { CALL_FORWARD, CALL_CORE, CALL_ATTENTION, CALL_HOST, CALL_DECODE, CALL_TRUNCATE, CALL_COUNT };
 enum { X, Z, WQ, WK, WV, WO, AQ, AK, AV, R, TENSORS }; /* core: X..WV are q, y, k, v; attention: qt, o, kt, vt, lse */
 
 typedef struct call_case {
@@ -194,6 +199,8 @@ typedef struct call_case {
     iha_shape shape;
     iha_attention_options options;
     tensor t[TENSORS];
+    int with_counts;     /* decode: counts given (else NULL: shape.tokens each) */
+    uint32_t counts[2];  /* decode: per sequence; truncate: counts[0] = b, counts[1] = tokens */
 } call_case;
 
 /* 1 when the shape or the options alone make the header refuse the call. */
@@ -201,7 +208,7 @@ static int bad_shape_or_options(const call_case *c)
 {
     const iha_shape *s = &c->shape;
     const iha_attention_options *o = &c->options;
-    const size_t D = c->call == CALL_FORWARD || c->call == CALL_HOST ? s->model_dim : 1;
+    const size_t D = c->call == CALL_FORWARD || c->call == CALL_HOST || c->call == CALL_DECODE ? s->model_dim : 1;
     if (!s->batch || !s->tokens || !s->heads || !s->head_dim || !s->pseudo || !D || s->head_dim > 256)
         return 1;
     if (o->mask < 0 || o->mask > 2 || o->window < 0 || !isfinite(o->scale))
@@ -218,7 +225,7 @@ static int bad_shape_or_options(const call_case *c)
 static int must_refuse(const call_case *c, int *cheap)
 {
     const iha_shape *s = &c->shape;
-    const size_t D = c->call == CALL_FORWARD ? s->model_dim : 1;
+    const size_t D = c->call == CALL_FORWARD || c->call == CALL_DECODE ? s->model_dim : 1;
     if (bad_shape_or_options(c))
         return 1;
     size_t T, BH, tok, virt, lse, x, w, mix, hd;
@@ -267,6 +274,16 @@ static int must_refuse(const call_case *c, int *cheap)
                 return 1;
         return 0;
     }
+    if (c->call == CALL_DECODE) { /* the cache's shape, and room for every sequence's tokens */
+        if (s->batch != kCacheShape.batch || s->heads != kCacheShape.heads || s->head_dim != kCacheShape.head_dim ||
+            s->pseudo != kCacheShape.pseudo)
+            return 1;
+        for (size_t b = 0; b < kCacheShape.batch; b++) {
+            const size_t count = c->with_counts ? c->counts[b] : s->tokens;
+            if (count > s->tokens || iha_kv_cache_length(g_cache, b) + count > kCacheShape.tokens)
+                return 1;
+        }
+    }
     if (!fits(t[X], x, a) || !fits(t[Z], x, a))
         return 1;
     for (int i = WQ; i <= WO; i++)
@@ -291,6 +308,9 @@ static iha_status make_call(const call_case *c)
                              buf_of(t[WO]));
     const iha_layer_weights w = {buf_of(t[WQ]), buf_of(t[WK]), buf_of(t[WV]), buf_of(t[WO]),
                                  buf_of(t[AQ]), buf_of(t[AK]), buf_of(t[AV]), buf_of(t[R])};
+    if (c->call == CALL_DECODE)
+        return iha_decode_step(g_ctx, g_cache, &c->shape, &c->options, &w, c->with_counts ? c->counts : NULL,
+                               buf_of(t[X]), buf_of(t[Z]));
     if (c->call == CALL_CORE)
         return iha_attention_core(g_ctx, &c->shape, &c->options, &w, buf_of(t[X]), buf_of(t[WQ]), buf_of(t[WK]),
                                   buf_of(t[Z]));
@@ -316,6 +336,25 @@ static void host_call(const call_case *c)
         die("iha_forward_host refused without a message");
 }
 
+/* Truncation is valid for an existing sequence and at most its length; a refusal changes
+ * nothing. */
+static void truncate_call(const call_case *c)
+{
+    const size_t b = c->counts[0], tokens = c->counts[1];
+    const size_t before[2] = {iha_kv_cache_length(g_cache, 0), iha_kv_cache_length(g_cache, 1)};
+    const int valid = b < kCacheShape.batch && tokens <= before[b < 2 ? b : 0];
+    const iha_status st = iha_kv_cache_truncate(g_cache, b, tokens);
+    if (valid != (st == IHA_OK))
+        die(valid ? "a valid truncation was refused" : "an invalid truncation was accepted");
+    for (size_t i = 0; i < 2; i++) {
+        const size_t want = valid && i == b ? tokens : before[i];
+        if (iha_kv_cache_length(g_cache, i) != want)
+            die("truncation left a wrong length");
+    }
+    if (!valid && !iha_context_message(g_ctx)[0])
+        die("a refused truncation without a message");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!g_ctx)
@@ -323,7 +362,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     reader r = {data, size};
     call_case c;
     memset(&c, 0, sizeof c);
-    c.call = take8(&r) % 4;
+    c.call = take8(&r) % CALL_COUNT;
     c.shape = (iha_shape){take_size(&r), take_size(&r), take_size(&r), take_size(&r), take_size(&r), take_size(&r)};
     iha_attention_options_init(&c.options);
     const uint8_t flags = take8(&r);
@@ -338,11 +377,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t storage = take8(&r);
     c.options.storage = storage & 0x80 ? (int)(int32_t)take64(&r) : storage & 1;
     c.options.weight_storage = storage & 0x40 ? (int)(int32_t)take64(&r) : (storage >> 1) & 1;
+    c.with_counts = (storage & 0x04) != 0;
+    c.counts[0] = storage & 0x08 ? (uint32_t)take64(&r) : take8(&r) % 10;
+    c.counts[1] = storage & 0x10 ? (uint32_t)take64(&r) : take8(&r) % 10;
 
     if (c.call == CALL_HOST) {
         host_call(&c);
         return 0;
     }
+    if (c.call == CALL_TRUNCATE) {
+        truncate_call(&c);
+        return 0;
+    }
+    const size_t lengths[2] = {iha_kv_cache_length(g_cache, 0), iha_kv_cache_length(g_cache, 1)};
     int cheap = 0;
     const int refuse = must_refuse(&c, &cheap);
     if (!refuse && !cheap)
@@ -358,6 +405,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             die("a valid call was refused");
         }
         fill_pool(); /* the outputs were written */
+        if (c.call == CALL_DECODE && (iha_kv_cache_length(g_cache, 0) > 5 || iha_kv_cache_length(g_cache, 1) > 5))
+            iha_kv_cache_reset(g_cache); /* keep room for valid steps */
         return 0;
     }
     if (st != IHA_ERROR_INVALID_ARGUMENT && st != IHA_ERROR_SIZE_OVERFLOW && st != IHA_ERROR_BUFFER_TOO_SMALL &&
@@ -369,5 +418,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         die("a refusal without a message");
     if (!pool_untouched())
         die("a refused call wrote into a buffer");
+    if (iha_kv_cache_length(g_cache, 0) != lengths[0] || iha_kv_cache_length(g_cache, 1) != lengths[1])
+        die("a refused call changed the cache's lengths");
     return 0;
 }
