@@ -386,7 +386,8 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
     return st;
 }
 
+/* Weight 0.5: a layer shape makes two decode tasks (float and half cache), together one share. */
 const iha_tunable iha__tunable_decode = {
-    &space, 1.0, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, NULL,
+    &space, 0.5, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, NULL,
     prepare, enqueue, check, NULL,
 };
