@@ -32,28 +32,7 @@
 #error "LOC_KEYS must be a multiple of ATT_KB"
 #endif
 
-#define MASK_CAUSAL 0
-#define MASK_TOKEN_CAUSAL 1
-
-/* Visible keys of virtual query t: [lo, hi] (as in attention.cl). window in tokens, 0: global.
- * Both ends are non-decreasing in t under every mask, so a work-group's first and last rows
- * bound its union of intervals. */
-static inline int2 visible_range(int t, int T, int P, int mask, int window)
-{
-    const int n = t / P;
-    int lo, hi;
-    if (mask == MASK_CAUSAL) {
-        hi = t;
-        lo = window > 0 ? max(0, t - window * P + 1) : 0;
-    } else if (mask == MASK_TOKEN_CAUSAL) {
-        hi = min(T - 1, (n + 1) * P - 1);
-        lo = window > 0 ? max(0, n - window + 1) * P : 0;
-    } else {
-        hi = window > 0 ? min(T - 1, (n + window) * P - 1) : T - 1;
-        lo = window > 0 ? max(0, n - window + 1) * P : 0;
-    }
-    return (int2)(lo, hi);
-}
+#include "masks.clh"
 
 __kernel __attribute__((reqd_work_group_size(LOC_ROWS, 1, 1)))
 void attention_fwd_local_f32(__global const float *q, ulong q_off, /* [B*H][T][HEAD_DIM] */

@@ -3,7 +3,7 @@
 #include "common/hash.h"
 #include "runtime/context.h"
 #include "runtime/disk_cache.h"
-#include "runtime/kernel_sources.h"
+#include "runtime/kernel_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,31 +15,6 @@ static char *dup_string(const char *s)
     char *p = malloc(n);
     if (p) memcpy(p, s, n);
     return p;
-}
-
-/* Reads cl/`file` from the developer's kernel directory. */
-static char *read_source_file(iha_context *ctx, const char *file, size_t *length)
-{
-    char path[4200];
-    int n = snprintf(path, sizeof path, "%s/%s", ctx->kernel_dir, file);
-    if (n < 0 || (size_t)n >= sizeof path) return NULL;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    char *text = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1)) != NULL) {
-            if (fread(text, 1, (size_t)size, f) == (size_t)size) {
-                text[size] = '\0';
-                *length = (size_t)size;
-            } else {
-                free(text);
-                text = NULL;
-            }
-        }
-    }
-    fclose(f);
-    return text;
 }
 
 static uint64_t program_key(const iha_context *ctx, const char *source, const char *options)
@@ -134,19 +109,8 @@ static iha_status program_get(iha_context *ctx, const char *file, const char *ke
     }
 
     size_t length = 0;
-    char *from_dir = NULL;
-    const char *source;
-    if (ctx->kernel_dir != NULL) {
-        from_dir = read_source_file(ctx, file, &length);
-        IHA_RETURN_ERROR_IF(from_dir == NULL, ctx, IHA_ERROR_IO, "cannot read kernel source %s/%s", ctx->kernel_dir,
-                            file);
-        source = from_dir;
-    } else {
-        const iha_kernel_source *embedded = iha__kernel_source_find(file);
-        IHA_RETURN_ERROR_IF(embedded == NULL, ctx, IHA_ERROR_BUILD, "no embedded kernel source named %s", file);
-        source = embedded->text;
-        length = embedded->length;
-    }
+    char *source = NULL;
+    IHA_FORWARD_IF_ERROR(iha__kernel_text(ctx, file, &source, &length));
 
     iha_program_entry e;
     memset(&e, 0, sizeof e);
@@ -155,7 +119,7 @@ static iha_status program_get(iha_context *ctx, const char *file, const char *ke
     e.on_disk = e.program != NULL;
     iha_status st = IHA_OK;
     if (e.program == NULL) st = build_from_source(ctx, file, source, length, options, &e.program);
-    free(from_dir);
+    free(source);
     if (st != IHA_OK) return st;
     e.file = dup_string(file);
     e.options = dup_string(options);
