@@ -1,10 +1,31 @@
-/* The process-wide lock around CLBlast calls (see clblast_lock.h for why it exists). */
+/* The process-wide lock around CLBlast calls and the count of contexts using CLBlast (see
+ * clblast_lock.h for why they exist). */
 #include "gemm/clblast_lock.h"
 
+#include <clblast_c.h>
 #include <pthread.h>
 
 static pthread_mutex_t clblast_mutex = PTHREAD_MUTEX_INITIALIZER;
+static size_t live_users; /* contexts that have called CLBlast and are not freed; under the lock */
 
 void iha__clblast_lock(void) { pthread_mutex_lock(&clblast_mutex); }
 
 void iha__clblast_unlock(void) { pthread_mutex_unlock(&clblast_mutex); }
+
+/* iha_context_free's hook: the last user's departure empties CLBlast's program cache. */
+static void release_user(iha_context *ctx)
+{
+    (void)ctx;
+    iha__clblast_lock();
+    if (live_users > 0 && --live_users == 0) (void)CLBlastClearCache();
+    iha__clblast_unlock();
+}
+
+void iha__clblast_enter(iha_context *ctx)
+{
+    iha__clblast_lock();
+    if (ctx->release_gemm == NULL) {
+        ctx->release_gemm = release_user;
+        ++live_users;
+    }
+}

@@ -33,7 +33,7 @@ iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, 
         }
         for (size_t i = 0; i < m; ++i) {
             /* Row i of C is B^T (row i of A), with B row-major [k][n]. */
-            iha__clblast_lock();
+            iha__clblast_enter(ctx);
             CLBlastStatusCode s = CLBlastSgemv(CLBlastLayoutRowMajor, CLBlastTransposeYes, k, n, alpha, b, b_off, ldb,
                                                a, a_off + i * lda, 1, 0.0f, c, c_off + i * ldc, 1, &ctx->queue, NULL);
             iha__clblast_unlock();
@@ -42,7 +42,7 @@ iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, 
         return IHA_OK;
     }
     const CLBlastTranspose tb = transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo;
-    iha__clblast_lock();
+    iha__clblast_enter(ctx);
     CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, alpha, a, a_off, lda,
                                        b, b_off, ldb, 0.0f, c, c_off, ldc, &ctx->queue, NULL);
     iha__clblast_unlock();

@@ -55,6 +55,10 @@ struct iha_context {
     iha_stage_times stage_times;
 
     struct iha_tune_state *tune; /* the tuning profile and the last call's choices (src/tune/state.h) */
+
+    /* Set by src/gemm at the context's first CLBlast call; iha_context_free calls it after the
+     * queue has finished (so the runtime needs no knowledge of CLBlast). */
+    void (*release_gemm)(struct iha_context *ctx);
 };
 
 /* Records a failure and returns `status`, for `return iha__fail(ctx, ...)`. */
