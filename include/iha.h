@@ -31,7 +31,12 @@
  *   Calls with a "_host" suffix are the exception: they block until results are in host memory.
  * - On failure a call returns a status other than IHA_OK and leaves a message in the context
  *   (iha_context_message). The library never aborts, never prints, reads the environment only
- *   in iha_context_create, and keeps no process-wide mutable state.
+ *   in iha_context_create, and keeps no process-wide mutable state of its own. CLBlast, which
+ *   runs the GEMMs, has process-wide caches: the library serialises its calls into CLBlast with
+ *   one lock, and when the process's last context that ran a GEMM is freed it empties CLBlast's
+ *   program cache (CLBlastClearCache), which would otherwise keep every freed context's
+ *   cl_context alive. An application that also calls CLBlast itself then sees CLBlast rebuild
+ *   its programs on their next use.
  * - Thread safety: different contexts may be used from different threads at the same time.
  *   One context must be used by one thread at a time: to share it, hold your own lock around
  *   every call on it, iha_context_free included, and read iha_context_message before
