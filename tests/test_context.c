@@ -25,7 +25,6 @@
 #include "test_util.h"
 #include "test_layer.h"
 
-static iha_context *g_ctx;
 
 /* One small layer with every stage in use (rotary, window, P > 1), run and checked on ctx. */
 static void check_small_forward(iha_context *ctx, tu_api api)
@@ -87,7 +86,7 @@ static void version_create_and_free(void **state)
     assert_int_equal(iha_version_number(), IHA_VERSION_NUMBER);
     assert_string_equal(iha_version_string(), IHA_VERSION_STRING);
     iha_context_free(NULL);
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
 
     iha_context_options options;
     memset(&options, 0x5a, sizeof options);
@@ -173,7 +172,7 @@ static iha_status try_spec(const char *spec, iha_context **out)
 static void device_by_index(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     size_t count;
     iha_device_info *info = list_devices(&count);
     for (size_t i = 0; i < count && i < 4; i++) {
@@ -209,7 +208,7 @@ static void installed_kinds(int *pocl, int *cpu, int *gpu)
 static void device_by_name_pocl(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     int pocl, cpu, gpu;
     installed_kinds(&pocl, &cpu, &gpu);
     if (!pocl)
@@ -227,7 +226,7 @@ static void device_by_name_pocl(void **state)
 static void device_by_type(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     int pocl, cpu, gpu;
     installed_kinds(&pocl, &cpu, &gpu);
     iha_context *ctx = NULL;
@@ -249,7 +248,7 @@ static void device_by_type(void **state)
 static void device_by_name_piece(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     size_t count;
     iha_device_info *info = list_devices(&count);
     char piece[8] = "";
@@ -272,7 +271,7 @@ static void device_by_name_piece(void **state)
 static void device_from_environment(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     saved_env e = env_save("IHA_DEVICE");
     setenv("IHA_DEVICE", "no-such-device-xyz", 1);
     iha_context *ctx = NULL;
@@ -302,8 +301,8 @@ static cl_uint reference_count(cl_context context, cl_command_queue queue)
 static void borrow_application_queue(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
-    cl_device_id device = iha_context_cl_device(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
+    cl_device_id device = iha_context_cl_device(tu_ctx);
     cl_int err = CL_SUCCESS;
     cl_context app = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
@@ -364,8 +363,8 @@ static void borrow_application_queue(void **state)
 static void borrow_refuses_bad_objects(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
-    cl_device_id device = iha_context_cl_device(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
+    cl_device_id device = iha_context_cl_device(tu_ctx);
     cl_int err = CL_SUCCESS;
     cl_context app = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
@@ -427,11 +426,11 @@ static void borrow_refuses_bad_objects(void **state)
 static void stage_times_when_asked(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     iha_stage_times t;
     memset(&t, 0x5a, sizeof t);
-    check_small_forward(g_ctx, TU_API_DEVICE);
-    iha_context_stage_times(g_ctx, &t);
+    check_small_forward(tu_ctx, TU_API_DEVICE);
+    iha_context_stage_times(tu_ctx, &t);
     assert_true(t.projections == 0.0 && t.mixing == 0.0 && t.attention == 0.0 && t.collapse == 0.0 &&
                 t.output == 0.0);
 
@@ -451,13 +450,13 @@ static void stage_times_when_asked(void **state)
 static void trim_then_forward(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
-    check_small_forward(g_ctx, TU_API_DEVICE);
-    iha_context_trim(g_ctx);
-    check_small_forward(g_ctx, TU_API_DEVICE_OFFSETS);
-    iha_context_trim(g_ctx);
-    iha_context_trim(g_ctx);
-    check_small_forward(g_ctx, TU_API_HOST);
+    TU_REQUIRE_DEVICE(tu_ctx);
+    check_small_forward(tu_ctx, TU_API_DEVICE);
+    iha_context_trim(tu_ctx);
+    check_small_forward(tu_ctx, TU_API_DEVICE_OFFSETS);
+    iha_context_trim(tu_ctx);
+    iha_context_trim(tu_ctx);
+    check_small_forward(tu_ctx, TU_API_HOST);
 }
 
 /* ---- Two contexts on two threads ---- */
@@ -488,7 +487,7 @@ static void *thread_run(void *arg)
 static void two_contexts_on_two_threads(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape shapes[2] = {{1, 31, 24, 2, 40, 3}, {2, 17, 20, 3, 64, 2}};
     tu_layer layers[2];
     thread_job jobs[2];
@@ -552,7 +551,7 @@ static void copy_into(const char *path, void *arg)
 static void kernel_dir_from_source_tree(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     iha_context_options options;
     iha_context_options_init(&options);
     options.kernel_dir = IHA_TEST_SOURCE_DIR "/cl";
@@ -567,7 +566,7 @@ static void kernel_dir_from_source_tree(void **state)
 static void broken_kernel_source_reports_build_log(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char dir[4096];
     tu_temp_dir(dir, sizeof dir);
     copy_job job = {dir, "\n#error deliberately broken by test_context\nthis is not OpenCL C;\n"};
@@ -683,7 +682,7 @@ static void count_nonempty(const char *path, void *arg)
 static void disk_cache_survives_corruption(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char dir[4096];
     tu_temp_dir(dir, sizeof dir);
 
@@ -743,7 +742,7 @@ static void run_with_env(const char *option, const char *iha_cache_dir, const ch
 static void disk_cache_off_writes_nothing(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char env_dir[4096], xdg[4096], home[4096];
     tu_temp_dir(env_dir, sizeof env_dir);
     tu_temp_dir(xdg, sizeof xdg);
@@ -761,7 +760,7 @@ static void disk_cache_off_writes_nothing(void **state)
 static void disk_cache_location_defaults(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char env_dir[4096], option_dir[4096], xdg[4096], home[4096], path[4200];
     tu_temp_dir(env_dir, sizeof env_dir);
     tu_temp_dir(option_dir, sizeof option_dir);
@@ -792,20 +791,6 @@ static void disk_cache_location_defaults(void **state)
     tu_remove_tree(home);
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    g_ctx = NULL;
-    return 0;
-}
-
 int main(void)
 {
     tu_init_environment();
@@ -827,5 +812,5 @@ int main(void)
         cmocka_unit_test(disk_cache_off_writes_nothing),
         cmocka_unit_test(disk_cache_location_defaults),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

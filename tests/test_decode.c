@@ -17,7 +17,6 @@
 /* SPEC's half-storage contract. */
 #define TOL_F16 2e-3
 
-static iha_context *g_ctx;
 
 typedef struct decode_case {
     size_t B, N, D, H, d, P; /* N: the cache's max tokens per sequence */
@@ -33,12 +32,12 @@ typedef struct decode_case {
  * reference over the prefix so far. */
 static void run_case(const decode_case *cs)
 {
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape full = {cs->B, cs->N, cs->D, cs->H, cs->d, cs->P};
     tu_layer l;
     tu_layer_init(&l, &full, 1000 + cs->d * 7 + cs->P);
     tu_device_layer dev;
-    tu_device_layer_upload(g_ctx, &l, 0, &dev);
+    tu_device_layer_upload(tu_ctx, &l, 0, &dev);
     iha_attention_options o;
     iha_attention_options_init(&o);
     o.mask = cs->mask;
@@ -46,10 +45,10 @@ static void run_case(const decode_case *cs)
     o.rope = cs->rope;
 
     iha_kv_cache *cache = NULL;
-    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &full, cs->storage, &cache), IHA_OK);
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, cs->storage, &cache), IHA_OK);
     const size_t k = cs->chunk, D = cs->D, row_elems = cs->B * k * D;
     const iha_shape step_shape = {cs->B, k, D, cs->H, cs->d, cs->P};
-    cl_mem xs = tu_buffer_new(g_ctx, row_elems), zs = tu_buffer_new(g_ctx, row_elems);
+    cl_mem xs = tu_buffer_new(tu_ctx, row_elems), zs = tu_buffer_new(tu_ctx, row_elems);
     float *xh = tu_malloc(row_elems * sizeof *xh), *zh = tu_malloc(row_elems * sizeof *zh);
     const double tol = cs->storage == IHA_STORAGE_F16 ? TOL_F16 : TU_TOL_F32;
 
@@ -68,14 +67,14 @@ static void run_case(const decode_case *cs)
             for (size_t j = 0; j < k; ++j)
                 for (size_t c = 0; c < D; ++c)
                     xh[(b * k + j) * D + c] = j < counts[b] ? l.x[(b * cs->N + done[b] + j) * D + c] : 1e3f;
-        tu_buffer_write(g_ctx, xs, 0, xh, row_elems);
+        tu_buffer_write(tu_ctx, xs, 0, xh, row_elems);
         tu_fill_nan(zh, row_elems);
-        tu_buffer_write(g_ctx, zs, 0, zh, row_elems);
-        tu_assert_status(g_ctx,
-                         iha_decode_step(g_ctx, cache, &step_shape, &o, &dev.weights, counts, (iha_buffer){xs, 0},
+        tu_buffer_write(tu_ctx, zs, 0, zh, row_elems);
+        tu_assert_status(tu_ctx,
+                         iha_decode_step(tu_ctx, cache, &step_shape, &o, &dev.weights, counts, (iha_buffer){xs, 0},
                                          (iha_buffer){zs, 0}),
                          IHA_OK);
-        tu_buffer_read(g_ctx, zs, 0, zh, row_elems);
+        tu_buffer_read(tu_ctx, zs, 0, zh, row_elems);
         for (size_t b = 0; b < cs->B; ++b) {
             assert_int_equal(iha_kv_cache_length(cache, b), done[b] + counts[b]);
             for (size_t j = counts[b]; j < k; ++j)
@@ -153,27 +152,27 @@ static void long_cache_many_splits(void **state)
 static void plain_mha_identity(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     /* P = 1 with the NULL identity shortcut and d = 1. */
     const iha_shape full = {1, 5, 8, 2, 1, 1};
     tu_layer l;
     tu_layer_init(&l, &full, 77);
     tu_layer_identity(&l, 1);
     tu_device_layer dev;
-    tu_device_layer_upload(g_ctx, &l, 0, &dev);
+    tu_device_layer_upload(tu_ctx, &l, 0, &dev);
     iha_attention_options o;
     iha_attention_options_init(&o);
     iha_kv_cache *cache;
-    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &full, IHA_STORAGE_F32, &cache), IHA_OK);
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, IHA_STORAGE_F32, &cache), IHA_OK);
     const iha_shape step = {1, 1, 8, 2, 1, 1};
-    cl_mem xs = tu_buffer_new(g_ctx, 8), zs = tu_buffer_new(g_ctx, 8);
+    cl_mem xs = tu_buffer_new(tu_ctx, 8), zs = tu_buffer_new(tu_ctx, 8);
     double *ref = tu_layer_reference(&l, &o);
     for (size_t n = 0; n < 5; ++n) {
         float z[8];
-        tu_buffer_write(g_ctx, xs, 0, l.x + n * 8, 8);
-        tu_assert_status(g_ctx, iha_decode_step(g_ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+        tu_buffer_write(tu_ctx, xs, 0, l.x + n * 8, 8);
+        tu_assert_status(tu_ctx, iha_decode_step(tu_ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
                          IHA_OK);
-        tu_buffer_read(g_ctx, zs, 0, z, 8);
+        tu_buffer_read(tu_ctx, zs, 0, z, 8);
         tu_assert_close("z", z, ref + n * 8, 8, TU_TOL_F32);
     }
     free(ref);
@@ -187,11 +186,11 @@ static void plain_mha_identity(void **state)
 static void half_storage_halves_bytes(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape s = {2, 100, 1, 3, 64, 4};
     iha_kv_cache *f32, *f16;
-    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &s, IHA_STORAGE_F32, &f32), IHA_OK);
-    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &s, IHA_STORAGE_F16, &f16), IHA_OK);
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &s, IHA_STORAGE_F32, &f32), IHA_OK);
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &s, IHA_STORAGE_F16, &f16), IHA_OK);
     assert_int_equal(iha_kv_cache_bytes(f32), 2 * 2 * 3 * 100 * 4 * 64 * 4);
     assert_int_equal(iha_kv_cache_bytes(f16) * 2, iha_kv_cache_bytes(f32));
     iha_kv_cache_free(f32);
@@ -202,60 +201,60 @@ static void half_storage_halves_bytes(void **state)
 static void refusals(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape full = {1, 4, 8, 2, 8, 2};
     tu_layer l;
     tu_layer_init(&l, &full, 5);
     tu_device_layer dev;
-    tu_device_layer_upload(g_ctx, &l, 0, &dev);
+    tu_device_layer_upload(tu_ctx, &l, 0, &dev);
     iha_attention_options o;
     iha_attention_options_init(&o);
     iha_kv_cache *cache = NULL;
 
-    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &full, (iha_storage)7, &cache), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, (iha_storage)7, &cache), IHA_ERROR_INVALID_ARGUMENT);
     assert_null(cache);
-    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, NULL, IHA_STORAGE_F32, &cache), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &full, IHA_STORAGE_F32, &cache), IHA_OK);
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, NULL, IHA_STORAGE_F32, &cache), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, IHA_STORAGE_F32, &cache), IHA_OK);
 
     const iha_shape step3 = {1, 3, 8, 2, 8, 2};
-    cl_mem xs = tu_buffer_new(g_ctx, 24);
-    cl_mem zs = tu_buffer_guarded(g_ctx, NULL, 24, 0, TU_GUARD, TU_SENTINEL);
-    tu_buffer_write(g_ctx, xs, 0, l.x, 24);
-    tu_assert_status(g_ctx, iha_decode_step(g_ctx, cache, &step3, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+    cl_mem xs = tu_buffer_new(tu_ctx, 24);
+    cl_mem zs = tu_buffer_guarded(tu_ctx, NULL, 24, 0, TU_GUARD, TU_SENTINEL);
+    tu_buffer_write(tu_ctx, xs, 0, l.x, 24);
+    tu_assert_status(tu_ctx, iha_decode_step(tu_ctx, cache, &step3, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
                      IHA_OK);
     assert_int_equal(iha_kv_cache_length(cache, 0), 3);
 
     /* 3 + 3 > 4 tokens: refused, nothing written. */
     float poison[24];
     tu_fill_value(poison, 24, TU_SENTINEL);
-    tu_buffer_write(g_ctx, zs, 0, poison, 24);
-    iha_status st = iha_decode_step(g_ctx, cache, &step3, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0});
-    tu_assert_status(g_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
-    assert_true(strlen(iha_context_message(g_ctx)) > 0);
+    tu_buffer_write(tu_ctx, zs, 0, poison, 24);
+    iha_status st = iha_decode_step(tu_ctx, cache, &step3, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0});
+    tu_assert_status(tu_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
+    assert_true(strlen(iha_context_message(tu_ctx)) > 0);
     assert_int_equal(iha_kv_cache_length(cache, 0), 3);
-    tu_assert_buffer_all(g_ctx, zs, 0, 24, TU_SENTINEL);
+    tu_assert_buffer_all(tu_ctx, zs, 0, 24, TU_SENTINEL);
 
     /* A step shape that does not match the cache. */
     const iha_shape wrong = {1, 1, 8, 3, 8, 2};
-    st = iha_decode_step(g_ctx, cache, &wrong, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0});
-    tu_assert_status(g_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
+    st = iha_decode_step(tu_ctx, cache, &wrong, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0});
+    tu_assert_status(tu_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
     const uint32_t too_many[1] = {5};
-    st = iha_decode_step(g_ctx, cache, &step3, &o, &dev.weights, too_many, (iha_buffer){xs, 0}, (iha_buffer){zs, 0});
-    tu_assert_status(g_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_buffer_all(g_ctx, zs, 0, 24, TU_SENTINEL);
-    tu_assert_guard(g_ctx, zs, 24, 0, TU_GUARD, TU_SENTINEL);
+    st = iha_decode_step(tu_ctx, cache, &step3, &o, &dev.weights, too_many, (iha_buffer){xs, 0}, (iha_buffer){zs, 0});
+    tu_assert_status(tu_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_buffer_all(tu_ctx, zs, 0, 24, TU_SENTINEL);
+    tu_assert_guard(tu_ctx, zs, 24, 0, TU_GUARD, TU_SENTINEL);
 
     /* An output on top of a weight is refused (the weight would be overwritten). */
     const uint32_t one[1] = {1}; /* fits the cache, so only the overlap can refuse it */
-    st = iha_decode_step(g_ctx, cache, &step3, &o, &dev.weights, one, (iha_buffer){xs, 0}, dev.weights.wq);
-    tu_assert_status(g_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
-    assert_non_null(strstr(iha_context_message(g_ctx), "z"));
+    st = iha_decode_step(tu_ctx, cache, &step3, &o, &dev.weights, one, (iha_buffer){xs, 0}, dev.weights.wq);
+    tu_assert_status(tu_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(iha_context_message(tu_ctx), "z"));
     assert_int_equal(iha_kv_cache_length(cache, 0), 3);
 
     /* Truncation: not past the length, not a missing sequence; rewinding then works. */
-    tu_assert_status(g_ctx, iha_kv_cache_truncate(cache, 0, 4), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_kv_cache_truncate(cache, 1, 0), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_kv_cache_truncate(cache, 0, 1), IHA_OK);
+    tu_assert_status(tu_ctx, iha_kv_cache_truncate(cache, 0, 4), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_kv_cache_truncate(cache, 1, 0), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_kv_cache_truncate(cache, 0, 1), IHA_OK);
     assert_int_equal(iha_kv_cache_length(cache, 0), 1);
     iha_kv_cache_reset(cache);
     assert_int_equal(iha_kv_cache_length(cache, 0), 0);
@@ -265,20 +264,6 @@ static void refusals(void **state)
     tu_buffer_release(zs);
     tu_device_layer_release(&dev);
     tu_layer_free(&l);
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    tu_init_environment();
-    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    return 0;
 }
 
 int main(void)
@@ -294,5 +279,5 @@ int main(void)
         cmocka_unit_test(half_storage_halves_bytes),
         cmocka_unit_test(refusals),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -21,7 +21,6 @@
 #include "test_util.h"
 #include "test_layer.h"
 
-static iha_context *g_ctx;
 
 /* A valid small layer on the device whose z buffer holds only sentinels. */
 typedef struct fixture {
@@ -33,13 +32,13 @@ typedef struct fixture {
 /* A buffer of n floats, all TU_SENTINEL. */
 static cl_mem sentinel_buffer(size_t n)
 {
-    return tu_buffer_guarded(g_ctx, NULL, 0, 0, n, TU_SENTINEL);
+    return tu_buffer_guarded(tu_ctx, NULL, 0, 0, n, TU_SENTINEL);
 }
 
 static void fixture_init(fixture *f, const iha_shape *shape, int offsets)
 {
     tu_layer_init(&f->layer, shape, 77);
-    tu_device_layer_upload(g_ctx, &f->layer, offsets, &f->dev);
+    tu_device_layer_upload(tu_ctx, &f->layer, offsets, &f->dev);
     f->z_total = f->dev.z.offset + tu_count_x(shape) + TU_GUARD;
     tu_buffer_release(f->dev.z.mem);
     f->dev.z.mem = sentinel_buffer(f->z_total);
@@ -61,12 +60,12 @@ static iha_attention_options default_options(void)
 /* A refused call: status `expected`, a message, and the n floats of `out` all sentinels. */
 static void assert_refused(iha_status got, iha_status expected, cl_mem out, size_t n)
 {
-    tu_assert_status(g_ctx, got, expected);
-    const char *message = iha_context_message(g_ctx);
+    tu_assert_status(tu_ctx, got, expected);
+    const char *message = iha_context_message(tu_ctx);
     if (!message || !message[0])
         fail_msg("%s came back without a message", iha_status_name(got));
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
-    tu_assert_buffer_all(g_ctx, out, 0, n, TU_SENTINEL);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
+    tu_assert_buffer_all(tu_ctx, out, 0, n, TU_SENTINEL);
 }
 
 /* Either of two statuses (where the header allows both readings), with the same checks. */
@@ -77,7 +76,7 @@ static void assert_refused_either(iha_status got, iha_status a, iha_status b, cl
 
 static iha_status run_forward(const fixture *f, const iha_shape *shape, const iha_attention_options *o)
 {
-    return iha_forward(g_ctx, shape, o, &f->dev.weights, f->dev.x, f->dev.z);
+    return iha_forward(tu_ctx, shape, o, &f->dev.weights, f->dev.x, f->dev.z);
 }
 
 static const iha_shape kShape = {1, 5, 8, 2, 4, 2}; /* B N D H d P */
@@ -85,53 +84,53 @@ static const iha_shape kShape = {1, 5, 8, 2, 4, 2}; /* B N D H d P */
 static void null_pointers(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     fixture f;
     fixture_init(&f, &kShape, 0);
     iha_attention_options o = default_options();
     iha_layer_weights w = f.dev.weights;
 
     assert_int_equal(iha_forward(NULL, &kShape, &o, &w, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT);
-    assert_refused(iha_forward(g_ctx, NULL, &o, &w, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem, f.z_total);
-    assert_refused(iha_forward(g_ctx, &kShape, NULL, &w, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem, f.z_total);
-    assert_refused(iha_forward(g_ctx, &kShape, &o, NULL, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem, f.z_total);
-    assert_refused(iha_forward(g_ctx, &kShape, &o, &w, (iha_buffer){NULL, 0}, f.dev.z), IHA_ERROR_INVALID_ARGUMENT,
+    assert_refused(iha_forward(tu_ctx, NULL, &o, &w, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem, f.z_total);
+    assert_refused(iha_forward(tu_ctx, &kShape, NULL, &w, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem, f.z_total);
+    assert_refused(iha_forward(tu_ctx, &kShape, &o, NULL, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem, f.z_total);
+    assert_refused(iha_forward(tu_ctx, &kShape, &o, &w, (iha_buffer){NULL, 0}, f.dev.z), IHA_ERROR_INVALID_ARGUMENT,
                    f.dev.z.mem, f.z_total);
-    assert_int_equal(iha_forward(g_ctx, &kShape, &o, &w, f.dev.x, (iha_buffer){NULL, 0}), IHA_ERROR_INVALID_ARGUMENT);
-    assert_true(iha_context_message(g_ctx)[0] != '\0');
+    assert_int_equal(iha_forward(tu_ctx, &kShape, &o, &w, f.dev.x, (iha_buffer){NULL, 0}), IHA_ERROR_INVALID_ARGUMENT);
+    assert_true(iha_context_message(tu_ctx)[0] != '\0');
 
     iha_buffer *slots[8] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.alpha_q, &w.alpha_k, &w.alpha_v, &w.r};
     for (int i = 0; i < 8; i++) {
         iha_buffer saved = *slots[i];
         slots[i]->mem = NULL; /* P = 2: NULL mixing is not the identity shortcut */
-        assert_refused(iha_forward(g_ctx, &kShape, &o, &w, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT,
+        assert_refused(iha_forward(tu_ctx, &kShape, &o, &w, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT,
                        f.dev.z.mem, f.z_total);
         *slots[i] = saved;
     }
     /* All four mixing tensors NULL is the shortcut only when P = 1. */
     w.alpha_q.mem = w.alpha_k.mem = w.alpha_v.mem = w.r.mem = NULL;
-    assert_refused(iha_forward(g_ctx, &kShape, &o, &w, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem,
+    assert_refused(iha_forward(tu_ctx, &kShape, &o, &w, f.dev.x, f.dev.z), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem,
                    f.z_total);
     w = f.dev.weights;
 
     /* iha_attention_core */
     iha_buffer q = f.dev.x, y = f.dev.z; /* big enough stand-ins: B*N*D = 40 = B*N*H*d */
     assert_int_equal(iha_attention_core(NULL, &kShape, &o, &w, q, q, q, y), IHA_ERROR_INVALID_ARGUMENT);
-    assert_refused(iha_attention_core(g_ctx, NULL, &o, &w, q, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem, f.z_total);
-    assert_refused(iha_attention_core(g_ctx, &kShape, NULL, &w, q, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
+    assert_refused(iha_attention_core(tu_ctx, NULL, &o, &w, q, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem, f.z_total);
+    assert_refused(iha_attention_core(tu_ctx, &kShape, NULL, &w, q, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
                    f.z_total);
-    assert_refused(iha_attention_core(g_ctx, &kShape, &o, NULL, q, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
+    assert_refused(iha_attention_core(tu_ctx, &kShape, &o, NULL, q, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
                    f.z_total);
     iha_buffer none = {NULL, 0};
-    assert_refused(iha_attention_core(g_ctx, &kShape, &o, &w, none, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
+    assert_refused(iha_attention_core(tu_ctx, &kShape, &o, &w, none, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
                    f.z_total);
-    assert_refused(iha_attention_core(g_ctx, &kShape, &o, &w, q, none, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
+    assert_refused(iha_attention_core(tu_ctx, &kShape, &o, &w, q, none, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
                    f.z_total);
-    assert_refused(iha_attention_core(g_ctx, &kShape, &o, &w, q, q, none, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
+    assert_refused(iha_attention_core(tu_ctx, &kShape, &o, &w, q, q, none, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
                    f.z_total);
-    assert_int_equal(iha_attention_core(g_ctx, &kShape, &o, &w, q, q, q, none), IHA_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(iha_attention_core(tu_ctx, &kShape, &o, &w, q, q, q, none), IHA_ERROR_INVALID_ARGUMENT);
     w.alpha_v.mem = NULL;
-    assert_refused(iha_attention_core(g_ctx, &kShape, &o, &w, q, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
+    assert_refused(iha_attention_core(tu_ctx, &kShape, &o, &w, q, q, q, y), IHA_ERROR_INVALID_ARGUMENT, y.mem,
                    f.z_total);
     w = f.dev.weights;
 
@@ -139,12 +138,12 @@ static void null_pointers(void **state)
     cl_mem big = sentinel_buffer(200), out = sentinel_buffer(200);
     iha_buffer b = {big, 0}, ob = {out, 0};
     assert_int_equal(iha_attention(NULL, &kShape, &o, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT);
-    assert_refused(iha_attention(g_ctx, NULL, &o, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
-    assert_refused(iha_attention(g_ctx, &kShape, NULL, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
-    assert_refused(iha_attention(g_ctx, &kShape, &o, none, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
-    assert_refused(iha_attention(g_ctx, &kShape, &o, b, none, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
-    assert_refused(iha_attention(g_ctx, &kShape, &o, b, b, none, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
-    assert_int_equal(iha_attention(g_ctx, &kShape, &o, b, b, b, none, none), IHA_ERROR_INVALID_ARGUMENT);
+    assert_refused(iha_attention(tu_ctx, NULL, &o, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
+    assert_refused(iha_attention(tu_ctx, &kShape, NULL, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
+    assert_refused(iha_attention(tu_ctx, &kShape, &o, none, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
+    assert_refused(iha_attention(tu_ctx, &kShape, &o, b, none, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
+    assert_refused(iha_attention(tu_ctx, &kShape, &o, b, b, none, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 200);
+    assert_int_equal(iha_attention(tu_ctx, &kShape, &o, b, b, b, none, none), IHA_ERROR_INVALID_ARGUMENT);
     tu_buffer_release(big);
     tu_buffer_release(out);
 
@@ -155,17 +154,17 @@ static void null_pointers(void **state)
     tu_fill_value(z, nz, TU_SENTINEL);
     iha_host_weights hw = {l->wq, l->wk, l->wv, l->wo, l->alpha_q, l->alpha_k, l->alpha_v, l->r};
     assert_int_equal(iha_forward_host(NULL, &kShape, &o, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, NULL, &o, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, &kShape, NULL, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, &kShape, &o, NULL, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, &kShape, &o, &hw, NULL, z), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, &kShape, &o, &hw, l->x, NULL), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, NULL, &o, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &kShape, NULL, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &kShape, &o, NULL, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &kShape, &o, &hw, NULL, z), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &kShape, &o, &hw, l->x, NULL), IHA_ERROR_INVALID_ARGUMENT);
     const float **hslots[8] = {&hw.wq, &hw.wk, &hw.wv, &hw.wo, &hw.alpha_q, &hw.alpha_k, &hw.alpha_v, &hw.r};
     for (int i = 0; i < 8; i++) {
         const float *saved = *hslots[i];
         *hslots[i] = NULL;
-        tu_assert_status(g_ctx, iha_forward_host(g_ctx, &kShape, &o, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
-        assert_true(iha_context_message(g_ctx)[0] != '\0');
+        tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &kShape, &o, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
+        assert_true(iha_context_message(tu_ctx)[0] != '\0');
         *hslots[i] = saved;
     }
     for (size_t i = 0; i < nz; i++)
@@ -181,7 +180,7 @@ static void null_pointers(void **state)
 static void zero_dimensions(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     fixture f;
     fixture_init(&f, &kShape, 0);
     iha_attention_options o = default_options();
@@ -197,12 +196,12 @@ static void zero_dimensions(void **state)
         size_t *fields[6] = {&s.batch, &s.tokens, &s.model_dim, &s.heads, &s.head_dim, &s.pseudo};
         *fields[field] = 0;
         assert_refused(run_forward(&f, &s, &o), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem, f.z_total);
-        tu_assert_status(g_ctx, iha_forward_host(g_ctx, &s, &o, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
+        tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &s, &o, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
         if (field == 2)
             continue; /* model_dim is ignored by the calls below */
-        assert_refused(iha_attention_core(g_ctx, &s, &o, &f.dev.weights, b, b, b, ob), IHA_ERROR_INVALID_ARGUMENT,
+        assert_refused(iha_attention_core(tu_ctx, &s, &o, &f.dev.weights, b, b, b, ob), IHA_ERROR_INVALID_ARGUMENT,
                        out, 400);
-        assert_refused(iha_attention(g_ctx, &s, &o, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 400);
+        assert_refused(iha_attention(tu_ctx, &s, &o, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, 400);
     }
     for (size_t i = 0; i < nz; i++)
         assert_memory_equal(&z[i], &(float){TU_SENTINEL}, sizeof(float));
@@ -216,7 +215,7 @@ static void zero_dimensions(void **state)
 static void head_dim_above_256(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape s = {1, 2, 4, 1, 257, 1};
     fixture f;
     fixture_init(&f, &s, 0);
@@ -225,12 +224,12 @@ static void head_dim_above_256(void **state)
     size_t n = tu_count_virtual(&s);
     cl_mem big = sentinel_buffer(n), out = sentinel_buffer(n);
     iha_buffer b = {big, 0}, ob = {out, 0}, none = {NULL, 0};
-    assert_refused(iha_attention_core(g_ctx, &s, &o, &f.dev.weights, b, b, b, ob), IHA_ERROR_INVALID_ARGUMENT, out, n);
-    assert_refused(iha_attention(g_ctx, &s, &o, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, n);
+    assert_refused(iha_attention_core(tu_ctx, &s, &o, &f.dev.weights, b, b, b, ob), IHA_ERROR_INVALID_ARGUMENT, out, n);
+    assert_refused(iha_attention(tu_ctx, &s, &o, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, n);
     tu_layer *l = &f.layer;
     iha_host_weights hw = {l->wq, l->wk, l->wv, l->wo, l->alpha_q, l->alpha_k, l->alpha_v, l->r};
     float z[8];
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, &s, &o, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &s, &o, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
     tu_buffer_release(big);
     tu_buffer_release(out);
     fixture_free(&f);
@@ -239,7 +238,7 @@ static void head_dim_above_256(void **state)
 static void bad_options(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     fixture f;
     fixture_init(&f, &kShape, 0);
     size_t n = tu_count_virtual(&kShape);
@@ -259,9 +258,9 @@ static void bad_options(void **state)
     bad[7].mask = 3;
     for (int i = 0; i < 8; i++) {
         assert_refused(run_forward(&f, &kShape, &bad[i]), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem, f.z_total);
-        assert_refused(iha_attention_core(g_ctx, &kShape, &bad[i], &f.dev.weights, b, b, b, ob),
+        assert_refused(iha_attention_core(tu_ctx, &kShape, &bad[i], &f.dev.weights, b, b, b, ob),
                        IHA_ERROR_INVALID_ARGUMENT, out, n + 40);
-        assert_refused(iha_attention(g_ctx, &kShape, &bad[i], b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out,
+        assert_refused(iha_attention(tu_ctx, &kShape, &bad[i], b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out,
                        n + 40);
     }
     /* A rotary base that is not a finite positive number. */
@@ -275,21 +274,21 @@ static void bad_options(void **state)
     /* iha_attention takes already rotated inputs: rope must be 0. */
     iha_attention_options rope = default_options();
     rope.rope = 1;
-    assert_refused(iha_attention(g_ctx, &kShape, &rope, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, n + 40);
+    assert_refused(iha_attention(tu_ctx, &kShape, &rope, b, b, b, ob, none), IHA_ERROR_INVALID_ARGUMENT, out, n + 40);
     fixture_free(&f);
 
     /* Rotary needs an even head width. */
     const iha_shape odd = {1, 5, 8, 2, 5, 2};
     fixture_init(&f, &odd, 0);
     assert_refused(run_forward(&f, &odd, &rope), IHA_ERROR_INVALID_ARGUMENT, f.dev.z.mem, f.z_total);
-    assert_refused(iha_attention_core(g_ctx, &odd, &rope, &f.dev.weights, b, b, b, ob), IHA_ERROR_INVALID_ARGUMENT,
+    assert_refused(iha_attention_core(tu_ctx, &odd, &rope, &f.dev.weights, b, b, b, ob), IHA_ERROR_INVALID_ARGUMENT,
                    out, n + 40);
     tu_layer *l = &f.layer;
     iha_host_weights hw = {l->wq, l->wk, l->wv, l->wo, l->alpha_q, l->alpha_k, l->alpha_v, l->r};
     float z[40];
     tu_fill_value(z, 40, TU_SENTINEL);
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, &odd, &rope, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, &odd, &bad[0], &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &odd, &rope, &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &odd, &bad[0], &hw, l->x, z), IHA_ERROR_INVALID_ARGUMENT);
     for (int i = 0; i < 40; i++)
         assert_memory_equal(&z[i], &(float){TU_SENTINEL}, sizeof(float));
     tu_buffer_release(big);
@@ -302,7 +301,7 @@ static void bad_options(void **state)
 static void forward_buffers_too_small(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     fixture f;
     fixture_init(&f, &kShape, 1);
     iha_attention_options o = default_options();
@@ -347,12 +346,12 @@ static void refused_call(int is_core, const iha_shape *s, const iha_layer_weight
         mixed.alpha_k = bufs[5];
         mixed.alpha_v = bufs[6];
         mixed.r = bufs[7];
-        assert_refused(iha_attention_core(g_ctx, s, &o, &mixed, bufs[0], bufs[1], bufs[2], bufs[3]), expected,
+        assert_refused(iha_attention_core(tu_ctx, s, &o, &mixed, bufs[0], bufs[1], bufs[2], bufs[3]), expected,
                        bufs[3].mem, floats[3]);
     } else {
-        assert_refused(iha_attention(g_ctx, s, &o, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4]), expected,
+        assert_refused(iha_attention(tu_ctx, s, &o, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4]), expected,
                        bufs[3].mem, floats[3]);
-        tu_assert_buffer_all(g_ctx, bufs[4].mem, 0, floats[4], TU_SENTINEL);
+        tu_assert_buffer_all(tu_ctx, bufs[4].mem, 0, floats[4], TU_SENTINEL);
     }
 }
 
@@ -361,7 +360,7 @@ static void refused_call(int is_core, const iha_shape *s, const iha_layer_weight
  * offset of one. */
 static void inner_buffers_too_small(int is_core)
 {
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     fixture f;
     fixture_init(&f, &kShape, 0);
     size_t n = is_core ? tu_count_heads(&kShape) : tu_count_virtual(&kShape);
@@ -426,7 +425,7 @@ static const struct {
 static void size_overflow(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     fixture f;
     fixture_init(&f, &kShape, 0);
     iha_attention_options o = default_options();
@@ -448,15 +447,15 @@ static void size_overflow(void **state)
             assert_refused_either(st, expected, IHA_ERROR_BUFFER_TOO_SMALL, f.dev.z.mem, f.z_total);
         else
             assert_refused(st, expected, f.dev.z.mem, f.z_total);
-        st = iha_forward_host(g_ctx, s, &o, &hw, l->x, z);
+        st = iha_forward_host(tu_ctx, s, &o, &hw, l->x, z);
         if (bytes_only && st != IHA_ERROR_SIZE_OVERFLOW && st != IHA_ERROR_HOST_MEMORY)
             fail_msg("iha_forward_host: %s for a shape whose X has 2^62+1 elements", iha_status_name(st));
         if (!bytes_only)
-            tu_assert_status(g_ctx, st, expected);
+            tu_assert_status(tu_ctx, st, expected);
         if (kOverflow[i].in_core)
-            assert_refused(iha_attention_core(g_ctx, s, &o, &f.dev.weights, b, b, b, ob), expected, out, 400);
+            assert_refused(iha_attention_core(tu_ctx, s, &o, &f.dev.weights, b, b, b, ob), expected, out, 400);
         if (kOverflow[i].in_attention)
-            assert_refused(iha_attention(g_ctx, s, &o, b, b, b, ob, lse), expected, out, 400);
+            assert_refused(iha_attention(tu_ctx, s, &o, b, b, b, ob, lse), expected, out, 400);
     }
     for (size_t i = 0; i < nz; i++)
         assert_memory_equal(&z[i], &(float){TU_SENTINEL}, sizeof(float));
@@ -478,7 +477,7 @@ static void size_overflow(void **state)
 static void overlapping_output_refused(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     iha_attention_options o = default_options();
     fixture f;
     fixture_init(&f, &kShape, 0);
@@ -487,13 +486,13 @@ static void overlapping_output_refused(void **state)
     cl_mem arena = sentinel_buffer(total);
     /* z starts inside x (both B*N*D floats). */
     iha_buffer x = {arena, 0}, z = {arena, nx - 1};
-    assert_refused(iha_forward(g_ctx, &kShape, &o, &f.dev.weights, x, z), IHA_ERROR_INVALID_ARGUMENT, arena, total);
+    assert_refused(iha_forward(tu_ctx, &kShape, &o, &f.dev.weights, x, z), IHA_ERROR_INVALID_ARGUMENT, arena, total);
     /* y overlapping v, o overlapping kt. */
     iha_buffer q = {arena, 0}, k = {arena, nh}, v = {arena, 2 * nh}, y = {arena, 3 * nh - 1};
-    assert_refused(iha_attention_core(g_ctx, &kShape, &o, &f.dev.weights, q, k, v, y), IHA_ERROR_INVALID_ARGUMENT,
+    assert_refused(iha_attention_core(tu_ctx, &kShape, &o, &f.dev.weights, q, k, v, y), IHA_ERROR_INVALID_ARGUMENT,
                    arena, total);
     iha_buffer qt = {arena, 0}, kt = {arena, nv}, vt = {arena, 2 * nv}, out = {arena, nv + 1}, none = {NULL, 0};
-    assert_refused(iha_attention(g_ctx, &kShape, &o, qt, kt, vt, out, none), IHA_ERROR_INVALID_ARGUMENT, arena,
+    assert_refused(iha_attention(tu_ctx, &kShape, &o, qt, kt, vt, out, none), IHA_ERROR_INVALID_ARGUMENT, arena,
                    total);
     tu_buffer_release(arena);
     fixture_free(&f);
@@ -504,11 +503,11 @@ static void overlapping_output_refused(void **state)
 static void buffer_of_another_context_refused(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     iha_attention_options o = default_options();
     fixture f;
     fixture_init(&f, &kShape, 0);
-    cl_device_id device = iha_context_cl_device(g_ctx);
+    cl_device_id device = iha_context_cl_device(tu_ctx);
     cl_int err = CL_SUCCESS;
     cl_context other = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
@@ -530,17 +529,17 @@ static void buffer_of_another_context_refused(void **state)
 static void workspace_beyond_device_limits(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape s = {1, (size_t)1 << 24, 1, 4, 256, 4};
     iha_attention_options o = default_options();
     size_t nx = tu_count_x(&s), nw = tu_count_w(&s), nm = tu_count_mix(&s);
     cl_mem x = sentinel_buffer(nx), z = sentinel_buffer(nx), w = sentinel_buffer(nw), m = sentinel_buffer(nm);
     iha_buffer wb = {w, 0}, mb = {m, 0};
     iha_layer_weights weights = {wb, wb, wb, wb, mb, mb, mb, mb};
-    iha_status st = iha_forward(g_ctx, &s, &o, &weights, (iha_buffer){x, 0}, (iha_buffer){z, 0});
+    iha_status st = iha_forward(tu_ctx, &s, &o, &weights, (iha_buffer){x, 0}, (iha_buffer){z, 0});
     if (st != IHA_ERROR_DEVICE_MEMORY && st != IHA_ERROR_UNSUPPORTED && st != IHA_ERROR_SIZE_OVERFLOW)
-        fail_msg("a 256 GiB workspace: %s (%s)", iha_status_name(st), iha_context_message(g_ctx));
-    print_message("refused with %s: %s\n", iha_status_name(st), iha_context_message(g_ctx));
+        fail_msg("a 256 GiB workspace: %s (%s)", iha_status_name(st), iha_context_message(tu_ctx));
+    print_message("refused with %s: %s\n", iha_status_name(st), iha_context_message(tu_ctx));
     assert_refused(st, st, z, nx);
     tu_buffer_release(x);
     tu_buffer_release(z);
@@ -553,15 +552,15 @@ static void workspace_beyond_device_limits(void **state)
 static void context_still_correct_after_errors(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     iha_attention_options o = default_options();
     o.mask = IHA_MASK_TOKEN_CAUSAL;
     o.window = 2;
     tu_layer l;
     tu_layer_init(&l, &kShape, 78);
     double *zref = tu_layer_reference(&l, &o);
-    tu_layer_check_forward(g_ctx, &l, &o, TU_API_DEVICE_OFFSETS, zref, TU_TOL_F32);
-    tu_layer_check_forward(g_ctx, &l, &o, TU_API_HOST, zref, TU_TOL_F32);
+    tu_layer_check_forward(tu_ctx, &l, &o, TU_API_DEVICE_OFFSETS, zref, TU_TOL_F32);
+    tu_layer_check_forward(tu_ctx, &l, &o, TU_API_HOST, zref, TU_TOL_F32);
     free(zref);
     tu_layer_free(&l);
 }
@@ -569,7 +568,7 @@ static void context_still_correct_after_errors(void **state)
 static void context_create_without_match(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     static const char *specs[] = {"no-such-device-xyz", "99:0", "0:99", "-1:0"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         iha_context_options options;
@@ -612,20 +611,6 @@ static void status_names_and_descriptions(void **state)
     }
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    g_ctx = NULL;
-    return 0;
-}
-
 int main(void)
 {
     tu_init_environment();
@@ -645,5 +630,5 @@ int main(void)
         cmocka_unit_test(context_still_correct_after_errors),
         cmocka_unit_test(context_create_without_match),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -42,7 +42,6 @@
 #include "test_layer.h"
 #include "test_util.h"
 
-static iha_context *g_ctx;
 
 /* A small layer with every stage in use: P > 1, rotary, a window, odd sizes. */
 static const iha_shape kSmall = {2, 11, 24, 2, 16, 3};
@@ -126,7 +125,7 @@ static long file_size(const char *path)
 static void one_kernel_fails_to_build(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char kdir[4096], cache[4096], from[4300], to[4300];
     tu_temp_dir(kdir, sizeof kdir);
     tu_temp_dir(cache, sizeof cache);
@@ -209,12 +208,12 @@ static void one_kernel_fails_to_build(void **state)
 static void device_refuses_an_allocation(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const size_t D = (size_t)1 << 20, N = 1024; /* x: 2^30 floats */
     const iha_shape s = {1, N, D, 1, 1, 1};
     const size_t bytes = N * D * sizeof(float);
     cl_ulong max_alloc = 0;
-    assert_int_equal(clGetDeviceInfo(iha_context_cl_device(g_ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc,
+    assert_int_equal(clGetDeviceInfo(iha_context_cl_device(tu_ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc,
                                      &max_alloc, NULL),
                      CL_SUCCESS);
     if (max_alloc >= bytes)
@@ -228,24 +227,24 @@ static void device_refuses_an_allocation(void **state)
     iha_attention_options o;
     iha_attention_options_init(&o);
 
-    cl_context cl = iha_context_cl_context(g_ctx);
-    iha_context_trim(g_ctx);
+    cl_context cl = iha_context_cl_context(tu_ctx);
+    iha_context_trim(tu_ctx);
     const unsigned refs = rel_context_refs(cl);
-    iha_status st = iha_forward_host(g_ctx, &s, &o, &hw, x, z);
-    print_message("4 GiB host tensor: %s: %s\n", iha_status_name(st), iha_context_message(g_ctx));
-    tu_assert_status(g_ctx, st, IHA_ERROR_DEVICE_MEMORY);
-    expect_message(g_ctx, "clCreateBuffer");
-    assert_int_not_equal(iha_context_cl_error(g_ctx), 0);
+    iha_status st = iha_forward_host(tu_ctx, &s, &o, &hw, x, z);
+    print_message("4 GiB host tensor: %s: %s\n", iha_status_name(st), iha_context_message(tu_ctx));
+    tu_assert_status(tu_ctx, st, IHA_ERROR_DEVICE_MEMORY);
+    expect_message(tu_ctx, "clCreateBuffer");
+    assert_int_not_equal(iha_context_cl_error(tu_ctx), 0);
     for (size_t i = 0; i < N * D; i += 4096) /* z never written: still the kernel's zero pages */
         if (z[i] != 0.0f)
             fail_msg("z[%zu] was written", i);
-    iha_context_trim(g_ctx);
-    if (rel_refs_count_objects(g_ctx))
+    iha_context_trim(tu_ctx);
+    if (rel_refs_count_objects(tu_ctx))
         assert_int_equal(rel_context_refs(cl), refs); /* the temporaries made before it are gone */
     munmap(x, bytes);
     munmap(z, bytes);
     free(w);
-    check_small(g_ctx, TU_API_HOST);
+    check_small(tu_ctx, TU_API_HOST);
 }
 
 /* Between good calls that grow and reuse the workspace, one whose internal buffers exceed the
@@ -253,33 +252,33 @@ static void device_refuses_an_allocation(void **state)
 static void workspace_refusal_between_good_calls(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
-    check_small(g_ctx, TU_API_DEVICE);
-    cl_context cl = iha_context_cl_context(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
+    check_small(tu_ctx, TU_API_DEVICE);
+    cl_context cl = iha_context_cl_context(tu_ctx);
     const unsigned refs = rel_context_refs(cl);
 
     const iha_shape big = {1, (size_t)1 << 22, 1, 2, 256, 4}; /* Q alone is 8 GiB */
     const size_t nx = tu_count_x(&big), nw = tu_count_w(&big), nm = tu_count_mix(&big);
-    cl_mem x = tu_buffer_guarded(g_ctx, NULL, 0, 0, nx, TU_SENTINEL);
-    cl_mem z = tu_buffer_guarded(g_ctx, NULL, 0, 0, nx, TU_SENTINEL);
-    cl_mem w = tu_buffer_guarded(g_ctx, NULL, 0, 0, nw, 0.5f), m = tu_buffer_guarded(g_ctx, NULL, 0, 0, nm, 0.5f);
+    cl_mem x = tu_buffer_guarded(tu_ctx, NULL, 0, 0, nx, TU_SENTINEL);
+    cl_mem z = tu_buffer_guarded(tu_ctx, NULL, 0, 0, nx, TU_SENTINEL);
+    cl_mem w = tu_buffer_guarded(tu_ctx, NULL, 0, 0, nw, 0.5f), m = tu_buffer_guarded(tu_ctx, NULL, 0, 0, nm, 0.5f);
     const iha_buffer wb = {w, 0}, mb = {m, 0};
     const iha_layer_weights weights = {wb, wb, wb, wb, mb, mb, mb, mb};
     iha_attention_options o;
     iha_attention_options_init(&o);
-    iha_status st = iha_forward(g_ctx, &big, &o, &weights, (iha_buffer){x, 0}, (iha_buffer){z, 0});
-    tu_assert_status(g_ctx, st, IHA_ERROR_DEVICE_MEMORY);
-    expect_message(g_ctx, "exceeds the device");
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
-    tu_assert_buffer_all(g_ctx, z, 0, nx, TU_SENTINEL);
+    iha_status st = iha_forward(tu_ctx, &big, &o, &weights, (iha_buffer){x, 0}, (iha_buffer){z, 0});
+    tu_assert_status(tu_ctx, st, IHA_ERROR_DEVICE_MEMORY);
+    expect_message(tu_ctx, "exceeds the device");
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
+    tu_assert_buffer_all(tu_ctx, z, 0, nx, TU_SENTINEL);
     tu_buffer_release(x);
     tu_buffer_release(z);
     tu_buffer_release(w);
     tu_buffer_release(m);
-    if (rel_refs_count_objects(g_ctx))
+    if (rel_refs_count_objects(tu_ctx))
         assert_true(rel_context_refs(cl) <= refs);
-    check_small(g_ctx, TU_API_DEVICE_OFFSETS);
-    check_small(g_ctx, TU_API_HOST);
+    check_small(tu_ctx, TU_API_DEVICE_OFFSETS);
+    check_small(tu_ctx, TU_API_HOST);
 }
 
 /* ---- The program cache directory ---- */
@@ -288,7 +287,7 @@ static void workspace_refusal_between_good_calls(void **state)
 static void cache_dir_cannot_be_created(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char dir[4096], file[4200], cache[4300];
     tu_temp_dir(dir, sizeof dir);
     snprintf(file, sizeof file, "%s/file", dir);
@@ -378,7 +377,7 @@ static int cache_full_child(const char *cache, long limit)
 static void cache_dir_full(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const char *limits[] = {"40", "0"};
     for (int i = 0; i < 2; i++) {
         char cache[4096];
@@ -443,7 +442,7 @@ static void write_prefix(const saved_entry *e, long length)
 static void cache_entries_cut_mid_write(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char cache[4096];
     tu_temp_dir(cache, sizeof cache);
     iha_context *ctx = open_with(cache, NULL);
@@ -485,7 +484,7 @@ static void cache_entries_cut_mid_write(void **state)
 static void profile_cut_mid_write(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char dir[4096], path[4200];
     tu_temp_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/profile.json", dir);
@@ -524,7 +523,7 @@ static void profile_cut_mid_write(void **state)
 static void free_while_queue_holds_work(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape s = {1, 300, 64, 4, 32, 2};
     iha_attention_options o;
     iha_attention_options_init(&o);
@@ -563,7 +562,7 @@ static void free_while_queue_holds_work(void **state)
     assert_int_equal(clReleaseCommandQueue(queue), CL_SUCCESS);
     /* With the application's objects gone, only its own reference is left, once CLBlast's
      * process-wide cache lets go of the GEMM programs it compiled for this context. */
-    if (rel_refs_count_objects(g_ctx)) {
+    if (rel_refs_count_objects(tu_ctx)) {
         const unsigned left = rel_context_refs(cl);
         assert_int_equal(CLBlastClearCache(), CLBlastSuccess);
         print_message("after iha_context_free: %u references besides ours, %u of them in CLBlast's cache\n",
@@ -578,7 +577,7 @@ static void free_while_queue_holds_work(void **state)
 static void trim_while_queue_holds_work(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape s1 = {1, 300, 64, 4, 32, 2}, s2 = {2, 45, 32, 3, 24, 3};
     iha_attention_options o;
     iha_attention_options_init(&o);
@@ -587,17 +586,17 @@ static void trim_while_queue_holds_work(void **state)
     tu_layer_init(&l2, &s2, 51);
     double *r1 = tu_layer_reference(&l1, &o), *r2 = tu_layer_reference(&l2, &o);
     tu_device_layer d1, d2;
-    tu_device_layer_upload(g_ctx, &l1, 0, &d1);
-    tu_device_layer_upload(g_ctx, &l2, 1, &d2);
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s1, &o, &d1.weights, d1.x, d1.z), IHA_OK);
-    iha_context_trim(g_ctx);
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s2, &o, &d2.weights, d2.x, d2.z), IHA_OK);
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    tu_device_layer_upload(tu_ctx, &l1, 0, &d1);
+    tu_device_layer_upload(tu_ctx, &l2, 1, &d2);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s1, &o, &d1.weights, d1.x, d1.z), IHA_OK);
+    iha_context_trim(tu_ctx);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s2, &o, &d2.weights, d2.x, d2.z), IHA_OK);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     const size_t n1 = tu_count_x(&s1), n2 = tu_count_x(&s2);
     float *z = tu_malloc((n1 > n2 ? n1 : n2) * sizeof *z);
-    tu_buffer_read(g_ctx, d1.z.mem, d1.z.offset, z, n1);
+    tu_buffer_read(tu_ctx, d1.z.mem, d1.z.offset, z, n1);
     tu_assert_close("z of the call before the trim", z, r1, n1, TU_TOL_F32);
-    tu_buffer_read(g_ctx, d2.z.mem, d2.z.offset, z, n2);
+    tu_buffer_read(tu_ctx, d2.z.mem, d2.z.offset, z, n2);
     tu_assert_close("z of the call after the trim", z, r2, n2, TU_TOL_F32);
     free(z);
     free(r1);
@@ -606,20 +605,6 @@ static void trim_while_queue_holds_work(void **state)
     tu_device_layer_release(&d2);
     tu_layer_free(&l1);
     tu_layer_free(&l2);
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    g_ctx = NULL;
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -638,5 +623,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(free_while_queue_holds_work),
         cmocka_unit_test(trim_while_queue_holds_work),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -91,7 +91,6 @@ static const grid_case kGrid[] = {
 
 static const size_t kGridD[] = {24, 33, 48, 64, 96, 17};
 
-static iha_context *g_ctx;
 
 static const char *mask_name(int mask)
 {
@@ -117,13 +116,13 @@ static void grid_forward(void **state)
 {
     const grid_case *c = *state;
     size_t index = (size_t)(c - kGrid);
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     iha_shape shape = {c->B, c->N, kGridD[index % 6], c->H, c->d, c->P};
     iha_attention_options options = grid_options(index);
     tu_layer l;
     tu_layer_init(&l, &shape, 1000 + index);
     double *zref = tu_layer_reference(&l, &options);
-    tu_layer_check_forward(g_ctx, &l, &options, (tu_api)c->api, zref, TU_TOL_F32);
+    tu_layer_check_forward(tu_ctx, &l, &options, (tu_api)c->api, zref, TU_TOL_F32);
     free(zref);
     tu_layer_free(&l);
 }
@@ -200,7 +199,7 @@ static void core_forward(void **state)
 {
     const core_case *c = *state;
     size_t index = (size_t)(c - kCore);
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     iha_shape shape = {c->B, c->N, c->model_dim, c->H, c->d, c->P};
     iha_attention_options options;
     iha_attention_options_init(&options);
@@ -235,22 +234,22 @@ static void core_forward(void **state)
     assert_int_equal(ref_attention_core(&p, q, k, v, yref), 0);
 
     const size_t offq = 2, offk = 5, offv = 1, offy = 3, offm = 7;
-    iha_buffer qb = {tu_buffer_guarded(g_ctx, q, n, offq, TU_GUARD, TU_SENTINEL), offq};
-    iha_buffer kb = {tu_buffer_guarded(g_ctx, k, n, offk, TU_GUARD, TU_SENTINEL), offk};
-    iha_buffer vb = {tu_buffer_guarded(g_ctx, v, n, offv, TU_GUARD, TU_SENTINEL), offv};
-    iha_buffer yb = {tu_buffer_guarded(g_ctx, NULL, n, offy, TU_GUARD, TU_SENTINEL), offy};
+    iha_buffer qb = {tu_buffer_guarded(tu_ctx, q, n, offq, TU_GUARD, TU_SENTINEL), offq};
+    iha_buffer kb = {tu_buffer_guarded(tu_ctx, k, n, offk, TU_GUARD, TU_SENTINEL), offk};
+    iha_buffer vb = {tu_buffer_guarded(tu_ctx, v, n, offv, TU_GUARD, TU_SENTINEL), offv};
+    iha_buffer yb = {tu_buffer_guarded(tu_ctx, NULL, n, offy, TU_GUARD, TU_SENTINEL), offy};
     iha_layer_weights w;
     memset(&w, 0, sizeof w);
     iha_buffer *wm[4] = {&w.alpha_q, &w.alpha_k, &w.alpha_v, &w.r};
     for (int i = 0; i < 4; i++)
         if (mix[i])
-            *wm[i] = (iha_buffer){tu_buffer_guarded(g_ctx, mix[i], nm, offm, TU_GUARD, TU_SENTINEL), offm};
+            *wm[i] = (iha_buffer){tu_buffer_guarded(tu_ctx, mix[i], nm, offm, TU_GUARD, TU_SENTINEL), offm};
 
-    tu_assert_status(g_ctx, iha_attention_core(g_ctx, &shape, &options, &w, qb, kb, vb, yb), IHA_OK);
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    tu_assert_status(tu_ctx, iha_attention_core(tu_ctx, &shape, &options, &w, qb, kb, vb, yb), IHA_OK);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     float *y = tu_malloc(n * sizeof *y);
-    tu_buffer_read(g_ctx, yb.mem, offy, y, n);
-    tu_assert_guard(g_ctx, yb.mem, n, offy, TU_GUARD, TU_SENTINEL);
+    tu_buffer_read(tu_ctx, yb.mem, offy, y, n);
+    tu_assert_guard(tu_ctx, yb.mem, n, offy, TU_GUARD, TU_SENTINEL);
     tu_assert_close("y (iha_attention_core)", y, yref, n, TU_TOL_F32);
 
     free(y);
@@ -293,7 +292,7 @@ static void attention_forward(void **state)
 {
     const attention_case *c = *state;
     size_t index = (size_t)(c - kAttention);
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     iha_shape shape = {c->B, c->N, 0, c->H, c->d, c->P};
     iha_attention_options options;
     iha_attention_options_init(&options);
@@ -320,23 +319,23 @@ static void attention_forward(void **state)
     assert_int_equal(ref_attention(&p, qt, kt, vt, oref, lref), 0);
 
     const size_t offq = 1, offk = 4, offv = 9, offo = 2, offl = 3;
-    iha_buffer qb = {tu_buffer_guarded(g_ctx, qt, n, offq, TU_GUARD, TU_SENTINEL), offq};
-    iha_buffer kb = {tu_buffer_guarded(g_ctx, kt, n, offk, TU_GUARD, TU_SENTINEL), offk};
-    iha_buffer vb = {tu_buffer_guarded(g_ctx, vt, n, offv, TU_GUARD, TU_SENTINEL), offv};
-    iha_buffer ob = {tu_buffer_guarded(g_ctx, NULL, n, offo, TU_GUARD, TU_SENTINEL), offo};
+    iha_buffer qb = {tu_buffer_guarded(tu_ctx, qt, n, offq, TU_GUARD, TU_SENTINEL), offq};
+    iha_buffer kb = {tu_buffer_guarded(tu_ctx, kt, n, offk, TU_GUARD, TU_SENTINEL), offk};
+    iha_buffer vb = {tu_buffer_guarded(tu_ctx, vt, n, offv, TU_GUARD, TU_SENTINEL), offv};
+    iha_buffer ob = {tu_buffer_guarded(tu_ctx, NULL, n, offo, TU_GUARD, TU_SENTINEL), offo};
     iha_buffer lb = {NULL, 0};
     if (c->with_lse)
-        lb = (iha_buffer){tu_buffer_guarded(g_ctx, NULL, nl, offl, TU_GUARD, TU_SENTINEL), offl};
+        lb = (iha_buffer){tu_buffer_guarded(tu_ctx, NULL, nl, offl, TU_GUARD, TU_SENTINEL), offl};
 
-    tu_assert_status(g_ctx, iha_attention(g_ctx, &shape, &options, qb, kb, vb, ob, lb), IHA_OK);
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    tu_assert_status(tu_ctx, iha_attention(tu_ctx, &shape, &options, qb, kb, vb, ob, lb), IHA_OK);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     float *o = tu_malloc(n * sizeof *o), *lse = tu_malloc(nl * sizeof *lse);
-    tu_buffer_read(g_ctx, ob.mem, offo, o, n);
-    tu_assert_guard(g_ctx, ob.mem, n, offo, TU_GUARD, TU_SENTINEL);
+    tu_buffer_read(tu_ctx, ob.mem, offo, o, n);
+    tu_assert_guard(tu_ctx, ob.mem, n, offo, TU_GUARD, TU_SENTINEL);
     tu_assert_close("o (iha_attention)", o, oref, n, TU_TOL_F32);
     if (c->with_lse) {
-        tu_buffer_read(g_ctx, lb.mem, offl, lse, nl);
-        tu_assert_guard(g_ctx, lb.mem, nl, offl, TU_GUARD, TU_SENTINEL);
+        tu_buffer_read(tu_ctx, lb.mem, offl, lse, nl);
+        tu_assert_guard(tu_ctx, lb.mem, nl, offl, TU_GUARD, TU_SENTINEL);
         tu_assert_close("lse (iha_attention)", lse, lref, nl, TU_TOL_F32);
     }
 
@@ -361,7 +360,7 @@ static void attention_forward(void **state)
 static void forward_huge_windows(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape shape = {1, 37, 16, 2, 16, 3};
     const int64_t windows[] = {36, 37, 38, INT32_MAX, (int64_t)INT32_MAX + 1, ((int64_t)1 << 32) + 1,
                                ((int64_t)1 << 62) / 3 + 1, INT64_MAX};
@@ -375,7 +374,7 @@ static void forward_huge_windows(void **state)
             options.window = windows[i];
             double *zref = tu_layer_reference(&l, &options);
             print_message("%s window %lld\n", mask_name(mask), (long long)windows[i]);
-            tu_layer_check_forward(g_ctx, &l, &options, TU_API_HOST, zref, TU_TOL_F32);
+            tu_layer_check_forward(tu_ctx, &l, &options, TU_API_HOST, zref, TU_TOL_F32);
             free(zref);
         }
     }
@@ -389,7 +388,7 @@ static void forward_huge_windows(void **state)
 static void forward_single_arena_buffer(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape shape = {2, 13, 24, 3, 16, 2};
     iha_attention_options options;
     iha_attention_options_init(&options);
@@ -409,17 +408,17 @@ static void forward_single_arena_buffer(void **state)
     for (int i = 0; i < 9; i++)
         memcpy(arena + offsets[i], parts[i], counts[i] * sizeof *arena);
     tu_fill_nan(arena + offsets[9], nx);
-    cl_mem mem = tu_buffer_new(g_ctx, total);
-    tu_buffer_write(g_ctx, mem, 0, arena, total);
+    cl_mem mem = tu_buffer_new(tu_ctx, total);
+    tu_buffer_write(tu_ctx, mem, 0, arena, total);
     iha_buffer at[10];
     for (int i = 0; i < 10; i++)
         at[i] = (iha_buffer){mem, offsets[i]};
     iha_layer_weights w = {at[1], at[2], at[3], at[4], at[5], at[6], at[7], at[8]};
 
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &shape, &options, &w, at[0], at[9]), IHA_OK);
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &shape, &options, &w, at[0], at[9]), IHA_OK);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     float *after = tu_malloc(total * sizeof *after);
-    tu_buffer_read(g_ctx, mem, 0, after, total);
+    tu_buffer_read(tu_ctx, mem, 0, after, total);
     tu_assert_close("z (in the arena)", after + offsets[9], zref, nx, TU_TOL_F32);
     memcpy(after + offsets[9], arena + offsets[9], nx * sizeof *after); /* both NaN patterns */
     if (memcmp(after, arena, total * sizeof *arena) != 0)
@@ -430,20 +429,6 @@ static void forward_single_arena_buffer(void **state)
     tu_buffer_release(mem);
     free(zref);
     tu_layer_free(&l);
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    g_ctx = NULL;
-    return 0;
 }
 
 #define MAX_TESTS (3 + GRID_COUNT + sizeof kCore / sizeof kCore[0] + sizeof kAttention / sizeof kAttention[0])
@@ -482,5 +467,5 @@ int main(void)
     }
     tests[count++] = (struct CMUnitTest)cmocka_unit_test(forward_huge_windows);
     tests[count++] = (struct CMUnitTest)cmocka_unit_test(forward_single_arena_buffer);
-    return _cmocka_run_group_tests("forward", tests, count, group_setup, group_teardown);
+    return _cmocka_run_group_tests("forward", tests, count, tu_group_setup, tu_group_teardown);
 }

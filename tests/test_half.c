@@ -24,7 +24,6 @@
 #define GUARD 32     /* halves of sentinel after every half tensor (and before, with an offset) */
 #define SENTINEL 0xABCDu
 
-static iha_context *g_ctx;
 
 /* ---- Half buffers ---- */
 
@@ -39,7 +38,7 @@ static cl_mem half_buffer(const float *data, size_t n, size_t offset)
     else
         for (size_t i = 0; i < n; ++i) h[offset + i] = 0x7e00u;
     cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(iha_context_cl_context(g_ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+    cl_mem m = clCreateBuffer(iha_context_cl_context(tu_ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                               total * sizeof *h, h, &err);
     free(h);
     if (err != CL_SUCCESS) fail_msg("clCreateBuffer: %d", err);
@@ -51,7 +50,7 @@ static void half_read_checked(cl_mem m, size_t offset, size_t n, float *out, con
 {
     const size_t total = offset + n + GUARD;
     uint16_t *h = tu_malloc(total * sizeof *h);
-    cl_int err = clEnqueueReadBuffer(iha_context_cl_queue(g_ctx), m, CL_TRUE, 0, total * sizeof *h, h, 0, NULL, NULL);
+    cl_int err = clEnqueueReadBuffer(iha_context_cl_queue(tu_ctx), m, CL_TRUE, 0, total * sizeof *h, h, 0, NULL, NULL);
     if (err != CL_SUCCESS) fail_msg("clEnqueueReadBuffer: %d", err);
     for (size_t i = 0; i < total; ++i)
         if ((i < offset || i >= offset + n) && h[i] != SENTINEL)
@@ -122,12 +121,12 @@ static iha_buffer upload_as(const float *data, size_t n, int half, size_t offset
 {
     if (data == NULL) return (iha_buffer){NULL, 0};
     if (half) return (iha_buffer){half_buffer(data, n, offset), offset};
-    return (iha_buffer){tu_buffer_guarded(g_ctx, data, n, offset, TU_GUARD, TU_SENTINEL), offset};
+    return (iha_buffer){tu_buffer_guarded(tu_ctx, data, n, offset, TU_GUARD, TU_SENTINEL), offset};
 }
 
 static void run_forward_case(const half_case *c)
 {
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape s = {c->B, c->N, c->D, c->H, c->d, c->P};
     tu_layer l;
     tu_layer_init(&l, &s, 77 + c->d + 13 * c->P);
@@ -152,24 +151,24 @@ static void run_forward_case(const half_case *c)
     w.alpha_v = upload_as(l.alpha_v, nm, c->weight_half, off);
     w.r = upload_as(l.r, nm, c->weight_half, off + 5);
     const iha_buffer x = upload_as(l.x, nx, c->act_half, off);
-    iha_buffer z = {c->act_half ? half_buffer(NULL, nx, off + 2) : tu_buffer_guarded(g_ctx, NULL, nx, off + 2, TU_GUARD, TU_SENTINEL),
+    iha_buffer z = {c->act_half ? half_buffer(NULL, nx, off + 2) : tu_buffer_guarded(tu_ctx, NULL, nx, off + 2, TU_GUARD, TU_SENTINEL),
                     off + 2};
 
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s, &o, &w, x, z), IHA_OK);
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &o, &w, x, z), IHA_OK);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     float *out = tu_malloc(nx * sizeof *out);
     if (c->act_half) {
         half_read_checked(z.mem, z.offset, nx, out, "z");
     } else {
-        tu_buffer_read(g_ctx, z.mem, z.offset, out, nx);
-        tu_assert_guard(g_ctx, z.mem, nx, z.offset, TU_GUARD, TU_SENTINEL);
+        tu_buffer_read(tu_ctx, z.mem, z.offset, out, nx);
+        tu_assert_guard(tu_ctx, z.mem, nx, z.offset, TU_GUARD, TU_SENTINEL);
     }
     tu_assert_close("z (half storage)", out, zref, nx, TOL_F16);
 
     /* The host call rounds the same way on upload: the same result within rounding. */
     float *zh = tu_malloc(nx * sizeof *zh);
     const iha_host_weights hw = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, &s, &o, &hw, l.x, zh), IHA_OK);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &s, &o, &hw, l.x, zh), IHA_OK);
     tu_assert_close("z (iha_forward_host, half storage)", zh, zref, nx, TOL_F16);
 
     free(zh);
@@ -223,7 +222,7 @@ static void gemv_column_tail(void **state)
 static void core_and_attention_half(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape s = {1, 57, 1, 2, 24, 3};
     tu_layer l;
     tu_layer_init(&l, &s, 5);
@@ -247,7 +246,7 @@ static void core_and_attention_half(void **state)
     w.r = upload_as(l.r, tu_count_mix(&s), 1, 0);
     iha_buffer qb = upload_as(q, nh, 1, 1), kb = upload_as(k, nh, 1, 0), vb = upload_as(v, nh, 1, 5);
     iha_buffer yb = {half_buffer(NULL, nh, 7), 7};
-    tu_assert_status(g_ctx, iha_attention_core(g_ctx, &s, &o, &w, qb, kb, vb, yb), IHA_OK);
+    tu_assert_status(tu_ctx, iha_attention_core(tu_ctx, &s, &o, &w, qb, kb, vb, yb), IHA_OK);
     float *y = tu_malloc(nh * sizeof *y);
     half_read_checked(yb.mem, yb.offset, nh, y, "y");
     tu_assert_close("y (iha_attention_core, half)", y, yref, nh, TOL_F16);
@@ -261,13 +260,13 @@ static void core_and_attention_half(void **state)
     assert_int_equal(ref_attention(&rp, qt, kt, vt, oref, lref), 0);
     iha_buffer qtb = upload_as(qt, nv, 1, 0), ktb = upload_as(kt, nv, 1, 3), vtb = upload_as(vt, nv, 1, 0);
     iha_buffer ob = {half_buffer(NULL, nv, 1), 1};
-    iha_buffer lb = {tu_buffer_guarded(g_ctx, NULL, nl, 0, TU_GUARD, TU_SENTINEL), 0};
-    tu_assert_status(g_ctx, iha_attention(g_ctx, &s, &o, qtb, ktb, vtb, ob, lb), IHA_OK);
+    iha_buffer lb = {tu_buffer_guarded(tu_ctx, NULL, nl, 0, TU_GUARD, TU_SENTINEL), 0};
+    tu_assert_status(tu_ctx, iha_attention(tu_ctx, &s, &o, qtb, ktb, vtb, ob, lb), IHA_OK);
     float *out = tu_malloc(nv * sizeof *out), *lse = tu_malloc(nl * sizeof *lse);
     half_read_checked(ob.mem, ob.offset, nv, out, "o");
     tu_assert_close("o (iha_attention, half)", out, oref, nv, TOL_F16);
-    tu_buffer_read(g_ctx, lb.mem, 0, lse, nl);
-    tu_assert_guard(g_ctx, lb.mem, nl, 0, TU_GUARD, TU_SENTINEL);
+    tu_buffer_read(tu_ctx, lb.mem, 0, lse, nl);
+    tu_assert_guard(tu_ctx, lb.mem, nl, 0, TU_GUARD, TU_SENTINEL);
     tu_assert_close("lse (iha_attention, half inputs)", lse, lref, nl, TOL_F16);
 
     free(q), free(k), free(v), free(y), free(yref), free(qt), free(kt), free(vt), free(out), free(lse);
@@ -283,7 +282,7 @@ static void core_and_attention_half(void **state)
 static void decode_step_half_everything(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape full = {2, 12, 32, 2, 16, 2};
     tu_layer l;
     tu_layer_init(&l, &full, 31);
@@ -299,14 +298,14 @@ static void decode_step_half_everything(void **state)
                            upload_as(l.alpha_q, nm, 1, 0), upload_as(l.alpha_k, nm, 1, 0),
                            upload_as(l.alpha_v, nm, 1, 0), upload_as(l.r, nm, 1, 0)};
     iha_kv_cache *cache = NULL;
-    tu_assert_status(g_ctx, iha_kv_cache_create(g_ctx, &full, IHA_STORAGE_F16, &cache), IHA_OK);
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, IHA_STORAGE_F16, &cache), IHA_OK);
     const iha_shape step = {B, 1, D, full.heads, full.head_dim, full.pseudo};
     float *xs = tu_malloc(B * D * sizeof *xs), *zs = tu_malloc(B * D * sizeof *zs);
     float *z = tu_malloc(B * N * D * sizeof *z);
     for (size_t n = 0; n < N; ++n) {
         for (size_t b = 0; b < B; ++b) memcpy(xs + b * D, l.x + (b * N + n) * D, D * sizeof *xs);
         cl_mem xm = half_buffer(xs, B * D, 0), zm = half_buffer(NULL, B * D, 0);
-        tu_assert_status(g_ctx, iha_decode_step(g_ctx, cache, &step, &o, &w, NULL, (iha_buffer){xm, 0}, (iha_buffer){zm, 0}),
+        tu_assert_status(tu_ctx, iha_decode_step(tu_ctx, cache, &step, &o, &w, NULL, (iha_buffer){xm, 0}, (iha_buffer){zm, 0}),
                          IHA_OK);
         half_read_checked(zm, 0, B * D, zs, "z (decode step)");
         for (size_t b = 0; b < B; ++b) memcpy(z + (b * N + n) * D, zs + b * D, D * sizeof *z);
@@ -326,7 +325,7 @@ static void decode_step_half_everything(void **state)
 static void refusals(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape s = {1, 8, 16, 2, 8, 2};
     tu_layer l;
     tu_layer_init(&l, &s, 3);
@@ -342,46 +341,46 @@ static void refusals(void **state)
     iha_buffer x = upload_as(l.x, nx, 1, 0);
     /* A buffer of exactly nx halves (no guard) fits z; one half fewer does not. */
     cl_int err;
-    cl_mem exact = clCreateBuffer(iha_context_cl_context(g_ctx), CL_MEM_READ_WRITE, nx * 2, NULL, &err);
+    cl_mem exact = clCreateBuffer(iha_context_cl_context(tu_ctx), CL_MEM_READ_WRITE, nx * 2, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s, &o, &w, x, (iha_buffer){exact, 0}), IHA_OK);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &o, &w, x, (iha_buffer){exact, 0}), IHA_OK);
     cl_mem z = half_buffer(NULL, nx, 0);
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s, &o, &w, x, (iha_buffer){exact, 1}), IHA_ERROR_BUFFER_TOO_SMALL);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &o, &w, x, (iha_buffer){exact, 1}), IHA_ERROR_BUFFER_TOO_SMALL);
     /* The same buffer is too small for float storage. */
     iha_attention_options of = o;
     of.storage = IHA_STORAGE_F32;
     of.weight_storage = IHA_STORAGE_F32;
-    cl_mem xf = tu_buffer_guarded(g_ctx, l.x, nx, 0, 0, 0.0f);
+    cl_mem xf = tu_buffer_guarded(tu_ctx, l.x, nx, 0, 0, 0.0f);
     iha_layer_weights wf = {upload_as(l.wq, nw, 0, 0),      upload_as(l.wk, nw, 0, 0),
                             upload_as(l.wv, nw, 0, 0),      upload_as(l.wo, nw, 0, 0),
                             upload_as(l.alpha_q, nm, 0, 0), upload_as(l.alpha_k, nm, 0, 0),
                             upload_as(l.alpha_v, nm, 0, 0), upload_as(l.r, nm, 0, 0)};
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s, &of, &wf, (iha_buffer){xf, 0}, (iha_buffer){exact, 0}),
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &of, &wf, (iha_buffer){xf, 0}, (iha_buffer){exact, 0}),
                      IHA_ERROR_BUFFER_TOO_SMALL);
     /* Unknown storage values. */
     iha_attention_options bad = o;
     bad.storage = 7;
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s, &bad, &w, x, (iha_buffer){z, 0}), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &bad, &w, x, (iha_buffer){z, 0}), IHA_ERROR_INVALID_ARGUMENT);
     bad = o;
     bad.weight_storage = -1;
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s, &bad, &w, x, (iha_buffer){z, 0}), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &bad, &w, x, (iha_buffer){z, 0}), IHA_ERROR_INVALID_ARGUMENT);
     /* Overlaps are judged in bytes: float wq [0, 4*nw) bytes, a half z starting at half 2*nw-1
      * overlaps it, at half 2*nw it does not. */
-    cl_mem shared = tu_buffer_guarded(g_ctx, l.wq, nw, 0, (nx + 8) / 2 + 1, 0.0f);
+    cl_mem shared = tu_buffer_guarded(tu_ctx, l.wq, nw, 0, (nx + 8) / 2 + 1, 0.0f);
     iha_attention_options omix = o;
     omix.weight_storage = IHA_STORAGE_F32;
     iha_layer_weights wmixf = wf;
     wmixf.wq = wmixf.wk = wmixf.wv = wmixf.wo = (iha_buffer){shared, 0};
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s, &omix, &wmixf, x, (iha_buffer){shared, 2 * nw - 1}),
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &omix, &wmixf, x, (iha_buffer){shared, 2 * nw - 1}),
                      IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(g_ctx, iha_forward(g_ctx, &s, &omix, &wmixf, x, (iha_buffer){shared, 2 * nw}), IHA_OK);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &omix, &wmixf, x, (iha_buffer){shared, 2 * nw}), IHA_OK);
     /* The unfused baseline is float only. */
     const iha_shape one = {1, 8, 1, 1, 8, 2};
     const size_t nv = tu_count_virtual(&one);
     cl_mem a = half_buffer(NULL, nv, 0), b = half_buffer(NULL, nv, 0);
-    tu_assert_status(g_ctx, iha_attention_unfused(g_ctx, &one, &o, (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){b, 0}),
+    tu_assert_status(tu_ctx, iha_attention_unfused(tu_ctx, &one, &o, (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){b, 0}),
                      IHA_ERROR_UNSUPPORTED);
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
 
     tu_buffer_release(a), tu_buffer_release(b), tu_buffer_release(exact), tu_buffer_release(z);
     tu_buffer_release(xf), tu_buffer_release(shared), tu_buffer_release(x.mem);
@@ -390,20 +389,6 @@ static void refusals(void **state)
     iha_buffer allf[8] = {wf.wq, wf.wk, wf.wv, wf.wo, wf.alpha_q, wf.alpha_k, wf.alpha_v, wf.r};
     for (int i = 0; i < 8; ++i) tu_buffer_release(allf[i].mem);
     tu_layer_free(&l);
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    tu_init_environment();
-    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    return 0;
 }
 
 int main(void)
@@ -419,5 +404,5 @@ int main(void)
         cmocka_unit_test(decode_step_half_everything),
         cmocka_unit_test(refusals),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

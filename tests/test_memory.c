@@ -12,12 +12,11 @@
 #include "reference.h"
 #include "test_util.h"
 
-static iha_context *g_ctx;
 
 static void long_causal_layer_stays_small(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const size_t B = 1, N = 8192, D = 64, H = 1, d = 64, P = 4;
     tu_rng rng;
     tu_rng_seed(&rng, 8192);
@@ -32,7 +31,7 @@ static void long_causal_layer_stays_small(void **state)
     iha_attention_options o;
     iha_attention_options_init(&o);
     const iha_host_weights hw = {w[0], w[1], w[2], w[3], mix[0], mix[1], mix[2], mix[3]};
-    tu_assert_status(g_ctx, iha_forward_host(g_ctx, &shape, &o, &hw, x, z), IHA_OK);
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &shape, &o, &hw, x, z), IHA_OK);
 
     struct rusage usage;
     assert_int_equal(getrusage(RUSAGE_SELF, &usage), 0);
@@ -62,24 +61,10 @@ static void long_causal_layer_stays_small(void **state)
     }
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    tu_init_environment();
-    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(long_causal_layer_stays_small),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -18,7 +18,6 @@
 #include "test_util.h"
 #include "test_layer.h"
 
-static iha_context *g_ctx;
 
 /* Standard multi-head attention core on Q, K, V [B][N][H][d]: y [B][N][H][d].
  * causal: key m visible to query n when m <= n; otherwise every key is visible. */
@@ -98,7 +97,7 @@ static double *mha_layer(const tu_layer *l, int causal)
 static void check_mha(size_t B, size_t N, size_t D, size_t H, size_t d, int mask, int as_null, tu_api api,
                       uint64_t seed)
 {
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     iha_shape shape = {B, N, D, H, d, 1};
     iha_attention_options options;
     iha_attention_options_init(&options);
@@ -107,7 +106,7 @@ static void check_mha(size_t B, size_t N, size_t D, size_t H, size_t d, int mask
     tu_layer_init(&l, &shape, seed);
     tu_layer_identity(&l, as_null);
     double *zref = mha_layer(&l, mask != IHA_MASK_NONE);
-    tu_layer_check_forward(g_ctx, &l, &options, api, zref, TU_TOL_F32);
+    tu_layer_check_forward(tu_ctx, &l, &options, api, zref, TU_TOL_F32);
     free(zref);
     tu_layer_free(&l);
 }
@@ -159,7 +158,7 @@ static void mha_bidirectional(void **state)
 static void mha_attention_core(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     const size_t B = 2, N = 45, H = 3, d = 64;
     iha_shape shape = {B, N, 1, H, d, 1};
     iha_attention_options options;
@@ -181,21 +180,21 @@ static void mha_attention_core(void **state)
     float *eye = tu_malloc(H * H * sizeof *eye);
     for (size_t i = 0; i < H * H; i++)
         eye[i] = i % (H + 1) == 0 ? 1.0f : 0.0f;
-    iha_buffer qb = {tu_buffer_guarded(g_ctx, q, n, 0, 0, 0.0f), 0};
-    iha_buffer kb = {tu_buffer_guarded(g_ctx, k, n, 0, 0, 0.0f), 0};
-    iha_buffer vb = {tu_buffer_guarded(g_ctx, v, n, 0, 0, 0.0f), 0};
-    cl_mem eye_mem = tu_buffer_guarded(g_ctx, eye, H * H, 0, 0, 0.0f);
+    iha_buffer qb = {tu_buffer_guarded(tu_ctx, q, n, 0, 0, 0.0f), 0};
+    iha_buffer kb = {tu_buffer_guarded(tu_ctx, k, n, 0, 0, 0.0f), 0};
+    iha_buffer vb = {tu_buffer_guarded(tu_ctx, v, n, 0, 0, 0.0f), 0};
+    cl_mem eye_mem = tu_buffer_guarded(tu_ctx, eye, H * H, 0, 0, 0.0f);
     float *y = tu_malloc(n * sizeof *y);
     for (int as_null = 0; as_null < 2; as_null++) {
         iha_layer_weights w;
         memset(&w, 0, sizeof w);
         if (!as_null)
             w.alpha_q = w.alpha_k = w.alpha_v = w.r = (iha_buffer){eye_mem, 0};
-        iha_buffer yb = {tu_buffer_guarded(g_ctx, NULL, n, 0, TU_GUARD, TU_SENTINEL), 0};
-        tu_assert_status(g_ctx, iha_attention_core(g_ctx, &shape, &options, &w, qb, kb, vb, yb), IHA_OK);
-        tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
-        tu_buffer_read(g_ctx, yb.mem, 0, y, n);
-        tu_assert_guard(g_ctx, yb.mem, n, 0, TU_GUARD, TU_SENTINEL);
+        iha_buffer yb = {tu_buffer_guarded(tu_ctx, NULL, n, 0, TU_GUARD, TU_SENTINEL), 0};
+        tu_assert_status(tu_ctx, iha_attention_core(tu_ctx, &shape, &options, &w, qb, kb, vb, yb), IHA_OK);
+        tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
+        tu_buffer_read(tu_ctx, yb.mem, 0, y, n);
+        tu_assert_guard(tu_ctx, yb.mem, n, 0, TU_GUARD, TU_SENTINEL);
         tu_assert_close(as_null ? "y (core, NULL identity)" : "y (core, explicit identity)", y, yref, n,
                         TU_TOL_F32);
         tu_buffer_release(yb.mem);
@@ -215,20 +214,6 @@ static void mha_attention_core(void **state)
     free(y);
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    g_ctx = NULL;
-    return 0;
-}
-
 int main(void)
 {
     tu_init_environment();
@@ -242,5 +227,5 @@ int main(void)
         cmocka_unit_test(mha_bidirectional),
         cmocka_unit_test(mha_attention_core),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

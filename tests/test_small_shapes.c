@@ -29,7 +29,6 @@
 #include "test_layer.h"
 #include "test_util.h"
 
-static iha_context *g_ctx;
 
 enum { CAUSAL = IHA_MASK_CAUSAL, TOKEN = IHA_MASK_TOKEN_CAUSAL, NONE = IHA_MASK_NONE };
 typedef enum call { FORWARD, FORWARD_HOST, CORE, ATTENTION, UNFUSED } call;
@@ -101,15 +100,15 @@ static ref_problem case_problem(const small_case *c, const float *const mix[4])
 /* A device copy of data at element offset `off`, with sentinel guards. */
 static iha_buffer guarded(const float *data, size_t n, size_t off)
 {
-    return (iha_buffer){tu_buffer_guarded(g_ctx, data, n, off, TU_GUARD, TU_SENTINEL), off};
+    return (iha_buffer){tu_buffer_guarded(tu_ctx, data, n, off, TU_GUARD, TU_SENTINEL), off};
 }
 
 /* Reads n floats of b, checks its guards and compares with ref. */
 static void check_output(const char *what, iha_buffer b, size_t n, const double *ref)
 {
     float *out = tu_malloc(n * sizeof *out);
-    tu_buffer_read(g_ctx, b.mem, b.offset, out, n);
-    tu_assert_guard(g_ctx, b.mem, n, b.offset, TU_GUARD, TU_SENTINEL);
+    tu_buffer_read(tu_ctx, b.mem, b.offset, out, n);
+    tu_assert_guard(tu_ctx, b.mem, n, b.offset, TU_GUARD, TU_SENTINEL);
     tu_assert_close(what, out, ref, n, TU_TOL_F32);
     free(out);
 }
@@ -136,8 +135,8 @@ static void run_core(const small_case *c, uint64_t seed)
     iha_buffer *wm[4] = {&w.alpha_q, &w.alpha_k, &w.alpha_v, &w.r};
     for (int i = 0; i < 4; i++)
         *wm[i] = guarded(mix[i], nm, (size_t)i + 1);
-    tu_assert_status(g_ctx, iha_attention_core(g_ctx, &s, &o, &w, qb, kb, vb, yb), IHA_OK);
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    tu_assert_status(tu_ctx, iha_attention_core(tu_ctx, &s, &o, &w, qb, kb, vb, yb), IHA_OK);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     check_output("y (iha_attention_core)", yb, n, yref);
 
     for (int i = 0; i < 4; i++) {
@@ -169,10 +168,10 @@ static void run_attention(const small_case *c, uint64_t seed)
 
     iha_buffer qb = guarded(qt, n, 2), kb = guarded(kt, n, 7), vb = guarded(vt, n, 1), ob = guarded(NULL, n, 4);
     iha_buffer lb = c->call == ATTENTION ? guarded(NULL, nl, 3) : (iha_buffer){NULL, 0};
-    iha_status st = c->call == ATTENTION ? iha_attention(g_ctx, &s, &o, qb, kb, vb, ob, lb)
-                                         : iha_attention_unfused(g_ctx, &s, &o, qb, kb, vb, ob);
-    tu_assert_status(g_ctx, st, IHA_OK);
-    tu_assert_status(g_ctx, iha_context_finish(g_ctx), IHA_OK);
+    iha_status st = c->call == ATTENTION ? iha_attention(tu_ctx, &s, &o, qb, kb, vb, ob, lb)
+                                         : iha_attention_unfused(tu_ctx, &s, &o, qb, kb, vb, ob);
+    tu_assert_status(tu_ctx, st, IHA_OK);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     check_output(c->call == ATTENTION ? "o (iha_attention)" : "o (iha_attention_unfused)", ob, n, oref);
     if (lb.mem)
         check_output("lse (iha_attention)", lb, nl, lref);
@@ -196,7 +195,7 @@ static void run_forward(const small_case *c, uint64_t seed)
     tu_layer l;
     tu_layer_init(&l, &s, seed);
     double *zref = tu_layer_reference(&l, &o);
-    tu_layer_check_forward(g_ctx, &l, &o, c->call == FORWARD ? TU_API_DEVICE_OFFSETS : TU_API_HOST, zref, TU_TOL_F32);
+    tu_layer_check_forward(tu_ctx, &l, &o, c->call == FORWARD ? TU_API_DEVICE_OFFSETS : TU_API_HOST, zref, TU_TOL_F32);
     free(zref);
     tu_layer_free(&l);
 }
@@ -211,13 +210,13 @@ static int geometries(void)
 static void small_case_test(void **state)
 {
     const small_case *c = *state;
-    TU_REQUIRE_DEVICE(g_ctx);
-    const int native = g_ctx->info.is_gpu;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const int native = tu_ctx->info.is_gpu;
     for (int g = 0; g < 2; g++) {
         if (!(geometries() & (1 << g)))
             continue;
-        g_ctx->info.is_gpu = g ? !native : native;
-        print_message("%s geometry\n", g_ctx->info.is_gpu ? "GPU" : "CPU");
+        tu_ctx->info.is_gpu = g ? !native : native;
+        print_message("%s geometry\n", tu_ctx->info.is_gpu ? "GPU" : "CPU");
         const uint64_t seed = 7000 + (uint64_t)(c - kCases);
         if (c->call == CORE)
             run_core(c, seed);
@@ -225,7 +224,7 @@ static void small_case_test(void **state)
             run_attention(c, seed);
         else
             run_forward(c, seed);
-        g_ctx->info.is_gpu = native;
+        tu_ctx->info.is_gpu = native;
     }
 }
 
@@ -234,9 +233,9 @@ static void small_case_test(void **state)
 static void measure_copy_kernel(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     double bytes_per_second = 0.0;
-    tu_assert_status(g_ctx, iha_measure_copy_bandwidth(g_ctx, 4096 + 64, &bytes_per_second), IHA_OK);
+    tu_assert_status(tu_ctx, iha_measure_copy_bandwidth(tu_ctx, 4096 + 64, &bytes_per_second), IHA_OK);
     assert_true(bytes_per_second > 0.0);
 }
 
@@ -247,15 +246,7 @@ static int group_setup(void **state)
     iha_context_options options;
     iha_context_options_init(&options);
     options.profile = "off";
-    return tu_context_open(&g_ctx, &options) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    g_ctx = NULL;
-    return 0;
+    return tu_context_open(&tu_ctx, &options) < 0 ? -1 : 0;
 }
 
 int main(void)
@@ -275,5 +266,5 @@ int main(void)
     const char *filter = getenv("IHA_SMALL_SHAPES_FILTER");
     if (filter && filter[0])
         cmocka_set_test_filter(filter);
-    return _cmocka_run_group_tests("small_shapes", tests, CASE_COUNT + 1, group_setup, group_teardown);
+    return _cmocka_run_group_tests("small_shapes", tests, CASE_COUNT + 1, group_setup, tu_group_teardown);
 }

@@ -27,7 +27,6 @@
 #include "test_layer.h"
 #include "test_util.h"
 
-static iha_context *g_ctx;
 
 enum { THREADS = 4, ROUNDS = 3 };
 
@@ -120,7 +119,7 @@ static void jobs_check_and_free(job *jobs, tu_layer *layers, double **zref)
 static void threads_with_own_contexts(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char cache[4096];
     tu_temp_dir(cache, sizeof cache);
     job jobs[THREADS];
@@ -207,8 +206,8 @@ static void *shared_context_thread(void *arg)
 static void threads_share_one_context(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
-    shared s = {g_ctx, PTHREAD_MUTEX_INITIALIZER};
+    TU_REQUIRE_DEVICE(tu_ctx);
+    shared s = {tu_ctx, PTHREAD_MUTEX_INITIALIZER};
     job jobs[THREADS];
     shared_job sjobs[THREADS];
     tu_layer layers[THREADS];
@@ -270,7 +269,7 @@ static int fill_cache_child(const char *dir, const char *go)
 static void two_processes_fill_one_cache(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char dir[4096], cache[4200], go[4200];
     tu_temp_dir(dir, sizeof dir);
     snprintf(cache, sizeof cache, "%s/cache", dir);
@@ -298,20 +297,6 @@ static void two_processes_fill_one_cache(void **state)
     tu_remove_tree(dir);
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_context_open(&g_ctx, NULL) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    iha_context_free(g_ctx);
-    g_ctx = NULL;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     tu_init_environment();
@@ -322,5 +307,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(threads_share_one_context),
         cmocka_unit_test(two_processes_fill_one_cache),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -300,3 +300,19 @@ void tu_remove_tree(const char *dir)
     }
     rmdir(dir);
 }
+
+iha_context *tu_ctx;
+
+int tu_group_setup(void **state)
+{
+    (void)state;
+    return tu_context_open(&tu_ctx, NULL) < 0 ? -1 : 0;
+}
+
+int tu_group_teardown(void **state)
+{
+    (void)state;
+    iha_context_free(tu_ctx);
+    tu_ctx = NULL;
+    return 0;
+}

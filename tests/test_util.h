@@ -56,6 +56,12 @@ void tu_assert_status(iha_context *ctx, iha_status status, iha_status expected);
  * Returns 0 with *out set; 1 with *out NULL when no device exists and IHA_ALLOW_NO_DEVICE=1
  * (the tests then skip); -1 on any other failure, after printing why. */
 int tu_context_open(iha_context **out, const iha_context_options *options);
+/* The context a test file's tests share: tu_group_setup (a CMocka group setup) opens it with
+ * default options, tu_group_teardown frees it. It stays NULL when no device exists and
+ * IHA_ALLOW_NO_DEVICE=1; tests then skip through TU_REQUIRE_DEVICE(tu_ctx). */
+extern iha_context *tu_ctx;
+int tu_group_setup(void **state);
+int tu_group_teardown(void **state);
 /* In a test: skip when the shared context could not be opened (allowed "no device"). */
 #define TU_REQUIRE_DEVICE(ctx) \
     do {                       \
