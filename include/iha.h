@@ -355,13 +355,15 @@ iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_
  * switch point XGEMM_MIN_INDIRECT_SIZE). CLBlast holds such parameters process-wide per device:
  * a context applies its profile's GEMM parameters at its first layer call, for every context
  * and every CLBlast user on that device in the process, until the process ends or they are set
- * again. Without a GEMM entry, CLBlast's own database applies. */
+ * again. Without a GEMM entry a CPU device gets the library's built-in CPU parameters, applied
+ * the same way (CLBlast's database has no entry for CPU OpenCL drivers such as PoCL, and its
+ * defaults ran the demo layer's projections 2-5x slower), and a GPU CLBlast's own database. */
 
 typedef enum iha_config_source {
     IHA_CONFIG_PROFILE_EXACT = 1,   /* 1. the profile's entry for the call's bucket */
     IHA_CONFIG_PROFILE_NEAREST = 2, /* 2. the profile's nearest bucket of the same kind */
     IHA_CONFIG_PROFILE_DEVICE = 3,  /* 3. the profile's device-wide default for the kernel */
-    IHA_CONFIG_BUILTIN_TYPE = 4,    /* 4. built-in default for CPUs or GPUs (for GEMM: CLBlast's) */
+    IHA_CONFIG_BUILTIN_TYPE = 4,    /* 4. built-in default for CPUs or GPUs (GEMM on a GPU: CLBlast's) */
     IHA_CONFIG_BUILTIN_SAFE = 5     /* 5. safe built-in default */
 } iha_config_source;
 
@@ -450,7 +452,7 @@ void iha_tune_options_init(iha_tune_options *options);
 typedef struct iha_tune_result {
     char kernel[16];
     char bucket[160];
-    char default_config[512]; /* the built-in ("CLBlast database" for gemm) */
+    char default_config[512]; /* the built-in ("CLBlast database" for gemm on a GPU) */
     char tuned_config[512];   /* "" when no candidate passed verification */
     double default_s, tuned_s;
     double error;             /* the tuned configuration's relative L2 error on the check */

@@ -93,7 +93,14 @@ iha_status iha__tune_apply_gemm(iha_context *ctx)
     for (size_t i = 0; i < p->count; ++i)
         if (p->entries[i].tunable == t && p->entries[i].is_default) e = &p->entries[i];
     ctx->tune->gemm_applied = 1;
-    if (e == NULL) return IHA_OK;
+    if (e == NULL) {
+        /* No profile entry: the built-in of the device type, or CLBlast's database. */
+        iha_tune_bucket none = {0, {0}};
+        iha_tune_config c;
+        if (!t->builtin(ctx, &none, &c)) return IHA_OK;
+        describe(t, &none, &c, IHA_CONFIG_BUILTIN_TYPE, NULL, &ctx->tune->gemm);
+        return t->apply(ctx, &c);
+    }
     describe(t, &e->bucket, &e->config, IHA_CONFIG_PROFILE_DEVICE, NULL, &ctx->tune->gemm);
     return t->apply(ctx, &e->config);
 }
