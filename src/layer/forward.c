@@ -89,13 +89,8 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
     IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 0));
     const size_t n = p.token_elems, a = p.act_bytes;
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, q, n, a, "q"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, k, n, a, "k"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, v, n, a, "v"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, y, n, a, "y"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, n, q, n, a, "y", "q"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, n, k, n, a, "y", "k"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, y, n, v, n, a, "y", "v"));
+    static const char *const names[3] = {"q", "k", "v"};
+    IHA_FORWARD_IF_ERROR(iha__check_inputs_output(ctx, (iha_buffer[3]){q, k, v}, names, y, "y", n, a));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 0, y, n, "y"));
     iha_ref qf, kf, vf, yf;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, q, n, IHA_WS_Q, &qf));
@@ -125,13 +120,8 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
     IHA_RETURN_ERROR_IF(p.rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "iha_attention takes already rotated inputs: options->rope must be 0");
     const size_t n = p.virtual_elems, a = p.act_bytes, f = sizeof(float);
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, qt, n, a, "qt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, kt, n, a, "kt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, vt, n, a, "vt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, o, n, a, "o"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, qt, n, a, "o", "qt"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, kt, n, a, "o", "kt"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, vt, n, a, "o", "vt"));
+    static const char *const names[3] = {"qt", "kt", "vt"};
+    IHA_FORWARD_IF_ERROR(iha__check_inputs_output(ctx, (iha_buffer[3]){qt, kt, vt}, names, o, "o", n, a));
     if (lse.mem != NULL) {
         /* lse is float whatever the storage; the byte ranges of o and the inputs are a*n. */
         IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, lse, p.lse_elems, f, "lse"));

@@ -154,6 +154,16 @@ iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elem
     return check_apart(ctx, out, out_elems, elem_bytes, in, in_elems, elem_bytes, out_name, in_name);
 }
 
+iha_status iha__check_inputs_output(iha_context *ctx, const iha_buffer in[3], const char *const in_names[3],
+                                    iha_buffer out, const char *out_name, size_t elems, size_t elem_bytes)
+{
+    for (int i = 0; i < 3; ++i) IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, in[i], elems, elem_bytes, in_names[i]));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, out, elems, elem_bytes, out_name));
+    for (int i = 0; i < 3; ++i)
+        IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, out, elems, in[i], elems, elem_bytes, out_name, in_names[i]));
+    return IHA_OK;
+}
+
 iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
                                          int with_projections, iha_buffer out, size_t out_elems, const char *out_name)
 {

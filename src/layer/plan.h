@@ -40,6 +40,10 @@ iha_status iha__check_weights(iha_context *ctx, const iha_plan *plan, const iha_
 /* Refuses an output that overlaps an input in the same cl_mem (both of elem_bytes elements). */
 iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elems, iha_buffer in, size_t in_elems,
                                size_t elem_bytes, const char *out_name, const char *in_name);
+/* The attention calls' inputs and output: in[0..2] and out, each of `elems` elements of
+ * elem_bytes, checked for size, and the output apart from every input. */
+iha_status iha__check_inputs_output(iha_context *ctx, const iha_buffer in[3], const char *const in_names[3],
+                                    iha_buffer out, const char *out_name, size_t elems, size_t elem_bytes);
 /* Refuses an output (of activation elements) that overlaps a weight the call reads: the mixing
  * and collapse weights (when given) and, when with_projections, wq, wk, wv and wo. */
 iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w,

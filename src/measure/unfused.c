@@ -13,14 +13,8 @@ static iha_status check_call(iha_context *ctx, const iha_plan *p, iha_buffer qt,
                         "iha_attention_unfused takes already rotated inputs: options->rope must be 0");
     IHA_RETURN_ERROR_IF(p->act_half, ctx, IHA_ERROR_UNSUPPORTED,
                         "iha_attention_unfused is a float32 baseline: options->storage must be IHA_STORAGE_F32");
-    const size_t n = p->virtual_elems, f = sizeof(float);
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, qt, n, f, "qt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, kt, n, f, "kt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, vt, n, f, "vt"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, o, n, f, "o"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, qt, n, f, "o", "qt"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, o, n, kt, n, f, "o", "kt"));
-    return iha__check_disjoint(ctx, o, n, vt, n, f, "o", "vt");
+    static const char *const names[3] = {"qt", "kt", "vt"};
+    return iha__check_inputs_output(ctx, (iha_buffer[3]){qt, kt, vt}, names, o, "o", p->virtual_elems, sizeof(float));
 }
 
 /* The score matrix of one (b, h): T*T floats in one buffer, or IHA_ERROR_UNSUPPORTED. */

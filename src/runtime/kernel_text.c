@@ -5,9 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
 #include "runtime/kernel_sources.h"
 
 #define MAX_INCLUDE_DEPTH 4
+
+/* Kernel sources are small; a larger file in the kernel directory is a mistake. */
+#define MAX_SOURCE_BYTES (16u << 20)
 
 /* Reads cl/`file` from the developer's kernel directory. */
 static char *read_source_file(const iha_context *ctx, const char *file, size_t *length)
@@ -15,23 +19,7 @@ static char *read_source_file(const iha_context *ctx, const char *file, size_t *
     char path[4200];
     int n = snprintf(path, sizeof path, "%s/%s", ctx->kernel_dir, file);
     if (n < 0 || (size_t)n >= sizeof path) return NULL;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    char *text = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1)) != NULL) {
-            if (fread(text, 1, (size_t)size, f) == (size_t)size) {
-                text[size] = '\0';
-                *length = (size_t)size;
-            } else {
-                free(text);
-                text = NULL;
-            }
-        }
-    }
-    fclose(f);
-    return text;
+    return iha__read_file(path, MAX_SOURCE_BYTES, length);
 }
 
 /* The raw text of one file, malloc'ed. */

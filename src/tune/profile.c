@@ -1,6 +1,7 @@
 /* The tuning profile file: key, JSON reading and validation, merge and atomic write. See
  * profile.h for the format and the concurrency rules. */
 #include "tune/profile.h"
+#include "common/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -27,26 +28,6 @@ typedef struct profile_key {
     char kernel_sources[17];
 } profile_key;
 
-static char *read_file(const char *path, size_t limit, size_t *length)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    char *text = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size >= 0 && (size_t)size <= limit && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)size + 1))) {
-        if (fread(text, 1, (size_t)size, f) == (size_t)size) {
-            text[size] = '\0';
-            *length = (size_t)size;
-        } else {
-            free(text);
-            text = NULL;
-        }
-    }
-    fclose(f);
-    return text;
-}
-
 /* The sources the context builds: the embedded table, or the developer's directory. */
 static uint64_t sources_hash(const iha_context *ctx)
 {
@@ -56,7 +37,7 @@ static uint64_t sources_hash(const iha_context *ctx)
         char path[4200], *text = NULL;
         size_t length = 0;
         if (ctx->kernel_dir && snprintf(path, sizeof path, "%s/%s", ctx->kernel_dir, s->name) < (int)sizeof path)
-            text = read_file(path, MAX_FILE_BYTES, &length);
+            text = iha__read_file(path, MAX_FILE_BYTES, &length);
         h = text ? iha__hash_bytes(h, text, length) : iha__hash_bytes(h, s->text, s->length);
         free(text);
     }
@@ -207,7 +188,7 @@ static int load(const iha_context *ctx, iha_profile *p)
     p->count = 0;
     size_t length = 0;
     errno = 0;
-    char *text = read_file(p->path, MAX_FILE_BYTES, &length);
+    char *text = iha__read_file(p->path, MAX_FILE_BYTES, &length);
     if (text == NULL) {
         const int missing = errno == ENOENT;
         p->state = missing ? IHA_PROFILE_NONE : IHA_PROFILE_IGNORED;
