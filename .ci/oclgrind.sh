@@ -7,7 +7,8 @@
 #   1. tests/test_small_shapes with --data-races: every kernel on small shapes with ragged
 #      tails, every mask, windows, P = 1 and P > 1, odd d, d = 1 and d > 128, in both launch
 #      geometries (GPU and CPU), each output checked against the float64 reference;
-#   2. tests/test_decode, tests/test_mha and tests/test_errors: the decoding kernels, and
+#   2. tests/test_decode, tests/test_mha, tests/test_errors and tests/test_half (the half
+#      conversions and the half-weight GEMV): the decoding kernels, and
 #      numeric and refusal tests on a second, strict OpenCL implementation (anything passing
 #      on PoCL but not here is a portability bug). Memory checks only: with --data-races the
 #      decoding test alone takes 3-5 minutes (its kernels use no local memory, barriers or
@@ -52,6 +53,7 @@ run small_shapes_races --data-races -- "$tests/test_small_shapes"
 run decode -- "$tests/test_decode"
 run mha -- "$tests/test_mha"
 run errors -- "$tests/test_errors"
+run half -- "$tests/test_half"
 IHA_SMALL_SHAPES_FILTER='unfused*' run unfused_uninitialized --uninitialized -- "$tests/test_small_shapes"
 [ $failed -eq 0 ] && echo "oclgrind: all clean; logs in $logs"
 exit $failed
