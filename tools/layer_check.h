@@ -11,6 +11,8 @@
 
 /* SPEC's float32 contract: relative L2 error at most this against float64. */
 #define LAYER_CHECK_F32_LIMIT 1e-5
+/* SPEC's contract for half-precision storage with float arithmetic. */
+#define LAYER_CHECK_F16_LIMIT 2e-3
 
 /* The number of NaN or infinite values among z[0 .. count-1]. */
 size_t layer_check_nonfinite(const float *z, size_t count);

@@ -99,12 +99,60 @@ int random_layer_create(iha_context *ctx, const iha_shape *s, uint64_t seed, ran
     return 0;
 }
 
+/* A half copy of n floats, or NULL (status set). */
+static cl_mem upload_half(cl_context cl, const float *host, size_t n, cl_int *status)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    if (!h) {
+        *status = CL_OUT_OF_HOST_MEMORY;
+        return NULL;
+    }
+    if (host)
+        iha_half_from_float(host, h, n);
+    else
+        memset(h, 0, n * sizeof *h);
+    cl_mem m = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof *h, h, status);
+    free(h);
+    return m;
+}
+
+int random_layer_use_half(iha_context *ctx, random_layer *layer, char *err, size_t err_size)
+{
+    const iha_shape *s = &layer->shape;
+    const size_t nx = s->batch * s->tokens * s->model_dim, nw = s->model_dim * s->heads * s->head_dim,
+                 nm = s->heads * s->heads * s->pseudo;
+    iha_layer_weights *w = &layer->weights;
+    cl_mem *mems[10] = {&layer->x_mem, &layer->z_mem, &w->wq.mem, &w->wk.mem, &w->wv.mem,
+                        &w->wo.mem, &w->alpha_q.mem, &w->alpha_k.mem, &w->alpha_v.mem, &w->r.mem};
+    const float *host[10] = {layer->x, NULL, layer->wq, layer->wk, layer->wv,
+                             layer->wo, layer->alpha_q, layer->alpha_k, layer->alpha_v, layer->r};
+    const size_t counts[10] = {nx, nx, nw, nw, nw, nw, nm, nm, nm, nm};
+    cl_mem fresh[10] = {NULL};
+    cl_int st = CL_SUCCESS;
+    for (int i = 0; i < 10 && st == CL_SUCCESS; i++)
+        fresh[i] = upload_half(iha_context_cl_context(ctx), host[i], counts[i], &st);
+    if (st != CL_SUCCESS) {
+        for (int i = 0; i < 10; i++)
+            if (fresh[i]) clReleaseMemObject(fresh[i]);
+        return fail(err, err_size, "creating half buffers failed: OpenCL error %d", (int)st);
+    }
+    for (int i = 0; i < 10; i++) {
+        clReleaseMemObject(*mems[i]);
+        *mems[i] = fresh[i];
+    }
+    layer->half = 1;
+    return 0;
+}
+
 int random_layer_poison_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size)
 {
     const float nan = NAN;
+    const uint16_t nan_half = 0x7e00u;
     size_t bytes = bytes_of(layer->shape.batch, layer->shape.tokens, layer->shape.model_dim);
     cl_command_queue queue = iha_context_cl_queue(ctx);
-    cl_int st = clEnqueueFillBuffer(queue, layer->z_mem, &nan, sizeof nan, 0, bytes, 0, NULL, NULL);
+    cl_int st = layer->half ? clEnqueueFillBuffer(queue, layer->z_mem, &nan_half, sizeof nan_half, 0, bytes / 2, 0,
+                                                  NULL, NULL)
+                            : clEnqueueFillBuffer(queue, layer->z_mem, &nan, sizeof nan, 0, bytes, 0, NULL, NULL);
     if (st == CL_SUCCESS)
         st = clFinish(queue);
     return st == CL_SUCCESS ? 0 : fail(err, err_size, "filling the output with NaN failed: OpenCL error %d", (int)st);
@@ -113,8 +161,18 @@ int random_layer_poison_output(iha_context *ctx, random_layer *layer, char *err,
 int random_layer_read_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size)
 {
     size_t bytes = bytes_of(layer->shape.batch, layer->shape.tokens, layer->shape.model_dim);
-    cl_int st = clEnqueueReadBuffer(iha_context_cl_queue(ctx), layer->z_mem, CL_TRUE, 0, bytes, layer->z, 0, NULL,
-                                    NULL);
+    if (!layer->half) {
+        cl_int st = clEnqueueReadBuffer(iha_context_cl_queue(ctx), layer->z_mem, CL_TRUE, 0, bytes, layer->z, 0, NULL,
+                                        NULL);
+        return st == CL_SUCCESS ? 0 : fail(err, err_size, "reading the output failed: OpenCL error %d", (int)st);
+    }
+    uint16_t *h = malloc(bytes / 2);
+    if (!h)
+        return fail(err, err_size, "out of host memory reading the output");
+    cl_int st = clEnqueueReadBuffer(iha_context_cl_queue(ctx), layer->z_mem, CL_TRUE, 0, bytes / 2, h, 0, NULL, NULL);
+    if (st == CL_SUCCESS)
+        iha_half_to_float(h, layer->z, bytes / sizeof(float));
+    free(h);
     return st == CL_SUCCESS ? 0 : fail(err, err_size, "reading the output failed: OpenCL error %d", (int)st);
 }
 

@@ -16,6 +16,7 @@ typedef struct random_layer {
     /* Device copies, owned: the same tensors (z uninitialised). */
     cl_mem x_mem, z_mem;
     iha_layer_weights weights;
+    int half; /* the device copies are half precision (random_layer_use_half) */
 } random_layer;
 
 /* Draws the layer from `seed` and uploads it on ctx's OpenCL context. Weights are scaled by
@@ -23,6 +24,11 @@ typedef struct random_layer {
  * Returns 0, or -1 with a message in err; *layer then holds nothing. */
 int random_layer_create(iha_context *ctx, const iha_shape *shape, uint64_t seed, random_layer *layer, char *err,
                         size_t err_size);
+
+/* Replaces the device copies of x, z and every weight with half-precision ones (the host
+ * copies are rounded to half on upload), for calls with IHA_STORAGE_F16 activations and
+ * weights. Returns 0, or -1 with a message in err (the float copies are then kept). */
+int random_layer_use_half(iha_context *ctx, random_layer *layer, char *err, size_t err_size);
 
 /* Fills the device output with NaN, so that an element the library skips shows up. */
 int random_layer_poison_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size);
