@@ -260,7 +260,7 @@ static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __
     }
 
     const int whole = j0 >= ts->lo_max && j0 + ATT_KB - 1 <= ts->hi_min;
-    float pr[ATT_ROWS][ATT_KB];
+    float pr[ATT_ROWS * ATT_KB]; /* probabilities, row r at r * ATT_KB */
     float corr[ATT_ROWS];
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
@@ -278,7 +278,7 @@ static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __
         corr[r] = 1.0f;
         if (m_new > ts->m[r]) corr[r] = exp2(ts->m[r] - base);
         const floatK p = EXP2_SCORES(s[r] - (floatK)(base));
-        vstoreK(p, 0, pr[r]);
+        vstoreK(p, r, pr);
         ts->l[r] = ts->l[r] * corr[r] + hsum(p);
         ts->m[r] = m_new;
     }
@@ -287,9 +287,9 @@ static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __
      * clamping their rows keeps the reads in bounds): elsewhere the rows are consecutive and
      * their addresses fold into the loads. */
     if (j0 + ATT_KB <= T)
-        tile_pv(ts, &pr[0][0], corr, vb, j0, j0 + ATT_KB - 1);
+        tile_pv(ts, pr, corr, vb, j0, j0 + ATT_KB - 1);
     else
-        tile_pv(ts, &pr[0][0], corr, vb, j0, T - 1);
+        tile_pv(ts, pr, corr, vb, j0, T - 1);
 }
 
 __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */

@@ -9,9 +9,10 @@
 
 void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg)
 {
-    /* CPUs: a 4 x 16 register tile of 512-bit vectors, one work-item per group so PoCL does not
-     * try to vectorise across work-items. GPUs: one row per work-item keeps private memory
-     * small; a local-memory variant belongs to the tuning work. */
+    /* CPUs: 4 x 16 register tiles (two 256-bit vectors per row on AVX2; 6 rows, 8-key blocks
+     * and other tile counts measured no faster, BENCHMARKS.md), one work-item per group so PoCL
+     * does not try to vectorise across work-items. GPUs: one row per work-item keeps private
+     * memory small; a local-memory variant belongs to the tuning work. */
     cfg->key_block = 16;
     cfg->vec = head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
     if (ctx->info.is_gpu) {
