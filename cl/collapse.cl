@@ -1,8 +1,11 @@
 /* Fold-back of pseudo-heads: Y[b][n][h][c] = sum_m sum_p R[h][m][p] * O[b][m][n*P+p][c].
  * Memory-bound. Two variants of one contract, chosen per device:
  *   collapse_heads_f32       one output element per work-item (coalesced on GPUs);
- *   collapse_heads_rows_f32  one (token, head) row per work-item, COLLAPSE_VEC columns at a time
- *                            in explicit vectors (vectorises on CPUs). */
+ *   collapse_heads_rows_f32  one token (all H output heads) per work-item, COLLAPSE_VEC columns
+ *                            at a time in explicit vectors (vectorises on CPUs). The token's
+ *                            H*P pseudo-head rows (H*P*d floats) are read from memory once and
+ *                            from cache for every further head: a work-item per (token, head)
+ *                            read them H times from memory, its heads being far apart in time. */
 
 /* Columns per vector in collapse_heads_rows_f32: 4, 8 or 16. */
 #ifndef COLLAPSE_VEC
@@ -52,28 +55,29 @@ __kernel void collapse_heads_rows_f32(__global const float *o, ulong o_off, __gl
                                       int identity, __global float *y, ulong y_off, int N, int H, int d, int P)
 {
     const int n = get_global_id(0);
-    const int bh = get_global_id(1);
+    const int b = get_global_id(1);
     if (n >= N) return;
-    const int h = bh % H, b = bh / H;
     const size_t T = (size_t)N * P;
-    __global float *out = y + y_off + (((size_t)b * N + n) * H + h) * d;
-    for (int c = 0; c < d; c += COLLAPSE_VEC) {
-        floatC acc = (floatC)(0.0f);
-        if (identity) {
-            acc = load_cols(o + o_off + ((size_t)bh * T + n) * d, c, d);
-        } else {
-            for (int m = 0; m < H; ++m) {
-                const __global float *om = o + o_off + (((size_t)b * H + m) * T + (size_t)n * P) * d;
-                const __global float *rm = r + r_off + ((size_t)h * H + m) * P;
-                for (int p = 0; p < P; ++p) acc = fma((floatC)(rm[p]), load_cols(om + (size_t)p * d, c, d), acc);
+    for (int h = 0; h < H; ++h) {
+        __global float *out = y + y_off + (((size_t)b * N + n) * H + h) * d;
+        for (int c = 0; c < d; c += COLLAPSE_VEC) {
+            floatC acc = (floatC)(0.0f);
+            if (identity) {
+                acc = load_cols(o + o_off + (((size_t)b * H + h) * T + n) * d, c, d);
+            } else {
+                for (int m = 0; m < H; ++m) {
+                    const __global float *om = o + o_off + (((size_t)b * H + m) * T + (size_t)n * P) * d;
+                    const __global float *rm = r + r_off + ((size_t)h * H + m) * P;
+                    for (int p = 0; p < P; ++p) acc = fma((floatC)(rm[p]), load_cols(om + (size_t)p * d, c, d), acc);
+                }
             }
-        }
-        if (c + COLLAPSE_VEC <= d) {
-            vstoreC(acc, 0, out + c);
-        } else {
-            float tmp[COLLAPSE_VEC];
-            vstoreC(acc, 0, tmp);
-            for (int i = 0; c + i < d; ++i) out[c + i] = tmp[i];
+            if (c + COLLAPSE_VEC <= d) {
+                vstoreC(acc, 0, out + c);
+            } else {
+                float tmp[COLLAPSE_VEC];
+                vstoreC(acc, 0, tmp);
+                for (int i = 0; c + i < d; ++i) out[c + i] = tmp[i];
+            }
         }
     }
 }

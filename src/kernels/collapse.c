@@ -21,7 +21,7 @@ iha_status iha__collapse_enqueue(iha_context *ctx, const iha_rows_config *cfg, c
     iha__arg_int(&a, (cl_int)dims->d);
     iha__arg_int(&a, (cl_int)dims->P);
     if (cfg->per_row) {
-        const size_t global[2] = {dims->N, dims->B * dims->H};
+        const size_t global[2] = {dims->N, dims->B}; /* a work-item per token, all heads */
         const size_t local[2] = {cfg->group, 1};
         return iha__launch(ctx, &a, 2, global, local, name);
     }
