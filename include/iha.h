@@ -545,7 +545,9 @@ void iha_half_to_float(const uint16_t *src, float *dst, size_t n);
 
 /* The median seconds of one CLBlast SGEMM, C[m][n] = A[m][k] B[k][n] (row-major, no
  * transposes), over `reps` timed runs on the context's device: the GEMM rate the layer's
- * projections get (2*m*n*k / *seconds FLOP/s). reps from 1 to 1000. Returns
+ * projections get (2*m*n*k / *seconds FLOP/s), with the CLBlast parameters a layer call on this
+ * context applies (the profile's or the device type's built-in; see "Tuning"), applied first
+ * when no layer call has yet. reps from 1 to 1000. Returns
  * IHA_ERROR_INVALID_ARGUMENT for a zero size or reps, IHA_ERROR_SIZE_OVERFLOW or
  * IHA_ERROR_DEVICE_MEMORY when a matrix does not fit in one device allocation, IHA_ERROR_GEMM
  * when CLBlast fails. */

@@ -2,6 +2,7 @@
 #include "common/checked.h"
 #include "gemm/gemm.h"
 #include "measure/measure.h"
+#include "tune/choose.h"
 
 typedef struct gemm_problem {
     size_t m, n, k;
@@ -44,6 +45,8 @@ iha_status iha_measure_gemm(iha_context *ctx, size_t m, size_t n, size_t k, size
     IHA_RETURN_ERROR_IF(seconds == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "seconds is NULL");
     IHA_RETURN_ERROR_IF(m == 0 || n == 0 || k == 0, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "every GEMM size must be at least 1 (m=%zu n=%zu k=%zu)", m, n, k);
+    /* The rate the layer's projections get: with the parameters its calls give CLBlast. */
+    iha__tune_gemm_ready(ctx);
     gemm_problem g = {m, n, k, NULL, NULL, NULL};
     iha_status st = measure(ctx, &g, reps, seconds);
     clFinish(ctx->queue); /* a failed run may have left work queued on the buffers */

@@ -9,6 +9,11 @@
 iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             iha_attention_config *attention, iha_rows_config *rows);
 
+/* Gives CLBlast the GEMM parameters this context's layer calls use (the profile's, or the
+ * device type's built-in), once per context, as the first layer call does; for measurements
+ * that should see the same GEMM as the layer. A failure leaves CLBlast's own parameters. */
+void iha__tune_gemm_ready(iha_context *ctx);
+
 /* Chooses the decode kernels' configuration (dd->tune) for a validated decoding step whose
  * geometry dd holds (t_cur and the cache's key block set), by the same fallback order, and adds
  * it to the choices of the step (after iha__tune_choose's, which the step's plan made). */

@@ -149,6 +149,11 @@ static iha_status choose_one(iha_context *ctx, const iha_tunable *t, const iha_s
     return choose_task(ctx, &task, out, choice);
 }
 
+void iha__tune_gemm_ready(iha_context *ctx)
+{
+    if (!ctx->tune->gemm_applied && iha__tune_apply_gemm(ctx) != IHA_OK) iha__message_clear(&ctx->message);
+}
+
 iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             iha_attention_config *attention, iha_rows_config *rows)
 {
@@ -157,7 +162,7 @@ iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_
     s->choice_count = 0;
     /* CLBlast's parameters are the one thing a profile sets beyond this context. A failure to
      * set them leaves CLBlast's own in charge; it is not the call's failure. */
-    if (!s->gemm_applied && iha__tune_apply_gemm(ctx) != IHA_OK) iha__message_clear(&ctx->message);
+    iha__tune_gemm_ready(ctx);
     IHA_FORWARD_IF_ERROR(choose_one(ctx, &iha__tunable_attention, shape, options, &c, &s->choices[0]));
     iha__tune_attention_config(&c, attention);
     IHA_FORWARD_IF_ERROR(choose_one(ctx, &iha__tunable_rows, shape, options, &c, &s->choices[1]));
