@@ -140,26 +140,8 @@ static inline floatK exp2_nonpositive(floatK x)
 #define EXP2_SCORES exp2
 #endif
 
-#define MASK_CAUSAL 0
-#define MASK_TOKEN_CAUSAL 1
-
-/* Visible keys of virtual query t: [lo, hi]. window is in tokens, 0 for global. */
-static inline int2 visible_range(int t, int T, int P, int mask, int window)
-{
-    const int n = t / P;
-    int lo, hi;
-    if (mask == MASK_CAUSAL) {
-        hi = t;
-        lo = window > 0 ? max(0, t - window * P + 1) : 0;
-    } else if (mask == MASK_TOKEN_CAUSAL) {
-        hi = min(T - 1, (n + 1) * P - 1);
-        lo = window > 0 ? max(0, n - window + 1) * P : 0;
-    } else {
-        hi = window > 0 ? min(T - 1, (n + window) * P - 1) : T - 1;
-        lo = window > 0 ? max(0, n - window + 1) * P : 0;
-    }
-    return (int2)(lo, hi);
-}
+/* MASK_* and visible_range(t, T, P, mask, window) -> [lo, hi]. */
+#include "masks.clh"
 
 /* Chunk cv of a value row of HEAD_DIM elements, zero beyond the row's end. */
 static inline floatV load_chunk(const __global kv_t *row, int cv)

@@ -92,7 +92,8 @@ static cJSON *profile_new(void)
     return root;
 }
 
-/* An attention entry; role "bucket" or "device_default". */
+/* An attention entry of the register-tile variant (variant 0, LOC_KEYS at its canonical 32);
+ * role "bucket" or "device_default". */
 static void add_attention(cJSON *root, const char *role, long mask, long windowed, long T, long span, const long cfg[5])
 {
     static const char *const params[5] = {"ATT_ROWS", "ATT_TILES", "ATT_KB", "ATT_VD", "group"};
@@ -108,6 +109,8 @@ static void add_attention(cJSON *root, const char *role, long mask, long windowe
     cJSON_AddNumberToObject(b, "span", (double)span);
     for (int i = 0; i < 5; i++)
         cJSON_AddNumberToObject(c, params[i], (double)cfg[i]);
+    cJSON_AddNumberToObject(c, "variant", 0);
+    cJSON_AddNumberToObject(c, "LOC_KEYS", 32);
     cJSON_AddItemToObject(e, "bucket", b);
     cJSON_AddItemToObject(e, "config", c);
     cJSON_AddItemToArray(cJSON_GetObjectItem(root, "entries"), e);
@@ -280,19 +283,19 @@ static void fallback_goes_from_specific_to_general(void **state)
     check_attention(ctx, &small_shape, &global);
     iha_kernel_choice c = choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_EXACT);
-    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=2 ATT_KB=8 ATT_VD=4 group=16");
+    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=2 ATT_KB=8 ATT_VD=4 group=16 variant=0 LOC_KEYS=32");
     /* 2. T = 2000 (bucket 2048) is nearest to the T = 4096 entry of the same kind. */
     const iha_shape longer = {1, 1000, 16, 1, 8, 2};
     check_attention(ctx, &longer, &global);
     c = choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_NEAREST);
-    assert_string_equal(c.config, "ATT_ROWS=2 ATT_TILES=1 ATT_KB=8 ATT_VD=8 group=1");
+    assert_string_equal(c.config, "ATT_ROWS=2 ATT_TILES=1 ATT_KB=8 ATT_VD=8 group=1 variant=0 LOC_KEYS=32");
     assert_non_null(strstr(c.source_bucket, "T=4096"));
     /* 3. Another mask is another kind: the device default. */
     check_attention(ctx, &small_shape, &none);
     c = choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_DEVICE);
-    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=1 ATT_KB=16 ATT_VD=8 group=1");
+    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=1 ATT_KB=16 ATT_VD=8 group=1 variant=0 LOC_KEYS=32");
     /* The mixing kernels have no entry at all: 4. the built-in default of the device type. */
     assert_int_equal(choice_of(ctx, "rows").source, IHA_CONFIG_BUILTIN_TYPE);
     iha_context_free(ctx);
@@ -477,7 +480,7 @@ static void concurrent_writers_leave_a_valid_profile(void **state)
 /* Copies cl/ to dir, with attention.cl made fast and wrong when ATT_ROWS is 2. */
 static void broken_kernels(const char *dir)
 {
-    static const char *const files[] = {"attention.cl", "mix.cl", "collapse.cl", "pack_keys.cl", NULL};
+    static const char *const files[] = {"attention.cl", "masks.clh", "mix.cl", "collapse.cl", "pack_keys.cl", NULL};
     for (int i = 0; files[i]; i++) {
         char src[1200], dst[1200];
         snprintf(src, sizeof src, "%s/cl/%s", IHA_TEST_SOURCE_DIR, files[i]);

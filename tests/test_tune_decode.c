@@ -283,7 +283,8 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
 static void copy_kernel(const char *src, void *arg)
 {
     const char *dir = arg, *name = strrchr(src, '/') + 1;
-    if (strlen(name) < 3 || strcmp(name + strlen(name) - 3, ".cl") != 0)
+    const size_t len = strlen(name);
+    if (!(len > 3 && strcmp(name + len - 3, ".cl") == 0) && !(len > 4 && strcmp(name + len - 4, ".clh") == 0))
         return;
     char dst[1200];
     snprintf(dst, sizeof dst, "%s/%s", dir, name);

@@ -1,4 +1,5 @@
-/* Host side of cl/attention.cl: tile configuration per device and launch geometry. */
+/* Host side of the attention kernels: the configuration per device, the arguments both
+ * variants share, and cl/attention.cl's launch (cl/attention_local.cl's is attention_local.c). */
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -15,10 +16,19 @@ void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_
      * memory small; a local-memory variant belongs to the tuning work. */
     cfg->key_block = 16;
     cfg->vec = head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
+    cfg->local_keys = 32;
+    cfg->variant = 0;
     if (ctx->info.is_gpu) {
+        /* The local-memory variant, 64 rows per group, with the largest key tile of 16, 32 or
+         * 64 keys (2*keys*d floats) that fits the device; register tiles of one row when none does. */
         cfg->rows = 1;
         cfg->tiles = 1;
         cfg->group = 64;
+        for (int keys = 64; keys >= 16 && !cfg->variant; keys /= 2) {
+            if (!iha__attention_local_fits(ctx, head_dim, (int)cfg->group, keys, cfg->key_block)) continue;
+            cfg->variant = 1;
+            cfg->local_keys = keys;
+        }
     } else {
         cfg->rows = head_dim > 128 ? 2 : 4;
         cfg->tiles = 4;
@@ -26,28 +36,37 @@ void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_
     }
 }
 
+void iha__attention_args(iha_args *a, const iha_dims *dims, iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o,
+                         iha_ref lse, int mask, size_t window, float scale)
+{
+    const int want_lse = lse.mem != NULL;
+    iha__arg_tensor(a, qt.mem, qt.offset);
+    iha__arg_tensor(a, kt_packed.mem, kt_packed.offset);
+    iha__arg_tensor(a, vt.mem, vt.offset);
+    iha__arg_tensor(a, o.mem, o.offset);
+    iha__arg_tensor(a, want_lse ? lse.mem : o.mem, want_lse ? lse.offset : 0);
+    iha__arg_int(a, want_lse);
+    iha__arg_int(a, (cl_int)dims->T);
+    iha__arg_int(a, (cl_int)dims->P);
+    iha__arg_int(a, mask);
+    iha__arg_int(a, (cl_int)window);
+    iha__arg_float(a, (cl_float)(scale * 1.4426950408889634)); /* the kernels work in base 2 */
+}
+
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
                                   iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                   size_t window, float scale)
 {
+    if (cfg->variant == 1)
+        return iha__attention_local_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
+                                            kt_packed, vt, o, lse, mask, window, scale);
     char options[160];
     snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=%d -DATT_KB=%d -DATT_VD=%d", dims->d,
              cfg->rows, cfg->tiles, cfg->key_block, cfg->vec);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_fwd_f32", &k));
-    const int want_lse = lse.mem != NULL;
     iha_args a = iha__args_begin(k);
-    iha__arg_tensor(&a, qt.mem, qt.offset);
-    iha__arg_tensor(&a, kt_packed.mem, kt_packed.offset);
-    iha__arg_tensor(&a, vt.mem, vt.offset);
-    iha__arg_tensor(&a, o.mem, o.offset);
-    iha__arg_tensor(&a, want_lse ? lse.mem : o.mem, want_lse ? lse.offset : 0);
-    iha__arg_int(&a, want_lse);
-    iha__arg_int(&a, (cl_int)dims->T);
-    iha__arg_int(&a, (cl_int)dims->P);
-    iha__arg_int(&a, mask);
-    iha__arg_int(&a, (cl_int)window);
-    iha__arg_float(&a, (cl_float)(scale * 1.4426950408889634));
+    iha__attention_args(&a, dims, qt, kt_packed, vt, o, lse, mask, window, scale);
     const size_t rows_per_item = (size_t)cfg->rows * (size_t)cfg->tiles;
     const size_t global[2] = {(dims->T + rows_per_item - 1) / rows_per_item, dims->B * dims->H};
     const size_t local[2] = {cfg->group, 1};

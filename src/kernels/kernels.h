@@ -4,6 +4,8 @@
 #define IHA_KERNELS_KERNELS_H
 #include "runtime/context.h"
 
+struct iha_args; /* runtime/launch.h */
+
 /* Dimensions shared by the stages of one layer. */
 typedef struct iha_dims {
     size_t B, N, H, d, P, T;
@@ -15,13 +17,19 @@ typedef struct iha_ref {
     size_t offset;
 } iha_ref;
 
-/* Tile configuration of attention.cl (its #ifndef defaults, chosen per device). */
+/* Configuration of the attention kernel, chosen per device and bucket. Two variants:
+ *   0: cl/attention.cl's register tiles (CPUs): rows, tiles and vec shape a work-item's tile;
+ *   1: cl/attention_local.cl's local-memory tiles (GPUs): `group` work-items, one query row
+ *      each, stream tiles of local_keys keys through local memory.
+ * key_block is the packed key layout's block for both. */
 typedef struct iha_attention_config {
     int rows;       /* ATT_ROWS: query rows per register tile */
     int tiles;      /* ATT_TILES: register tiles per work-item, sharing each key block */
     int key_block;  /* ATT_KB: keys per block, 4, 8 or 16 */
     int vec;        /* ATT_VD: vector width over d in P.V, 4, 8 or 16 */
-    size_t group;   /* work-items per work-group along the row blocks */
+    size_t group;   /* work-items per work-group (variant 1: LOC_ROWS, query rows per group) */
+    int variant;    /* 0: register tiles, 1: local-memory tiles */
+    int local_keys; /* LOC_KEYS of variant 1: keys per local tile, a multiple of key_block */
 } iha_attention_config;
 
 void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg);
@@ -68,6 +76,9 @@ int iha__attention_local_fits(const iha_context *ctx, size_t head_dim, int rows,
 iha_status iha__attention_local_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
                                         iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                         size_t window, float scale);
+/* The arguments both attention variants take, in their order. */
+void iha__attention_args(struct iha_args *a, const iha_dims *dims, iha_ref qt, iha_ref kt_packed, iha_ref vt,
+                         iha_ref o, iha_ref lse, int mask, size_t window, float scale);
 /* ---- Decoding (cl/decode_mix.cl and the decode kernels of cl/attention.cl) ---- */
 
 /* The decode kernels' configuration (src/tune/space_decode.c tunes it): the register tile and

@@ -9,7 +9,7 @@
 #include "tune/buffers.h"
 #include "tune/state.h"
 
-enum { P_ROWS, P_TILES, P_KB, P_VD, P_GROUP };
+enum { P_ROWS, P_TILES, P_KB, P_VD, P_GROUP, P_VARIANT, P_LOC_KEYS };
 enum { K_MASK, K_WINDOWED, K_BYTES, K_D, K_P, K_T, K_SPAN, K_COUNT };
 
 static const iha_tune_param params[] = {
@@ -17,7 +17,9 @@ static const iha_tune_param params[] = {
     {"ATT_TILES", 4, {1, 2, 4, 8}, NULL},
     {"ATT_KB", 3, {4, 8, 16}, NULL},
     {"ATT_VD", 3, {4, 8, 16}, NULL},
-    {"group", 3, {1, 16, 64}, NULL},
+    {"group", 4, {1, 16, 64, 128}, NULL},
+    {"variant", 2, {0, 1}, NULL},   /* 0: register tiles (attention.cl), 1: local memory (attention_local.cl) */
+    {"LOC_KEYS", 3, {16, 32, 64}, NULL},
 };
 
 /* Kind keys must match; the rest are compared on a log2 scale. span is the number of keys a
@@ -31,13 +33,21 @@ static int tile_fits(const long *v) { return v[0] * v[1] <= 32 && v[0] * v[1] * 
 /* A vector wider than the head wastes its lanes. */
 static int vector_fits_head(const long *v) { return v[0] <= (iha__pow2_ceil(v[1]) > 4 ? iha__pow2_ceil(v[1]) : 4); }
 
+/* The local tile holds whole key blocks. */
+static int local_tile_whole_blocks(const long *v) { return v[0] == 0 || v[1] % v[2] == 0; }
+
 static const iha_tune_constraint constraints[] = {
     {tile_fits, {"ATT_ROWS", "ATT_TILES", "d", NULL}, "ATT_ROWS*ATT_TILES rows of d floats exceed private memory"},
     {vector_fits_head, {"ATT_VD", "d", NULL, NULL}, "ATT_VD is wider than the head"},
+    {local_tile_whole_blocks, {"variant", "LOC_KEYS", "ATT_KB", NULL}, "LOC_KEYS is not a multiple of ATT_KB"},
 };
 
+/* The local-memory variant stages LOC_KEYS keys and values of d floats each. */
+static long local_bytes(const long *v) { return v[0] == 1 ? 2 * v[1] * v[2] * (long)sizeof(float) : 0; }
+
 static const iha_tune_space space = {
-    "attention", params, 5, keys, K_COUNT, constraints, 2, NULL, {NULL}, {"group", NULL, NULL},
+    "attention", params, 7, keys, K_COUNT, constraints, 3, local_bytes, {"variant", "LOC_KEYS", "d", NULL},
+    {"group", NULL, NULL},
 };
 
 void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *cfg)
@@ -47,6 +57,8 @@ void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *
     cfg->key_block = (int)c->v[P_KB];
     cfg->vec = (int)c->v[P_VD];
     cfg->group = (size_t)c->v[P_GROUP];
+    cfg->variant = (int)c->v[P_VARIANT];
+    cfg->local_keys = (int)c->v[P_LOC_KEYS];
 }
 
 static void from_kernel_config(const iha_attention_config *cfg, iha_tune_config *c)
@@ -57,6 +69,21 @@ static void from_kernel_config(const iha_attention_config *cfg, iha_tune_config 
     c->v[P_KB] = cfg->key_block;
     c->v[P_VD] = cfg->vec;
     c->v[P_GROUP] = (long)cfg->group;
+    c->v[P_VARIANT] = cfg->variant;
+    c->v[P_LOC_KEYS] = cfg->local_keys;
+}
+
+/* Parameters a variant does not read take one value, so that equal kernels are timed once. */
+static void canonical(const void *problem, iha_tune_config *c)
+{
+    (void)problem;
+    if (c->v[P_VARIANT] == 0) {
+        c->v[P_LOC_KEYS] = 32;
+    } else {
+        c->v[P_ROWS] = 1;
+        c->v[P_TILES] = 1;
+        c->v[P_VD] = 4;
+    }
 }
 
 /* The window the kernels see: a window covering the sequence is global (plan.c's rule). */
@@ -92,7 +119,7 @@ static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_co
 static void safe(const iha_tune_bucket *b, iha_tune_config *c)
 {
     (void)b;
-    const iha_attention_config cfg = {1, 1, 4, 4, 1};
+    const iha_attention_config cfg = {1, 1, 4, 4, 1, 0, 32};
     from_kernel_config(&cfg, c);
 }
 
@@ -282,6 +309,6 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
 }
 
 const iha_tunable iha__tunable_attention = {
-    &space, 3.0, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, NULL,
+    &space, 3.0, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, canonical,
     prepare, enqueue, check, NULL,
 };
