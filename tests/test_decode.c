@@ -197,6 +197,42 @@ static void half_storage_halves_bytes(void **state)
     iha_kv_cache_free(f16);
 }
 
+/* A step in which no sequence appends a token (every count 0) on an empty cache: valid, writes
+ * zero rows and leaves the cache empty (found by fuzz_api: the key split divided by zero). */
+static void step_with_nothing_to_append(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape full = {2, 4, 8, 2, 8, 2}, step = {2, 1, 8, 2, 8, 2};
+    tu_layer l;
+    tu_layer_init(&l, &full, 6);
+    tu_device_layer dev;
+    tu_device_layer_upload(tu_ctx, &l, 0, &dev);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    iha_kv_cache *cache = NULL;
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, IHA_STORAGE_F32, &cache), IHA_OK);
+    const uint32_t counts[2] = {0, 0};
+    cl_mem xs = tu_buffer_new(tu_ctx, 2 * 8), zs = tu_buffer_new(tu_ctx, 2 * 8);
+    float x[16], z[16];
+    tu_fill_value(x, 16, 0.5f);
+    tu_fill_nan(z, 16);
+    tu_buffer_write(tu_ctx, xs, 0, x, 16);
+    tu_buffer_write(tu_ctx, zs, 0, z, 16);
+    tu_assert_status(tu_ctx, iha_decode_step(tu_ctx, cache, &step, &o, &dev.weights, counts, (iha_buffer){xs, 0},
+                                             (iha_buffer){zs, 0}),
+                     IHA_OK);
+    tu_buffer_read(tu_ctx, zs, 0, z, 16);
+    for (int i = 0; i < 16; i++) assert_true(z[i] == 0.0f);
+    assert_int_equal(iha_kv_cache_length(cache, 0), 0);
+    assert_int_equal(iha_kv_cache_length(cache, 1), 0);
+    iha_kv_cache_free(cache);
+    tu_buffer_release(xs);
+    tu_buffer_release(zs);
+    tu_device_layer_release(&dev);
+    tu_layer_free(&l);
+}
+
 /* Refusals leave the cache and z as they were. */
 static void refusals(void **state)
 {
@@ -277,6 +313,7 @@ int main(void)
         cmocka_unit_test(long_cache_many_splits),
         cmocka_unit_test(plain_mha_identity),
         cmocka_unit_test(half_storage_halves_bytes),
+        cmocka_unit_test(step_with_nothing_to_append),
         cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);

@@ -95,6 +95,7 @@ size_t iha__decode_splits(const iha_context *ctx, const iha_decode_dims *dd)
     const size_t tile = (size_t)cfg.rows, rows = dd->k * dd->P, groups = (rows + tile - 1) / tile * dd->B * dd->H;
     const size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, want = (size_t)cfg.per_cu * cus;
     const size_t kb = (size_t)dd->cfg.key_block, blocks = (dd->t_cur + kb - 1) / kb;
+    if (blocks == 0) return 1; /* nothing cached and nothing appended (every count 0): one empty split */
     size_t splits = (want + groups - 1) / groups;
     const size_t by_length = (dd->t_cur + (size_t)cfg.min_split_keys - 1) / (size_t)cfg.min_split_keys;
     if (splits > by_length) splits = by_length;
