@@ -28,14 +28,9 @@ size_t iha__packed_keys_elements(const iha_dims *dims, int key_block)
     return iha__mul_n(&n, 4, f) ? n : 0;
 }
 
-/* The keys on the per-row (CPU) path: one work-item per key block (see cl/mix.cl). */
-static iha_status mix_keys_blocks(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref src,
-                                  iha_ref alpha, iha_ref dst, cl_mem rope, int key_block)
+/* The arguments every mixing kernel starts with. */
+static iha_args mix_args(cl_kernel k, const iha_dims *dims, iha_ref src, iha_ref alpha, iha_ref dst, cl_mem rope)
 {
-    char options[64];
-    snprintf(options, sizeof options, "-DMIX_VEC=%d -DMIX_KB=%d", cfg->vec, key_block);
-    cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "mix.cl", options, "mix_keys_blocks_f32", &k));
     iha_args a = iha__args_begin(k);
     iha__arg_tensor(&a, src.mem, src.offset);
     iha__arg_mixing(&a, alpha.mem, alpha.offset, src.mem);
@@ -46,6 +41,18 @@ static iha_status mix_keys_blocks(iha_context *ctx, const iha_rows_config *cfg, 
     iha__arg_int(&a, (cl_int)dims->H);
     iha__arg_int(&a, (cl_int)dims->d);
     iha__arg_int(&a, (cl_int)dims->P);
+    return a;
+}
+
+/* The keys on the per-row (CPU) path: one work-item per key block (see cl/mix.cl). */
+static iha_status mix_keys_blocks(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref src,
+                                  iha_ref alpha, iha_ref dst, cl_mem rope, int key_block)
+{
+    char options[64];
+    snprintf(options, sizeof options, "-DMIX_VEC=%d -DMIX_KB=%d", cfg->vec, key_block);
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "mix.cl", options, "mix_keys_blocks_f32", &k));
+    iha_args a = mix_args(k, dims, src, alpha, dst, rope);
     const size_t blocks = (dims->T + (size_t)key_block - 1) / (size_t)key_block;
     const size_t global[2] = {blocks, dims->B * dims->H};
     const size_t local[2] = {cfg->group, 1};
@@ -61,16 +68,7 @@ iha_status iha__mix_enqueue(iha_context *ctx, const iha_rows_config *cfg, const 
     const char *name = cfg->per_row ? "mix_heads_rows_f32" : "mix_heads_f32";
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "mix.cl", options, name, &k));
-    iha_args a = iha__args_begin(k);
-    iha__arg_tensor(&a, src.mem, src.offset);
-    iha__arg_mixing(&a, alpha.mem, alpha.offset, src.mem);
-    iha__arg_tensor(&a, dst.mem, dst.offset);
-    iha__arg_mem(&a, rope ? rope : src.mem);
-    iha__arg_int(&a, rope != NULL);
-    iha__arg_int(&a, (cl_int)dims->N);
-    iha__arg_int(&a, (cl_int)dims->H);
-    iha__arg_int(&a, (cl_int)dims->d);
-    iha__arg_int(&a, (cl_int)dims->P);
+    iha_args a = mix_args(k, dims, src, alpha, dst, rope);
     iha__arg_int(&a, key_block);
     if (cfg->per_row) {
         const size_t global[2] = {dims->N, dims->B * dims->H};
