@@ -247,7 +247,8 @@ typedef struct iha_attention_options {
     /* iha_storage of the call's activations: x and z (iha_forward, iha_decode_step), q, k, v
      * and y (iha_attention_core), qt, kt, vt and o (iha_attention). The optional lse stays
      * float. Internal workspace is float: a half input is converted once on entry and a half
-     * output once on exit (memory-bound passes over B*N*D or B*H*T*d elements). */
+     * output once on exit (memory-bound passes over B*N*D or B*H*T*d elements). A value other
+     * than IHA_STORAGE_F32 or IHA_STORAGE_F16 is IHA_ERROR_INVALID_ARGUMENT (also below). */
     int storage;
     /* iha_storage of every weight: wq, wk, wv, wo, alpha_q, alpha_k, alpha_v and r. With
      * IHA_STORAGE_F16, a projection of at most 16 rows (a decoding step) reads the half weights
