@@ -26,10 +26,8 @@
 
 #include "test_layer.h"
 #include "test_util.h"
+#include "test_profiles.h"
 
-static iha_context *g_ctx;
-static char g_dir[1024];
-static cJSON *g_key; /* the key the library wrote for this device */
 
 /* The shape every tuning here uses: T = 48 virtual tokens, d = 8. */
 static const iha_shape small_shape = {1, 24, 16, 2, 8, 2};
@@ -38,7 +36,7 @@ static const iha_shape small_shape = {1, 24, 16, 2, 8, 2};
 
 static void path_in(char *out, size_t size, const char *name)
 {
-    snprintf(out, size, "%s/%s", g_dir, name);
+    snprintf(out, size, "%s/%s", tp_dir, name);
 }
 
 static int file_exists(const char *path)
@@ -47,50 +45,7 @@ static int file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = tu_malloc((size_t)n + 1);
-    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-    text[n] = '\0';
-    fclose(f);
-    return text;
-}
-
-static void write_text(const char *path, const char *text, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
-
-static cJSON *parse_file(const char *path)
-{
-    char *text = slurp(path);
-    assert_non_null(text);
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    assert_non_null(root);
-    return root;
-}
-
 /* ---- Profiles written by hand, with this device's key ---- */
-
-static cJSON *profile_new(void)
-{
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "format", "iha-tuning-profile");
-    cJSON_AddNumberToObject(root, "format_version", 1);
-    cJSON_AddItemToObject(root, "key", cJSON_Duplicate(g_key, 1));
-    cJSON_AddItemToObject(root, "entries", cJSON_CreateArray());
-    return root;
-}
 
 /* An attention entry of the register-tile variant (variant 0, LOC_KEYS at its canonical 32);
  * role "bucket" or "device_default". */
@@ -114,13 +69,6 @@ static void add_attention(cJSON *root, const char *role, long mask, long windowe
     cJSON_AddItemToObject(e, "bucket", b);
     cJSON_AddItemToObject(e, "config", c);
     cJSON_AddItemToArray(cJSON_GetObjectItem(root, "entries"), e);
-}
-
-static void profile_write(cJSON *root, const char *path)
-{
-    char *text = cJSON_Print(root);
-    write_text(path, text, strlen(text));
-    free(text);
 }
 
 /* ---- Contexts and calls ---- */
@@ -164,18 +112,6 @@ static void check_attention(iha_context *ctx, const iha_shape *shape, const iha_
     free(q), free(k), free(v), free(o), free(ref);
 }
 
-static iha_kernel_choice choice_of(iha_context *ctx, const char *kernel)
-{
-    iha_kernel_choice c[4];
-    size_t n = 0;
-    assert_int_equal(iha_context_last_choices(ctx, c, 4, &n), IHA_OK);
-    for (size_t i = 0; i < n && i < 4; i++)
-        if (strcmp(c[i].kernel, kernel) == 0)
-            return c[i];
-    fail_msg("no choice reported for %s", kernel);
-    return c[0];
-}
-
 static iha_attention_options causal(int64_t window)
 {
     iha_attention_options o;
@@ -202,7 +138,7 @@ static void tune_small(iha_context *ctx, unsigned kernels, double budget, iha_tu
 static void tune_stores_verified_configs_that_calls_use(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
     path_in(path, sizeof path, "verified.json");
     iha_context *ctx = open_with_profile(path, 0);
@@ -224,7 +160,7 @@ static void tune_stores_verified_configs_that_calls_use(void **state)
         assert_true(r[i].tuned_s > 0 && r[i].default_s > 0);
     }
     /* Every stored entry records the error of its verification, inside the contract. */
-    cJSON *root = parse_file(path);
+    cJSON *root = tp_parse_file(path);
     const cJSON *e;
     int entries = 0;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
@@ -250,10 +186,10 @@ static void tune_stores_verified_configs_that_calls_use(void **state)
         assert_int_equal(info.state, i == 0 ? IHA_PROFILE_LOADED : IHA_PROFILE_OFF);
         tu_layer_check_forward(ctx, &l, &o, TU_API_DEVICE, zref, TU_TOL_F32);
         const int want = i == 0 ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE;
-        assert_int_equal(choice_of(ctx, "attention").source, want);
-        assert_int_equal(choice_of(ctx, "rows").source, want);
+        assert_int_equal(tp_choice_of(ctx, "attention").source, want);
+        assert_int_equal(tp_choice_of(ctx, "rows").source, want);
         if (i == 0)
-            assert_string_equal(choice_of(ctx, "attention").config,
+            assert_string_equal(tp_choice_of(ctx, "attention").config,
                                 strcmp(r[0].kernel, "attention") == 0 ? r[0].tuned_config : r[1].tuned_config);
         iha_context_free(ctx);
     }
@@ -264,15 +200,15 @@ static void tune_stores_verified_configs_that_calls_use(void **state)
 static void fallback_goes_from_specific_to_general(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
     path_in(path, sizeof path, "fallback.json");
     static const long exact[5] = {1, 2, 8, 4, 16}, far[5] = {2, 1, 8, 8, 1}, device[5] = {1, 1, 16, 8, 1};
-    cJSON *root = profile_new();
+    cJSON *root = tp_profile_new();
     add_attention(root, "bucket", 0, 0, 64, 64, exact);
     add_attention(root, "bucket", 0, 0, 4096, 4096, far);
     add_attention(root, "device_default", 0, 0, 64, 64, device);
-    profile_write(root, path);
+    tp_write_json(root, path);
     cJSON_Delete(root);
 
     iha_context *ctx = open_with_profile(path, 0);
@@ -281,23 +217,23 @@ static void fallback_goes_from_specific_to_general(void **state)
     none.mask = IHA_MASK_NONE;
     /* 1. T = 48 is in the bucket T = 64 exactly. */
     check_attention(ctx, &small_shape, &global);
-    iha_kernel_choice c = choice_of(ctx, "attention");
+    iha_kernel_choice c = tp_choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_EXACT);
     assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=2 ATT_KB=8 ATT_VD=4 group=16 variant=0 LOC_KEYS=32");
     /* 2. T = 2000 (bucket 2048) is nearest to the T = 4096 entry of the same kind. */
     const iha_shape longer = {1, 1000, 16, 1, 8, 2};
     check_attention(ctx, &longer, &global);
-    c = choice_of(ctx, "attention");
+    c = tp_choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_NEAREST);
     assert_string_equal(c.config, "ATT_ROWS=2 ATT_TILES=1 ATT_KB=8 ATT_VD=8 group=1 variant=0 LOC_KEYS=32");
     assert_non_null(strstr(c.source_bucket, "T=4096"));
     /* 3. Another mask is another kind: the device default. */
     check_attention(ctx, &small_shape, &none);
-    c = choice_of(ctx, "attention");
+    c = tp_choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_DEVICE);
     assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=1 ATT_KB=16 ATT_VD=8 group=1 variant=0 LOC_KEYS=32");
     /* The mixing kernels have no entry at all: 4. the built-in default of the device type. */
-    assert_int_equal(choice_of(ctx, "rows").source, IHA_CONFIG_BUILTIN_TYPE);
+    assert_int_equal(tp_choice_of(ctx, "rows").source, IHA_CONFIG_BUILTIN_TYPE);
     iha_context_free(ctx);
 }
 
@@ -305,10 +241,10 @@ static void fallback_goes_from_specific_to_general(void **state)
 static void write_with_key(const char *path, const char *field, cJSON *value)
 {
     static const long cfg[5] = {1, 2, 8, 4, 16};
-    cJSON *root = profile_new();
+    cJSON *root = tp_profile_new();
     add_attention(root, "bucket", 0, 0, 64, 64, cfg);
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "key"), field, value);
-    profile_write(root, path);
+    tp_write_json(root, path);
     cJSON_Delete(root);
 }
 
@@ -325,14 +261,14 @@ static void expect_ignored(const char *path, const char *why)
     assert_non_null(strstr(iha_context_message(ctx), "ignored"));
     const iha_attention_options o = causal(0);
     check_attention(ctx, &small_shape, &o);
-    assert_int_equal(choice_of(ctx, "attention").source, IHA_CONFIG_BUILTIN_TYPE);
+    assert_int_equal(tp_choice_of(ctx, "attention").source, IHA_CONFIG_BUILTIN_TYPE);
     iha_context_free(ctx);
 }
 
 static void key_mismatch_is_reported_and_ignored(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
     path_in(path, sizeof path, "mismatch.json");
     write_with_key(path, "driver_version", cJSON_CreateString("0.0-older-driver"));
@@ -350,49 +286,49 @@ static void key_mismatch_is_reported_and_ignored(void **state)
 static void corrupt_profile_is_reported_and_ignored(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
     path_in(path, sizeof path, "corrupt.json");
     static const long good[5] = {1, 2, 8, 4, 16}, bad_kb[5] = {1, 2, 5, 4, 16}, big[5] = {1, 2, 8, 4, 1L << 40};
-    cJSON *root = profile_new();
+    cJSON *root = tp_profile_new();
     add_attention(root, "bucket", 0, 0, 64, 64, good);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     const size_t len = strlen(text);
 
-    write_text(path, text, len / 2); /* truncated */
+    tp_write_text(path, text, len / 2); /* truncated */
     expect_ignored(path, "JSON");
-    write_text(path, "", 0);
+    tp_write_text(path, "", 0);
     expect_ignored(path, NULL);
-    write_text(path, "\x01\x7f garbage \xff{{[", 15);
+    tp_write_text(path, "\x01\x7f garbage \xff{{[", 15);
     expect_ignored(path, "JSON");
-    write_text(path, "{}", 2);
+    tp_write_text(path, "{}", 2);
     expect_ignored(path, "format");
     free(text);
 
     const long *configs[2] = {bad_kb, big};
     for (int i = 0; i < 2; i++) { /* a configuration outside the space */
-        root = profile_new();
+        root = tp_profile_new();
         add_attention(root, "bucket", 0, 0, 64, 64, configs[i]);
-        profile_write(root, path);
+        tp_write_json(root, path);
         cJSON_Delete(root);
         expect_ignored(path, "outside its space");
     }
-    root = profile_new(); /* an unknown kernel */
+    root = tp_profile_new(); /* an unknown kernel */
     add_attention(root, "bucket", 0, 0, 64, 64, good);
     cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "entries"), 0), "kernel",
                               cJSON_CreateString("softmax"));
-    profile_write(root, path);
+    tp_write_json(root, path);
     cJSON_Delete(root);
     expect_ignored(path, "unknown kernel");
-    root = profile_new(); /* a parameter missing, one of the wrong type */
+    root = tp_profile_new(); /* a parameter missing, one of the wrong type */
     add_attention(root, "bucket", 0, 0, 64, 64, good);
     cJSON *config = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "entries"), 0), "config");
     cJSON_DeleteItemFromObject(config, "ATT_VD");
-    profile_write(root, path);
+    tp_write_json(root, path);
     expect_ignored(path, "ATT_VD");
     cJSON_AddStringToObject(config, "ATT_VD", "4");
-    profile_write(root, path);
+    tp_write_json(root, path);
     cJSON_Delete(root);
     expect_ignored(path, "ATT_VD");
 }
@@ -426,7 +362,7 @@ static void *write_profile(void *arg)
 
 static size_t count_entries(const char *path, const char *kernel)
 {
-    cJSON *root = parse_file(path);
+    cJSON *root = tp_parse_file(path);
     size_t n = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
@@ -446,7 +382,7 @@ static void count_temp(const char *file, void *arg)
 static void concurrent_writers_leave_a_valid_profile(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char dir[1024], path[1100];
     tu_temp_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/profile.json", dir);
@@ -485,7 +421,7 @@ static void broken_kernels(const char *dir)
         char src[1200], dst[1200];
         snprintf(src, sizeof src, "%s/cl/%s", IHA_TEST_SOURCE_DIR, files[i]);
         snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-        char *text = slurp(src);
+        char *text = tp_slurp(src);
         assert_non_null(text);
         FILE *f = fopen(dst, "wb");
         assert_non_null(f);
@@ -500,7 +436,7 @@ static void broken_kernels(const char *dir)
 static void wrong_candidate_is_never_stored(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char dir[1024], path[1100];
     tu_temp_dir(dir, sizeof dir);
     broken_kernels(dir);
@@ -520,7 +456,7 @@ static void wrong_candidate_is_never_stored(void **state)
     assert_true(r[0].rejected >= 1);
     assert_true(r[0].stored);
     assert_null(strstr(r[0].tuned_config, "ATT_ROWS=2 "));
-    cJSON *root = parse_file(path);
+    cJSON *root = tp_parse_file(path);
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
     {
@@ -534,7 +470,7 @@ static void wrong_candidate_is_never_stored(void **state)
 static void tuning_on_first_use_only_when_asked(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
     path_in(path, sizeof path, "first-use.json");
     const iha_attention_options o = causal(0);
@@ -544,8 +480,8 @@ static void tuning_on_first_use_only_when_asked(void **state)
         check_attention(ctx, &small_shape, &o);
         assert_int_equal(file_exists(path), asked);
         const int want = asked ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE;
-        assert_int_equal(choice_of(ctx, "attention").source, want);
-        assert_int_equal(choice_of(ctx, "rows").source, want);
+        assert_int_equal(tp_choice_of(ctx, "attention").source, want);
+        assert_int_equal(tp_choice_of(ctx, "rows").source, want);
         iha_context_free(ctx);
     }
 }
@@ -553,25 +489,25 @@ static void tuning_on_first_use_only_when_asked(void **state)
 static void clear_removes_the_profile(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
     path_in(path, sizeof path, "clear.json");
     static const long cfg[5] = {1, 2, 8, 4, 16};
-    cJSON *root = profile_new();
+    cJSON *root = tp_profile_new();
     add_attention(root, "bucket", 0, 0, 64, 64, cfg);
-    profile_write(root, path);
+    tp_write_json(root, path);
     cJSON_Delete(root);
     iha_context *ctx = open_with_profile(path, 0);
     const iha_attention_options o = causal(0);
     check_attention(ctx, &small_shape, &o);
-    assert_int_equal(choice_of(ctx, "attention").source, IHA_CONFIG_PROFILE_EXACT);
+    assert_int_equal(tp_choice_of(ctx, "attention").source, IHA_CONFIG_PROFILE_EXACT);
     assert_int_equal(iha_profile_clear(ctx), IHA_OK);
     assert_false(file_exists(path));
     iha_profile_info info;
     assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
     assert_int_equal(info.state, IHA_PROFILE_NONE);
     check_attention(ctx, &small_shape, &o);
-    assert_int_equal(choice_of(ctx, "attention").source, IHA_CONFIG_BUILTIN_TYPE);
+    assert_int_equal(tp_choice_of(ctx, "attention").source, IHA_CONFIG_BUILTIN_TYPE);
     iha_context_free(ctx);
 }
 
@@ -580,38 +516,7 @@ static void clear_removes_the_profile(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    if (tu_context_open(&g_ctx, NULL) < 0)
-        return -1;
-    if (g_ctx == NULL)
-        return 0;
-    tu_temp_dir(g_dir, sizeof g_dir);
-    char path[1100];
-    path_in(path, sizeof path, "key.json");
-    iha_context *ctx = open_with_profile(path, 0);
-    iha_tune_options to;
-    iha_tune_options_init(&to);
-    to.kernels = IHA_TUNE_ROWS;
-    to.budget_s = 1;
-    to.reps = 1;
-    const iha_attention_options o = causal(0);
-    iha_status st = iha_tune(ctx, &small_shape, &o, 1, &to, NULL, 0, NULL);
-    iha_context_free(ctx);
-    if (st != IHA_OK)
-        return -1;
-    cJSON *root = parse_file(path);
-    g_key = cJSON_Duplicate(cJSON_GetObjectItem(root, "key"), 1);
-    cJSON_Delete(root);
-    return g_key ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    cJSON_Delete(g_key);
-    if (g_dir[0])
-        tu_remove_tree(g_dir);
-    iha_context_free(g_ctx);
-    return 0;
+    return tp_group_setup(&small_shape);
 }
 
 int main(void)
@@ -627,5 +532,5 @@ int main(void)
         cmocka_unit_test(tuning_on_first_use_only_when_asked),
         cmocka_unit_test(clear_removes_the_profile),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, tp_group_teardown);
 }

@@ -20,53 +20,16 @@
 
 #include "test_layer.h"
 #include "test_util.h"
+#include "test_profiles.h"
 
 #define TOL_F16 2e-3 /* SPEC's half-storage contract */
 
-static iha_context *g_ctx;
-static char g_dir[1024];
-static cJSON *g_key; /* the key the library wrote for this device */
 
 /* The layer every test here decodes: 24 tokens of 2 heads, d = 8, P = 4. The last token's step
  * has 23 tokens (92 keys) cached: bucket cached=128, as iha_tune's for N = 24 (96 keys). */
 static const iha_shape shape = {1, 24, 16, 2, 8, 4};
 
 /* ---- Files and profiles ---- */
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = tu_malloc((size_t)n + 1);
-    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-    text[n] = '\0';
-    fclose(f);
-    return text;
-}
-
-static cJSON *parse_file(const char *path)
-{
-    char *text = slurp(path);
-    assert_non_null(text);
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    assert_non_null(root);
-    return root;
-}
-
-static void profile_write(cJSON *root, const char *path)
-{
-    char *text = cJSON_Print(root);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
-    assert_int_equal(fclose(f), 0);
-    free(text);
-}
 
 /* A decode entry for shape's heads (BH = 2, d = 8, P = 4), causal and global. */
 static void add_decode(cJSON *entries, const char *role, long elem_bytes, long k, long cached, const long cfg[5])
@@ -102,18 +65,6 @@ static iha_context *open_with(const char *profile, const char *kernel_dir)
     return ctx;
 }
 
-static iha_kernel_choice choice_of(iha_context *ctx, const char *kernel)
-{
-    iha_kernel_choice c[8];
-    size_t n = 0;
-    assert_int_equal(iha_context_last_choices(ctx, c, 8, &n), IHA_OK);
-    for (size_t i = 0; i < n && i < 8; i++)
-        if (strcmp(c[i].kernel, kernel) == 0)
-            return c[i];
-    fail_msg("no choice reported for %s", kernel);
-    return c[0];
-}
-
 /* ---- Decoding ---- */
 
 typedef struct decoded {
@@ -138,7 +89,7 @@ static decoded decode_layer(iha_context *ctx, const tu_layer *l, const double *z
     step.tokens = N - 1;
     tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
                      IHA_OK);
-    out.prefill = choice_of(ctx, "decode");
+    out.prefill = tp_choice_of(ctx, "decode");
     float *z = tu_malloc(D * sizeof *z);
     tu_fill_nan(z, D);
     tu_buffer_write(ctx, zs, 0, z, D);
@@ -146,7 +97,7 @@ static decoded decode_layer(iha_context *ctx, const tu_layer *l, const double *z
     step.tokens = 1;
     tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
                      IHA_OK);
-    out.step = choice_of(ctx, "decode");
+    out.step = tp_choice_of(ctx, "decode");
     tu_buffer_read(ctx, zs, 0, z, D);
     tu_assert_close("the last token's output", z, zref + (N - 1) * D, D, storage == IHA_STORAGE_F16 ? TOL_F16 : TU_TOL_F32);
     free(z);
@@ -173,9 +124,9 @@ static void tune_decode(iha_context *ctx, double budget, iha_tune_result *result
 static void tune_stores_verified_configs_that_steps_use(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
-    snprintf(path, sizeof path, "%s/verified.json", g_dir);
+    snprintf(path, sizeof path, "%s/verified.json", tp_dir);
     iha_context *ctx = open_with(path, NULL);
     iha_tune_result r[4];
     size_t n = 0;
@@ -191,7 +142,7 @@ static void tune_stores_verified_configs_that_steps_use(void **state)
         assert_true(r[i].tuned_s > 0 && r[i].default_s > 0);
     }
     /* Every stored entry records the error of its verification, inside the contract. */
-    cJSON *root = parse_file(path);
+    cJSON *root = tp_parse_file(path);
     const cJSON *e;
     int entries = 0;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
@@ -234,18 +185,15 @@ static void tune_stores_verified_configs_that_steps_use(void **state)
 static void profile_entries_are_used_from_specific_to_general(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
-    snprintf(path, sizeof path, "%s/fallback.json", g_dir);
+    snprintf(path, sizeof path, "%s/fallback.json", tp_dir);
     static const long exact[5] = {2, 4, 4, 64, 32}, device[5] = {1, 8, 0, 128, 2};
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "format", "iha-tuning-profile");
-    cJSON_AddNumberToObject(root, "format_version", 1);
-    cJSON_AddItemToObject(root, "key", cJSON_Duplicate(g_key, 1));
-    cJSON *entries = cJSON_AddArrayToObject(root, "entries");
+    cJSON *root = tp_profile_new();
+    cJSON *entries = cJSON_GetObjectItem(root, "entries");
     add_decode(entries, "bucket", 4, 1, 128, exact);
     add_decode(entries, "device_default", 4, 1, 128, device);
-    profile_write(root, path);
+    tp_write_json(root, path);
     cJSON_Delete(root);
 
     tu_layer l;
@@ -288,7 +236,7 @@ static void copy_kernel(const char *src, void *arg)
         return;
     char dst[1200];
     snprintf(dst, sizeof dst, "%s/%s", dir, name);
-    char *text = slurp(src);
+    char *text = tp_slurp(src);
     assert_non_null(text);
     FILE *f = fopen(dst, "wb");
     assert_non_null(f);
@@ -302,7 +250,7 @@ static void copy_kernel(const char *src, void *arg)
 static void wrong_candidate_is_never_stored(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(g_ctx);
+    TU_REQUIRE_DEVICE(tu_ctx);
     char dir[1024], cl_dir[1100], path[1100];
     tu_temp_dir(dir, sizeof dir);
     snprintf(cl_dir, sizeof cl_dir, "%s/cl", IHA_TEST_SOURCE_DIR);
@@ -317,7 +265,7 @@ static void wrong_candidate_is_never_stored(void **state)
     assert_true(r[0].rejected >= 1);
     assert_true(r[0].stored);
     assert_null(strstr(r[0].tuned_config, "ATT_ROWS=2 "));
-    cJSON *root = parse_file(path);
+    cJSON *root = tp_parse_file(path);
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
     {
@@ -333,39 +281,7 @@ static void wrong_candidate_is_never_stored(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    if (tu_context_open(&g_ctx, NULL) < 0)
-        return -1;
-    if (g_ctx == NULL)
-        return 0;
-    tu_temp_dir(g_dir, sizeof g_dir);
-    char path[1100];
-    snprintf(path, sizeof path, "%s/key.json", g_dir);
-    iha_context *ctx = open_with(path, NULL);
-    iha_tune_options to;
-    iha_tune_options_init(&to);
-    to.kernels = IHA_TUNE_ROWS;
-    to.budget_s = 1;
-    to.reps = 1;
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    iha_status st = iha_tune(ctx, &shape, &o, 1, &to, NULL, 0, NULL);
-    iha_context_free(ctx);
-    if (st != IHA_OK)
-        return -1;
-    cJSON *root = parse_file(path);
-    g_key = cJSON_Duplicate(cJSON_GetObjectItem(root, "key"), 1);
-    cJSON_Delete(root);
-    return g_key ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    cJSON_Delete(g_key);
-    if (g_dir[0])
-        tu_remove_tree(g_dir);
-    iha_context_free(g_ctx);
-    return 0;
+    return tp_group_setup(&shape);
 }
 
 int main(void)
@@ -376,5 +292,5 @@ int main(void)
         cmocka_unit_test(profile_entries_are_used_from_specific_to_general),
         cmocka_unit_test(wrong_candidate_is_never_stored),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, tp_group_teardown);
 }
