@@ -65,3 +65,35 @@ double iha__tune_rel_error(const float *out, const double *ref, size_t n)
     }
     return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
+
+/* SPEC.md's visibility rule for virtual query t and key u (n, m: their tokens). */
+static int visible(long t, long u, long P, int mask, long W)
+{
+    const long n = t / P, m = u / P;
+    if (mask == IHA_MASK_CAUSAL) return u <= t && (W == 0 || t - u < W * P);
+    if (mask == IHA_MASK_TOKEN_CAUSAL) return m <= n && (W == 0 || n - m < W);
+    return W == 0 || labs(n - m) < W;
+}
+
+void iha__tune_reference_row(const float *q, const float *k, const float *v, long t, long T, long d, long P, int mask,
+                             long W, double scale, double *s, double *out)
+{
+    double mx = -INFINITY, sum = 0.0;
+    for (long u = 0; u < T; ++u) {
+        s[u] = -INFINITY;
+        if (!visible(t, u, P, mask, W)) continue;
+        double dot = 0.0;
+        for (long c = 0; c < d; ++c) dot += (double)q[c] * k[u * d + c];
+        s[u] = dot * scale;
+        mx = s[u] > mx ? s[u] : mx;
+    }
+    for (long c = 0; c < d; ++c) out[c] = 0.0;
+    for (long u = 0; u < T; ++u) {
+        if (s[u] == -INFINITY) continue;
+        const double e = exp(s[u] - mx);
+        sum += e;
+        for (long c = 0; c < d; ++c) out[c] += e * v[u * d + c];
+    }
+    if (sum > 0.0)
+        for (long c = 0; c < d; ++c) out[c] /= sum;
+}

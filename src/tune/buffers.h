@@ -19,6 +19,13 @@ iha_status iha__tune_read(iha_context *ctx, cl_mem mem, size_t n, float *out);
 /* Releases up to n buffers (NULL entries allowed). */
 void iha__tune_release(cl_mem *mems, size_t n);
 
+/* The verification reference of the attention kernels (SPEC.md step 4) for one query row in
+ * float64: out[d] = the softmax over the keys u < T that virtual query t sees (mask, window W in
+ * tokens) of scale * dot(q, k[u]), applied to v[u]. k and v are rows [T][d]; s is scratch of T
+ * doubles. A row that sees no key gets zeros. */
+void iha__tune_reference_row(const float *q, const float *k, const float *v, long t, long T, long d, long P, int mask,
+                             long W, double scale, double *s, double *out);
+
 /* ||out - ref|| / ||ref||; +inf when an output is not finite. */
 double iha__tune_rel_error(const float *out, const double *ref, size_t n);
 #endif

@@ -249,15 +249,6 @@ static iha_status prepare(iha_context *ctx, void *p, const iha_tune_config *c)
     return enqueue(ctx, pr, c, 0);
 }
 
-/* SPEC.md's visibility rule for virtual query t and key u. */
-static int visible(long t, long u, long P, int mask, long W)
-{
-    const long n = t / P, m = u / P;
-    if (mask == IHA_MASK_CAUSAL) return u <= t && (W == 0 || t - u < W * P);
-    if (mask == IHA_MASK_TOKEN_CAUSAL) return m <= n && (W == 0 || n - m < W);
-    return W == 0 || labs(n - m) < W;
-}
-
 static void reference(const problem *pr, double *ref)
 {
     const long T = (long)pr->dims.T, d = (long)pr->dims.d, P = (long)pr->dims.P, W = (long)pr->window;
@@ -265,26 +256,9 @@ static void reference(const problem *pr, double *ref)
     if (s == NULL) return;
     for (size_t h = 0; h < pr->dims.H; ++h) {
         const float *q = pr->hq + h * (size_t)(T * d), *k = pr->hk + h * (size_t)(T * d), *v = pr->hv + h * (size_t)(T * d);
-        for (long t = 0; t < T; ++t) {
-            double mx = -INFINITY, sum = 0.0;
-            for (long u = 0; u < T; ++u) {
-                s[u] = -INFINITY;
-                if (!visible(t, u, P, pr->mask, W)) continue;
-                double dot = 0.0;
-                for (long c = 0; c < d; ++c) dot += (double)q[t * d + c] * k[u * d + c];
-                s[u] = dot * (double)pr->scale;
-                mx = s[u] > mx ? s[u] : mx;
-            }
-            double *out = ref + (h * (size_t)T + (size_t)t) * (size_t)d;
-            for (long c = 0; c < d; ++c) out[c] = 0.0;
-            for (long u = 0; u < T; ++u) {
-                if (s[u] == -INFINITY) continue;
-                const double e = exp(s[u] - mx);
-                sum += e;
-                for (long c = 0; c < d; ++c) out[c] += e * v[u * d + c];
-            }
-            for (long c = 0; c < d; ++c) out[c] /= sum;
-        }
+        for (long t = 0; t < T; ++t)
+            iha__tune_reference_row(q + t * d, k, v, t, T, d, P, pr->mask, W, (double)pr->scale, s,
+                                    ref + (h * (size_t)T + (size_t)t) * (size_t)d);
     }
     free(s);
 }

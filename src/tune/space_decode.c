@@ -320,15 +320,6 @@ static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, i
 /* One launch builds the program and, on PoCL, the machine code for this work-group size. */
 static iha_status prepare(iha_context *ctx, void *p, const iha_tune_config *c) { return enqueue(ctx, p, c, 0); }
 
-/* SPEC.md's visibility rule for virtual query t and key u. */
-static int visible(long t, long u, long P, int mask, long W)
-{
-    const long n = t / P, m = u / P;
-    if (mask == IHA_MASK_CAUSAL) return u <= t && (W == 0 || t - u < W * P);
-    if (mask == IHA_MASK_TOKEN_CAUSAL) return m <= n && (W == 0 || n - m < W);
-    return W == 0 || labs(n - m) < W;
-}
-
 /* Float64 attention of each active query row over its sequence's keys; inactive rows are 0. */
 static void reference(const problem *pr, double *ref)
 {
@@ -345,23 +336,7 @@ static void reference(const problem *pr, double *ref)
             for (long c = 0; c < d; ++c) out[c] = 0.0;
             if (r >= step[1] * P) continue;
             const float *q = pr->hq + (bh * (size_t)rows + (size_t)r) * (size_t)d;
-            const long t = n0 * P + r;
-            double mx = -INFINITY, sum = 0.0;
-            for (long u = 0; u < T; ++u) {
-                s[u] = -INFINITY;
-                if (!visible(t, u, P, pr->mask, W)) continue;
-                double dot = 0.0;
-                for (long c = 0; c < d; ++c) dot += (double)q[c] * k[u * d + c];
-                s[u] = dot * (double)pr->scale;
-                mx = s[u] > mx ? s[u] : mx;
-            }
-            for (long u = 0; u < T; ++u) {
-                if (s[u] == -INFINITY) continue;
-                const double e = exp(s[u] - mx);
-                sum += e;
-                for (long c = 0; c < d; ++c) out[c] += e * v[u * d + c];
-            }
-            for (long c = 0; c < d; ++c) out[c] /= sum;
+            iha__tune_reference_row(q, k, v, n0 * P + r, T, d, P, pr->mask, W, (double)pr->scale, s, out);
         }
     }
     free(s);
