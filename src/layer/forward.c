@@ -123,16 +123,12 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
     static const char *const names[3] = {"qt", "kt", "vt"};
     IHA_FORWARD_IF_ERROR(iha__check_inputs_output(ctx, (iha_buffer[3]){qt, kt, vt}, names, o, "o", n, a));
     if (lse.mem != NULL) {
-        /* lse is float whatever the storage; the byte ranges of o and the inputs are a*n. */
+        /* lse is float whatever the storage of o and the inputs. */
         IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, lse, p.lse_elems, f, "lse"));
         const iha_buffer others[4] = {o, qt, kt, vt};
         static const char *const names[4] = {"o", "qt", "kt", "vt"};
-        for (int i = 0; i < 4; ++i) {
-            const int apart = lse.mem != others[i].mem || (lse.offset + p.lse_elems) * f <= others[i].offset * a ||
-                              (others[i].offset + n) * a <= lse.offset * f;
-            IHA_RETURN_ERROR_IF(!apart, ctx, IHA_ERROR_INVALID_ARGUMENT, "output lse overlaps %s in the same buffer",
-                                names[i]);
-        }
+        for (int i = 0; i < 4; ++i)
+            IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, lse, p.lse_elems, f, others[i], n, a, "lse", names[i]));
     }
     iha_ref qf, kf, vf, of;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, qt, n, IHA_WS_QT, &qf));

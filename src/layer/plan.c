@@ -135,10 +135,8 @@ iha_status iha__check_weights(iha_context *ctx, const iha_plan *p, const iha_lay
     return iha__check_buffer(ctx, w->r, p->mix_elems, p->weight_bytes, "r");
 }
 
-/* Byte ranges, since an output and a weight may differ in element size. Sizes were checked
- * against CL_MEM_SIZE before, so the products cannot overflow. */
-static iha_status check_apart(iha_context *ctx, iha_buffer out, size_t out_elems, size_t out_bytes, iha_buffer in,
-                              size_t in_elems, size_t in_bytes, const char *out_name, const char *in_name)
+iha_status iha__check_apart(iha_context *ctx, iha_buffer out, size_t out_elems, size_t out_bytes, iha_buffer in,
+                            size_t in_elems, size_t in_bytes, const char *out_name, const char *in_name)
 {
     if (out.mem != in.mem) return IHA_OK;
     const size_t out_lo = out.offset * out_bytes, out_hi = (out.offset + out_elems) * out_bytes;
@@ -151,7 +149,7 @@ static iha_status check_apart(iha_context *ctx, iha_buffer out, size_t out_elems
 iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elems, iha_buffer in, size_t in_elems,
                                size_t elem_bytes, const char *out_name, const char *in_name)
 {
-    return check_apart(ctx, out, out_elems, elem_bytes, in, in_elems, elem_bytes, out_name, in_name);
+    return iha__check_apart(ctx, out, out_elems, elem_bytes, in, in_elems, elem_bytes, out_name, in_name);
 }
 
 iha_status iha__check_inputs_output(iha_context *ctx, const iha_buffer in[3], const char *const in_names[3],
@@ -171,8 +169,8 @@ iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *p, co
     static const char *const names[8] = {"alpha_q", "alpha_k", "alpha_v", "r", "wq", "wk", "wv", "wo"};
     for (int i = 0; i < (with_projections ? 8 : 4); ++i) {
         if (weights[i].mem == NULL) continue; /* the identity shortcut */
-        IHA_FORWARD_IF_ERROR(check_apart(ctx, out, out_elems, p->act_bytes, weights[i],
-                                         i < 4 ? p->mix_elems : p->w_elems, p->weight_bytes, out_name, names[i]));
+        IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out, out_elems, p->act_bytes, weights[i],
+                                              i < 4 ? p->mix_elems : p->w_elems, p->weight_bytes, out_name, names[i]));
     }
     return IHA_OK;
 }

@@ -37,7 +37,11 @@ iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, siz
  * with_projections, wq, wk, wv, wo. */
 iha_status iha__check_weights(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w,
                               int with_projections);
-/* Refuses an output that overlaps an input in the same cl_mem (both of elem_bytes elements). */
+/* Refuses an output that overlaps an input in the same cl_mem, comparing byte ranges (the two
+ * may differ in element size). Both must have passed iha__check_buffer, so nothing overflows. */
+iha_status iha__check_apart(iha_context *ctx, iha_buffer out, size_t out_elems, size_t out_bytes, iha_buffer in,
+                            size_t in_elems, size_t in_bytes, const char *out_name, const char *in_name);
+/* The same for an output and an input of elem_bytes elements both. */
 iha_status iha__check_disjoint(iha_context *ctx, iha_buffer out, size_t out_elems, iha_buffer in, size_t in_elems,
                                size_t elem_bytes, const char *out_name, const char *in_name);
 /* The attention calls' inputs and output: in[0..2] and out, each of `elems` elements of
