@@ -68,6 +68,19 @@ cJSON *tp_profile_new(void)
     return root;
 }
 
+void tp_assert_no_entry_with(const char *path, const char *param, int value)
+{
+    cJSON *root = tp_parse_file(path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
+    {
+        const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "config"), param);
+        if (v != NULL && v->valueint == value)
+            fail_msg("profile %s stores an entry with %s=%d", path, param, value);
+    }
+    cJSON_Delete(root);
+}
+
 iha_kernel_choice tp_choice_of(iha_context *ctx, const char *kernel)
 {
     iha_kernel_choice c[8];

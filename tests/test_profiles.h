@@ -23,6 +23,8 @@ cJSON *tp_parse_file(const char *path);
 void tp_write_json(cJSON *root, const char *path);
 /* An empty profile (format, version, tp_key, no entries): add to its "entries" array. */
 cJSON *tp_profile_new(void);
+/* Fails the test when an entry of the profile at path has config[param] == value. */
+void tp_assert_no_entry_with(const char *path, const char *param, int value);
 /* The last layer call's choice for `kernel` ("attention", "rows", "decode", "gemm"). */
 iha_kernel_choice tp_choice_of(iha_context *ctx, const char *kernel);
 
