@@ -35,7 +35,7 @@
 #define ATT_VD 16
 #endif
 
-/* 1: exponentials of the score vectors through exp2_nonpositive below (a degree-6 polynomial,
+/* 1: exponentials of the score vectors through exp2_bounded below (a degree-6 polynomial,
  * relative error 1e-7); 0: the built-in exp2, which handles every input and costs more. */
 #ifndef ATT_FAST_EXP
 #define ATT_FAST_EXP 1
@@ -113,13 +113,17 @@ static inline float hsum(floatK v)
     return v2.x + v2.y;
 }
 
-/* 2^x for x <= 0 (scores minus their running maximum), -inf included. x = n + f with n = round(x)
+/* Scores exceed the exponentials' reference point by at most this (base 2), so probabilities
+ * stay below 2^MAX_SLACK before normalisation. */
+#define MAX_SLACK 8.0f
+
+/* 2^x for x <= MAX_SLACK (scores minus their reference point), -inf included. x = n + f with n = round(x)
  * and f in [-1/2, 1/2]: adding 1.5 * 2^23 rounds to an integer whose low bits hold n, so the
  * reduction costs two additions (no floor, which PoCL emulates in ~17 instructions per vector on
  * AVX2), 2^n goes straight into the exponent bits and 2^f is a degree-6 polynomial fitted for
- * relative error (7.9e-8 in float over [-126, 0]). Results below 2^-126, and -inf, become 0
+ * relative error (7.9e-8 in float for f in [-1/2, 1/2], so over all of [-126, MAX_SLACK]). Results below 2^-126, and -inf, become 0
  * through the mask: the probabilities they stand for are negligible. */
-static inline floatK exp2_nonpositive(floatK x)
+static inline floatK exp2_bounded(floatK x)
 {
     const floatK t = x + (floatK)(12582912.0f);
     const floatK f = x - (t - (floatK)(12582912.0f));
@@ -135,7 +139,7 @@ static inline floatK exp2_nonpositive(floatK x)
 }
 
 #if ATT_FAST_EXP
-#define EXP2_SCORES exp2_nonpositive
+#define EXP2_SCORES exp2_bounded
 #else
 #define EXP2_SCORES exp2
 #endif
@@ -170,7 +174,8 @@ typedef struct tile_state {
     float q[ATT_ROWS][HEAD_DIM]; /* queries times scale * log2(e) */
     int lo[ATT_ROWS], hi[ATT_ROWS];
     int lo_min, lo_max, hi_min, hi_max;
-    float m[ATT_ROWS], l[ATT_ROWS]; /* running max (base 2) and sum of exponentials */
+    float m[ATT_ROWS];  /* reference point of the exponentials (base 2), see tile_scores */
+    floatK l[ATT_ROWS]; /* sum of exponentials per key lane: reduced across lanes once, at the end */
     floatV acc[ATT_ROWS][VCHUNKS];  /* unnormalised output */
     int zero;                       /* 0, computed from a kernel argument: see tile_pv */
 } tile_state;
@@ -197,7 +202,7 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
         ts->hi_max = max(ts->hi_max, range.y);
         for (int c = 0; c < HEAD_DIM; ++c) ts->q[r][c] = rows[(size_t)i * HEAD_DIM + c] * scale_log2;
         ts->m[r] = -INFINITY;
-        ts->l[r] = 0.0f;
+        ts->l[r] = (floatK)(0.0f);
         #pragma unroll
         for (int cv = 0; cv < VCHUNKS; ++cv) ts->acc[r][cv] = (floatV)(0.0f);
     }
@@ -210,8 +215,11 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
  * ATT_ROWS * ATT_KB broadcasts of the first chunk for the others and spills them, and with more
  * than 4 rows the accumulators with them. A broadcast from memory costs one load. */
 static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const float *pr, const float *corr,
-                                                         const __global kv_t *vb, int j0, int last)
+                                                         const __global kv_t *vb, int j0, int last, int clamp)
 {
+    /* Unclamped, row j is at a constant offset from the block's first row, which folds into the
+     * load's address; int row numbers instead kept 16 row registers live (and spilled). */
+    const __global kv_t *v0 = vb + (size_t)j0 * HEAD_DIM;
     #pragma unroll
     for (int cv = 0; cv < VCHUNKS; ++cv) {
         const float *pc = pr + cv * ts->zero;
@@ -220,7 +228,8 @@ static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const 
         for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv] * corr[r];
         #pragma unroll
         for (int j = 0; j < ATT_KB; ++j) {
-            const floatV vv = load_chunk(vb + (size_t)min(j0 + j, last) * HEAD_DIM, cv);
+            const __global kv_t *row = clamp ? vb + (size_t)min(j0 + j, last) * HEAD_DIM : v0 + j * HEAD_DIM;
+            const floatV vv = load_chunk(row, cv);
             #pragma unroll
             for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
         }
@@ -229,12 +238,14 @@ static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const 
     }
 }
 
-/* One register tile against the key block starting at key j0. */
-static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __global kv_t *vb, int j0, int T)
+/* The scores of one register tile against the key block starting at key j0, and their online
+ * softmax: probabilities into pr (row r at r * ATT_KB), the rescaling of earlier output into corr. */
+static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0, float *pr, float *corr)
 {
     floatK s[ATT_ROWS];
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) s[r] = (floatK)(0.0f);
+    #pragma unroll 4
     for (int c = 0; c < HEAD_DIM; ++c) {
         const floatK kv = LOAD_KEYS(kblk + (size_t)c * ATT_KB);
         #pragma unroll
@@ -242,36 +253,49 @@ static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __
     }
 
     const int whole = j0 >= ts->lo_max && j0 + ATT_KB - 1 <= ts->hi_min;
-    float pr[ATT_ROWS * ATT_KB]; /* probabilities, row r at r * ATT_KB */
-    float corr[ATT_ROWS];
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         if (!whole) {
             const intK u = (intK)(j0) + KEY_IOTA;
             s[r] = select((floatK)(-INFINITY), s[r], (u >= (intK)(ts->lo[r])) & (u <= (intK)(ts->hi[r])));
         }
-        const float mx = hmax(s[r]);
-        const float m_new = ts->m[r] > mx ? ts->m[r] : mx;
-        /* A row that has seen no visible key yet keeps m = -inf; base 0 makes every
-         * exponential exactly 0 instead of NaN. */
-        const float base = m_new == -INFINITY ? 0.0f : m_new;
-        /* The running maximum rarely grows once a few blocks are seen: the branch skips the
-         * exponential (a libm call of ~50 instructions) in most steps. */
+        /* The reference point m moves only when a score exceeds it by more than MAX_SLACK, so
+         * most blocks need neither the horizontal maximum nor a rescaling, and the
+         * exponentials start as soon as the scores are done. A row that has seen no visible
+         * key keeps m = -inf: any finite score moves it, and base 0 makes a masked row's
+         * exponentials exactly 0 instead of NaN. */
         corr[r] = 1.0f;
-        if (m_new > ts->m[r]) corr[r] = exp2(ts->m[r] - base);
+        const float mx = hmax(s[r]); /* any() of a vector compare costs PoCL a branch per lane */
+        if (mx > ts->m[r] + MAX_SLACK) {
+            corr[r] = exp2(ts->m[r] - mx);
+            ts->l[r] *= corr[r];
+            ts->m[r] = mx;
+        }
+        const float base = ts->m[r] == -INFINITY ? 0.0f : ts->m[r];
         const floatK p = EXP2_SCORES(s[r] - (floatK)(base));
         vstoreK(p, r, pr);
-        ts->l[r] = ts->l[r] * corr[r] + hsum(p);
-        ts->m[r] = m_new;
+        ts->l[r] += p;
     }
+}
 
-    /* P.V, with rows clamped only in a block that runs past T (padding keys have probability 0;
-     * clamping their rows keeps the reads in bounds): elsewhere the rows are consecutive and
-     * their addresses fold into the loads. */
+/* P.V of a tile whose probabilities tile_scores left in pr, with rows clamped only in a block that
+ * runs past T (padding keys have probability 0; clamping their rows keeps the reads in bounds). */
+static inline void tile_values(tile_state *ts, const float *pr, const float *corr, const __global kv_t *vb, int j0,
+                               int T)
+{
     if (j0 + ATT_KB <= T)
-        tile_pv(ts, pr, corr, vb, j0, j0 + ATT_KB - 1);
+        tile_pv(ts, pr, corr, vb, j0, j0 + ATT_KB - 1, 0);
     else
-        tile_pv(ts, pr, corr, vb, j0, T - 1);
+        tile_pv(ts, pr, corr, vb, j0, T - 1, 1);
+}
+
+/* One register tile against the key block starting at key j0 (decoding's single tile). */
+static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __global kv_t *vb, int j0, int T)
+{
+    float pr[ATT_ROWS * ATT_KB];
+    float corr[ATT_ROWS];
+    tile_scores(ts, kblk, j0, pr, corr);
+    tile_values(ts, pr, corr, vb, j0, T);
 }
 
 __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */
@@ -299,14 +323,23 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         hi_max = max(hi_max, tiles[i].hi_max);
     }
 
+    /* Software-pipelined over the tiles: tile i's scores and softmax come before tile i-1's P.V,
+     * so the softmax's long dependency chain (max, exponentials, sum) runs under the previous
+     * tile's FMAs instead of stalling its own P.V. */
+    float pr[ATT_TILES][ATT_ROWS * ATT_KB];
+    float corr[ATT_TILES][ATT_ROWS];
     for (int blk = lo_min / ATT_KB; blk <= hi_max / ATT_KB; ++blk) {
         const int j0 = blk * ATT_KB;
         const __global kv_t *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
+        int pending = -1;
         for (int i = 0; i < ATT_TILES; ++i) {
             /* Blocks outside this tile's visible keys are skipped, not computed and masked. */
             if (j0 + ATT_KB - 1 < tiles[i].lo_min || j0 > tiles[i].hi_max) continue;
-            tile_step(&tiles[i], kblk, vb, j0, T);
+            tile_scores(&tiles[i], kblk, j0, pr[i], corr[i]);
+            if (pending >= 0) tile_values(&tiles[pending], pr[pending], corr[pending], vb, j0, T);
+            pending = i;
         }
+        if (pending >= 0) tile_values(&tiles[pending], pr[pending], corr[pending], vb, j0, T);
     }
 
     for (int i = 0; i < ATT_TILES; ++i) {
@@ -314,12 +347,13 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         for (int r = 0; r < ATT_ROWS; ++r) {
             const int t = t0 + i * ATT_ROWS + r;
             if (t >= T) return;
-            const float inv = ts->l[r] > 0.0f ? 1.0f / ts->l[r] : 0.0f;
+            const float l = hsum(ts->l[r]);
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
             __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
             #pragma unroll
             for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, ts->acc[r][cv] * inv);
             if (want_lse)
-                lse[lse_off + (size_t)bh * T + t] = ts->l[r] > 0.0f ? (ts->m[r] + log2(ts->l[r])) * M_LN2_F : -INFINITY;
+                lse[lse_off + (size_t)bh * T + t] = l > 0.0f ? (ts->m[r] + log2(l)) * M_LN2_F : -INFINITY;
         }
     }
 }
@@ -362,7 +396,7 @@ __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off,
     } else {
         for (int r = 0; r < ATT_ROWS; ++r) {
             ts.m[r] = -INFINITY;
-            ts.l[r] = 0.0f;
+            ts.l[r] = (floatK)(0.0f);
             for (int cv = 0; cv < VCHUNKS; ++cv) ts.acc[r][cv] = (floatV)(0.0f);
         }
     }
@@ -380,7 +414,7 @@ __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off,
             for (int i = 0; i < ATT_VD && cv * ATT_VD + i < HEAD_DIM; ++i) out[cv * ATT_VD + i] = tmp[i];
         }
         out[HEAD_DIM] = ts.m[r];
-        out[HEAD_DIM + 1] = ts.l[r];
+        out[HEAD_DIM + 1] = hsum(ts.l[r]);
     }
 }
 
