@@ -13,7 +13,9 @@
 #      on PoCL but not here is a portability bug). Memory checks only: with --data-races the
 #      decoding test alone takes 3-5 minutes (its kernels use no local memory, barriers or
 #      atomics);
-#   3. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
+#   3. tests/test_gemm with --data-races: the library's SGEMM kernel in every tile of its tuning
+#      space on ragged shapes, with buffers that end where their matrices do (~15 s);
+#   4. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
 #      other kernels it stops on LLVM's `freeze` instruction ("Unsupported instruction"),
 #      crashes on the whole layer, or (built with -cl-opt-disable) loses track of values
 #      passed through vector built-ins and reports every one of them.
@@ -54,6 +56,7 @@ run decode -- "$tests/test_decode"
 run mha -- "$tests/test_mha"
 run errors -- "$tests/test_errors"
 run half -- "$tests/test_half"
+run gemm_races --data-races -- "$tests/test_gemm"
 IHA_SMALL_SHAPES_FILTER='unfused*' run unfused_uninitialized --uninitialized -- "$tests/test_small_shapes"
 [ $failed -eq 0 ] && echo "oclgrind: all clean; logs in $logs"
 exit $failed

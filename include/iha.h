@@ -352,13 +352,20 @@ iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_
  *   5. a safe built-in default that any device runs.
  * iha_context_last_choices says which configuration a call used and where it came from.
  *
- * CLBlast's SGEMM is tuned too (its Xgemm and XgemmDirect parameters and the direct/indirect
- * switch point XGEMM_MIN_INDIRECT_SIZE). CLBlast holds such parameters process-wide per device:
- * a context applies its profile's GEMM parameters at its first layer call, for every context
+ * The layer's matrix products (projections, and the unfused baseline's S V) have two backends:
+ * the library's own SGEMM kernel (cl/gemm.cl: its tile GEMM_MR x GEMM_VW, k unrolling GEMM_KU
+ * and GEMM_GROUP row tiles per work-group), and CLBlast (its Xgemm and XgemmDirect parameters
+ * and the direct/indirect switch point XGEMM_MIN_INDIRECT_SIZE). The "gemm" configuration is
+ * one device-wide entry that names the backend ("backend=1": the library's kernel, "backend=0":
+ * CLBlast) and both backends' parameters; tuning times the two on the same problem and keeps the
+ * faster. Without a GEMM entry a CPU device uses the library's kernel (it loads from the program
+ * cache where CLBlast builds its GEMM program from source in every process, and CLBlast's
+ * database has no entry for CPU OpenCL drivers such as PoCL), and a GPU CLBlast with its own
+ * database. A context on the library's kernel never calls into CLBlast for a layer call or a
+ * decoding step. CLBlast holds its parameters process-wide per device: a context whose backend
+ * is CLBlast applies its profile's CLBlast parameters at its first layer call, for every context
  * and every CLBlast user on that device in the process, until the process ends or they are set
- * again. Without a GEMM entry a CPU device gets the library's built-in CPU parameters, applied
- * the same way (CLBlast's database has no entry for CPU OpenCL drivers such as PoCL, and its
- * defaults ran the demo layer's projections 2-5x slower), and a GPU CLBlast's own database. */
+ * again. */
 
 typedef enum iha_config_source {
     IHA_CONFIG_PROFILE_EXACT = 1,   /* 1. the profile's entry for the call's bucket */
@@ -380,7 +387,8 @@ typedef struct iha_kernel_choice {
 
 /* The configurations of the last layer call on ctx (iha_forward, iha_attention_core,
  * iha_attention): up to `capacity` entries into out (NULL when capacity is 0), the number
- * available in *count. The GEMM entry reports the parameters applied to CLBlast. */
+ * available in *count. The GEMM entry reports the context's GEMM configuration (its backend,
+ * and the parameters applied to CLBlast when that is the backend). */
 iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *out, size_t capacity, size_t *count);
 
 typedef enum iha_profile_state {
@@ -409,7 +417,7 @@ iha_status iha_profile_clear(iha_context *ctx);
 /* Kernels for iha_tune_options.kernels. */
 #define IHA_TUNE_ROWS 1u      /* mixing and collapse */
 #define IHA_TUNE_ATTENTION 2u
-#define IHA_TUNE_GEMM 4u      /* CLBlast's SGEMM for the layer's projection shapes */
+#define IHA_TUNE_GEMM 4u      /* the SGEMM backend and its parameters for the layer's projection shapes */
 /* The decode kernels of iha_decode_step (tile, vector width, work-group, key-split policy), for
  * one new token per sequence against a cache of each shape's N tokens, float and half caches.
  * A decoding step chooses them by the fallback order above, on its bucket (d, P, mask, window
@@ -545,14 +553,21 @@ void iha_half_to_float(const uint16_t *src, float *dst, size_t n);
  * as you would iha_attention. */
 
 /* The median seconds of one CLBlast SGEMM, C[m][n] = A[m][k] B[k][n] (row-major, no
- * transposes), over `reps` timed runs on the context's device: the GEMM rate the layer's
- * projections get (2*m*n*k / *seconds FLOP/s), with the CLBlast parameters a layer call on this
- * context applies (the profile's or the device type's built-in; see "Tuning"), applied first
- * when no layer call has yet. reps from 1 to 1000. Returns
+ * transposes), over `reps` timed runs on the context's device (2*m*n*k / *seconds FLOP/s), with
+ * the CLBlast parameters of the context's GEMM configuration (the profile's or the device type's
+ * built-in, whichever backend it names; see "Tuning"), applied first when no layer call has
+ * applied them. This is the layer's GEMM rate where CLBlast is the backend. reps from 1 to 1000. Returns
  * IHA_ERROR_INVALID_ARGUMENT for a zero size or reps, IHA_ERROR_SIZE_OVERFLOW or
  * IHA_ERROR_DEVICE_MEMORY when a matrix does not fit in one device allocation, IHA_ERROR_GEMM
  * when CLBlast fails. */
 iha_status iha_measure_gemm(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
+
+/* The same measurement through the library's own SGEMM kernel (cl/gemm.cl, a register-tile
+ * micro-kernel; see "Tuning" for when layer calls use it) with the tile of the context's GEMM
+ * configuration (the profile's, or the device type's built-in; the kernel's default tile when
+ * the configuration is CLBlast's database). Same arguments and errors as iha_measure_gemm,
+ * except IHA_ERROR_GEMM. Never calls into CLBlast. */
+iha_status iha_measure_gemm_kernel(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
 
 /* The device's float32 FMA rate in GFLOP/s (an FMA counts as 2 FLOPs), measured with the
  * library's own kernel (cl/measure_peak_fma.cl): independent chains of floatN FMAs held in
@@ -575,8 +590,8 @@ iha_status iha_measure_copy_bandwidth(iha_context *ctx, size_t bytes, double *by
  * not overlap the inputs, no LSE), computed as a program without a fused kernel would: for each
  * (b, h) in turn, the whole score matrix S = scale * Qt Kt^T (T x T floats) by a CLBlast SGEMM,
  * a masked row softmax in place (cl/measure_softmax.cl; masked entries become 0), and
- * O = S Vt by a second CLBlast SGEMM. Masked blocks are computed and discarded. For benchmarks
- * only: it needs T*T*4 bytes of device memory in one buffer (kept in the context's workspace)
+ * O = S Vt by the context's GEMM backend (see "Tuning"). Masked blocks are computed and
+ * discarded. For benchmarks only: it needs T*T*4 bytes of device memory in one buffer (kept in the context's workspace)
  * and returns IHA_ERROR_UNSUPPORTED when that exceeds the device's largest allocation, or for
  * half storage (options->storage must be IHA_STORAGE_F32). Like iha_attention it enqueues and
  * returns; the result is ready after iha_context_finish. */

@@ -5,7 +5,8 @@
  * profile for another driver, library or kernel version, and a corrupt, truncated or invalid
  * one, is reported (IHA_ERROR_PROFILE), ignored and harmless; two writers at once leave a valid
  * file and a later writer merges; a candidate that is fast but wrong is rejected, never stored;
- * tuning on first use happens only when asked; clear removes the file. Candidate counts and
+ * tuning on first use happens only when asked; the GEMM entry names the backend (the library's
+ * kernel or CLBlast); clear removes the file. Candidate counts and
  * budgets are tiny: every new configuration costs PoCL a compile.
  */
 #include <setjmp.h>
@@ -480,6 +481,83 @@ static void tuning_on_first_use_only_when_asked(void **state)
     }
 }
 
+/* A profile with a GEMM entry: `config` ("NAME=value ...") with the library kernel's tile
+ * replaced by rows x vec, unrolling 2 and groups of 4. */
+static void write_gemm_entry(const char *path, const char *config, long rows, long vec)
+{
+    cJSON *root = tp_profile_new(), *e = cJSON_CreateObject(), *b = cJSON_CreateObject(), *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "kernel", "gemm");
+    cJSON_AddStringToObject(e, "role", "device_default");
+    cJSON_AddNumberToObject(b, "elem_bytes", 4);
+    cJSON_AddNumberToObject(b, "m", 24);
+    cJSON_AddNumberToObject(b, "n", 16);
+    cJSON_AddNumberToObject(b, "k", 16);
+    char name[64];
+    long value;
+    int used;
+    for (const char *p = config; sscanf(p, "%63[^=]=%ld%n", name, &value, &used) == 2; p += used + (p[used] == ' ')) {
+        if (strcmp(name, "GEMM_MR") == 0) value = rows;
+        if (strcmp(name, "GEMM_VW") == 0) value = vec;
+        if (strcmp(name, "GEMM_KU") == 0) value = 2;
+        if (strcmp(name, "GEMM_GROUP") == 0) value = 4;
+        cJSON_AddNumberToObject(c, name, (double)value);
+    }
+    cJSON_AddItemToObject(e, "bucket", b);
+    cJSON_AddItemToObject(e, "config", c);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(root, "entries"), e);
+    tp_write_json(root, path);
+    cJSON_Delete(root);
+}
+
+/* The GEMM entry names the backend: a CPU without one uses the library's kernel; an entry with
+ * another tile of it is used by layer calls and by iha_measure_gemm_kernel; a tile outside the
+ * space makes the profile ignored. */
+static void gemm_entry_names_the_backend(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    tu_layer l;
+    tu_layer_init(&l, &small_shape, 17);
+    const iha_attention_options o = causal(0);
+    double *zref = tu_layer_reference(&l, &o);
+    iha_context *ctx = open_with_profile("off", 0);
+    tu_layer_check_forward(ctx, &l, &o, TU_API_DEVICE, zref, TU_TOL_F32);
+    iha_kernel_choice builtin = tp_choice_of(ctx, "gemm");
+    iha_context_free(ctx);
+    assert_int_equal(builtin.source, IHA_CONFIG_BUILTIN_TYPE);
+    if (strstr(builtin.config, "backend=1") == NULL) {
+        /* A GPU: CLBlast's database, nothing to rewrite. */
+        assert_string_equal(builtin.config, "CLBlast database");
+        free(zref), tu_layer_free(&l);
+        skip();
+    }
+    assert_non_null(strstr(builtin.config, "GEMM_MR=6 GEMM_VW=16 GEMM_KU=4 GEMM_GROUP=16"));
+
+    char path[1100];
+    path_in(path, sizeof path, "gemm.json");
+    write_gemm_entry(path, builtin.config, 3, 8);
+    ctx = open_with_profile(path, 0);
+    tu_layer_check_forward(ctx, &l, &o, TU_API_DEVICE_OFFSETS, zref, TU_TOL_F32);
+    const iha_kernel_choice tuned = tp_choice_of(ctx, "gemm");
+    assert_int_equal(tuned.source, IHA_CONFIG_PROFILE_DEVICE);
+    assert_non_null(strstr(tuned.config, "backend=1 GEMM_MR=3 GEMM_VW=8 GEMM_KU=2 GEMM_GROUP=4"));
+    double seconds = 0.0;
+    tu_assert_status(ctx, iha_measure_gemm_kernel(ctx, 5, 7, 3, 1, &seconds), IHA_OK);
+    assert_true(seconds > 0.0);
+    iha_context_free(ctx);
+
+    write_gemm_entry(path, builtin.config, 3, 5);
+    ctx = open_with_profile(path, 0);
+    iha_profile_info info;
+    assert_int_equal(iha_context_profile(ctx, &info), IHA_ERROR_PROFILE);
+    assert_non_null(strstr(info.message, "gemm configuration is outside its space"));
+    tu_layer_check_forward(ctx, &l, &o, TU_API_DEVICE, zref, TU_TOL_F32);
+    assert_int_equal(tp_choice_of(ctx, "gemm").source, IHA_CONFIG_BUILTIN_TYPE);
+    iha_context_free(ctx);
+    free(zref);
+    tu_layer_free(&l);
+}
+
 static void clear_removes_the_profile(void **state)
 {
     (void)state;
@@ -524,6 +602,7 @@ int main(void)
         cmocka_unit_test(concurrent_writers_leave_a_valid_profile),
         cmocka_unit_test(wrong_candidate_is_never_stored),
         cmocka_unit_test(tuning_on_first_use_only_when_asked),
+        cmocka_unit_test(gemm_entry_names_the_backend),
         cmocka_unit_test(clear_removes_the_profile),
     };
     return cmocka_run_group_tests(tests, group_setup, tp_group_teardown);

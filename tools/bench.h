@@ -45,6 +45,9 @@ typedef struct bench_ceilings {
     size_t copy_bytes;            /* bytes copied per run (read once, written once) */
     double copy_bytes_per_second; /* 2 * copy_bytes / seconds */
     bench_gemm clblast_square, clblast_projection;
+    /* The library's SGEMM kernel (iha_measure_gemm_kernel): the projection shape and one row of
+     * it (a decoding step's projection). */
+    bench_gemm kernel_projection, kernel_row;
     double peak_fma_gflops;
     bench_state host_state; /* BENCH_NOT_RUN when not built with CBLAS or the device is no CPU */
     char host_note[128];

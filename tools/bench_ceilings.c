@@ -1,7 +1,8 @@
 /*
  * bench_ceilings.c - what the device can do at all, measured in the same run as the layer:
- * copy bandwidth, CLBlast SGEMM (square and the layer's projection shape), the library's
- * peak-FMA kernel, and on a CPU device the host's SGEMM through CBLAS.
+ * copy bandwidth, CLBlast SGEMM (square and the layer's projection shape), the library's own
+ * SGEMM kernel (the projection shape and one row of it), the library's peak-FMA kernel, and on
+ * a CPU device the host's SGEMM through CBLAS.
  */
 #include <stdio.h>
 
@@ -21,13 +22,14 @@ static cl_ulong max_alloc_bytes(iha_context *ctx)
     return bytes;
 }
 
-static int device_gemm(iha_context *ctx, size_t reps, bench_gemm *g)
+static int device_gemm(iha_context *ctx, int kernel, size_t reps, bench_gemm *g)
 {
-    iha_status st = iha_measure_gemm(ctx, g->m, g->n, g->k, reps, &g->seconds);
+    iha_status st = kernel ? iha_measure_gemm_kernel(ctx, g->m, g->n, g->k, reps, &g->seconds)
+                           : iha_measure_gemm(ctx, g->m, g->n, g->k, reps, &g->seconds);
     if (st == IHA_OK)
         return 0;
     char what[96];
-    snprintf(what, sizeof what, "CLBlast SGEMM %zux%zux%zu", g->m, g->n, g->k);
+    snprintf(what, sizeof what, "%s SGEMM %zux%zux%zu", kernel ? "library" : "CLBlast", g->m, g->n, g->k);
     return bench_fail(ctx, st, what);
 }
 
@@ -69,7 +71,10 @@ int bench_ceilings_run(iha_context *ctx, const bench_config *c, int device_is_cp
     out->clblast_square = (bench_gemm){SQUARE, SQUARE, SQUARE, 0};
     const iha_shape *l = &c->layer;
     out->clblast_projection = (bench_gemm){l->batch * l->tokens, l->heads * l->head_dim, l->model_dim, 0};
-    if (device_gemm(ctx, c->reps, &out->clblast_square) || device_gemm(ctx, c->reps, &out->clblast_projection))
+    out->kernel_projection = out->clblast_projection;
+    out->kernel_row = (bench_gemm){1, out->clblast_projection.n, out->clblast_projection.k, 0};
+    if (device_gemm(ctx, 0, c->reps, &out->clblast_square) || device_gemm(ctx, 0, c->reps, &out->clblast_projection) ||
+        device_gemm(ctx, 1, c->reps, &out->kernel_projection) || device_gemm(ctx, 1, c->reps, &out->kernel_row))
         return -1;
     st = iha_measure_peak_fma(ctx, &out->peak_fma_gflops);
     if (st != IHA_OK)

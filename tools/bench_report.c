@@ -90,6 +90,12 @@ static void print_ceilings(const bench_results *r)
         printf("  %-44s", label);
         cell(1e3 * gemms[i]->seconds, 9, 1), cell(gemm_gflops(gemms[i]), 9, 1), cell(NAN, 9, 1), printf("\n");
     }
+    const bench_gemm *own[2] = {&c->kernel_projection, &c->kernel_row};
+    for (int i = 0; i < 2; i++) {
+        snprintf(label, sizeof label, "library SGEMM %zux%zux%zu (cl/gemm.cl)", own[i]->m, own[i]->n, own[i]->k);
+        printf("  %-44s", label);
+        cell(1e3 * own[i]->seconds, 9, 3), cell(gemm_gflops(own[i]), 9, 1), cell(NAN, 9, 1), printf("\n");
+    }
     printf("  %-44s", "peak FMA kernel (cl/measure_peak_fma.cl)");
     cell(NAN, 9, 1), cell(c->peak_fma_gflops, 9, 1), cell(NAN, 9, 1), printf("\n");
     if (c->host_state != BENCH_RAN) {
@@ -276,6 +282,10 @@ static void json_ceilings(json_writer *w, const bench_results *r)
         json_begin_array(w, "clblast_gemm");
         json_gemm(w, &c->clblast_square);
         json_gemm(w, &c->clblast_projection);
+        json_end_array(w);
+        json_begin_array(w, "library_gemm");
+        json_gemm(w, &c->kernel_projection);
+        json_gemm(w, &c->kernel_row);
         json_end_array(w);
         json_number(w, "peak_fma_gflops", c->peak_fma_gflops);
         json_begin_object(w, "host_sgemm");

@@ -1,9 +1,11 @@
-/* SGEMM through CLBlast, with its status codes mapped onto iha's. */
+/* SGEMM through the context's backend: cl/gemm.cl (gemm/microkernel.h) or CLBlast, with
+ * CLBlast's status codes mapped onto iha's. */
 #include "gemm/gemm.h"
 
 #include <clblast_c.h>
 
 #include "gemm/clblast_lock.h"
+#include "gemm/microkernel.h"
 
 static iha_status clblast_failure(iha_context *ctx, CLBlastStatusCode s, const char *call, size_t m, size_t n,
                                   size_t k)
@@ -18,9 +20,9 @@ static iha_status clblast_failure(iha_context *ctx, CLBlastStatusCode s, const c
  * such shapes to whole tiles, and on PoCL they ran 10x slower than GEMV for one row. */
 #define IHA_GEMV_MAX_ROWS 4
 
-iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, size_t k, float alpha, cl_mem a,
-                         size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, cl_mem c, size_t c_off,
-                         size_t ldc)
+iha_status iha__sgemm_clblast(iha_context *ctx, int transpose_b, size_t m, size_t n, size_t k, float alpha, cl_mem a,
+                              size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, cl_mem c, size_t c_off,
+                              size_t ldc)
 {
     if (m <= IHA_GEMV_MAX_ROWS && !transpose_b) {
         /* CLBlast's GEMV reads y even with beta = 0 (BLAS does not), so NaN in an output buffer
@@ -47,6 +49,16 @@ iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, 
                                        b, b_off, ldb, 0.0f, c, c_off, ldc, &ctx->queue, NULL);
     iha__clblast_unlock();
     return s == CLBlastSuccess ? IHA_OK : clblast_failure(ctx, s, "CLBlastSgemm", m, n, k);
+}
+
+iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, size_t k, float alpha, cl_mem a,
+                         size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, cl_mem c, size_t c_off,
+                         size_t ldc)
+{
+    /* The transposed product (only the unfused baseline's Q K^T) stays with CLBlast. */
+    if (ctx->gemm.own && !transpose_b)
+        return iha__gemm_kernel_enqueue(ctx, &ctx->gemm, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc);
+    return iha__sgemm_clblast(ctx, transpose_b, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc);
 }
 
 iha_status iha__sgemm(iha_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b,

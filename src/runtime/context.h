@@ -28,6 +28,17 @@ typedef enum iha_workspace_slot {
     IHA_WS_COUNT
 } iha_workspace_slot;
 
+/* The backend of the library's matrix products: src/gemm reads it, src/tune sets it (the
+ * profile's GEMM entry or the device type's built-in) when the context is created and when it
+ * tunes. own = 0 (the zeroed context): CLBlast. */
+typedef struct iha_gemm_config {
+    int own;      /* 1: cl/gemm.cl with the tile below; 0: CLBlast */
+    int rows;     /* GEMM_MR: rows of C per work-item, 1 to 8 */
+    int vec;      /* GEMM_VW: columns of C per work-item, 4, 8 or 16 */
+    int unroll;   /* GEMM_KU: unrolling of the k loop, 1 to 16 */
+    size_t group; /* row tiles per work-group */
+} iha_gemm_config;
+
 typedef struct iha_rope_key {
     size_t positions, head_dim;
     float base;
@@ -54,6 +65,7 @@ struct iha_context {
     int time_stages;
     iha_stage_times stage_times;
 
+    iha_gemm_config gemm; /* the backend of iha__sgemm (src/gemm/gemm.h) */
     struct iha_tune_state *tune; /* the tuning profile and the last call's choices (src/tune/state.h) */
 
     /* Set by src/gemm at the context's first CLBlast call; iha_context_free calls it after the

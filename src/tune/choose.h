@@ -9,10 +9,16 @@
 iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             iha_attention_config *attention, iha_rows_config *rows);
 
-/* Gives CLBlast the GEMM parameters this context's layer calls use (the profile's, or the
- * device type's built-in), once per context, as the first layer call does; for measurements
- * that should see the same GEMM as the layer. A failure leaves CLBlast's own parameters. */
+/* Sets up the GEMM backend this context's layer calls use (the profile's, or the device type's
+ * built-in), once per context, as the first layer call does; for measurements that should see
+ * the same GEMM as the layer. A failure leaves CLBlast's own parameters. */
 void iha__tune_gemm_ready(iha_context *ctx);
+
+/* For measuring each backend alone: CLBlast with the parameters of the context's GEMM
+ * configuration (applied once; CLBlast's database where there is none), and the library
+ * kernel's tile of that configuration (its default where there is none). */
+void iha__tune_clblast_ready(iha_context *ctx);
+void iha__tune_gemm_own_tile(iha_context *ctx, iha_gemm_config *out);
 
 /* Chooses the decode kernels' configuration (dd->tune) for a validated decoding step whose
  * geometry dd holds (t_cur and the cache's key block set), by the same fallback order, and adds

@@ -6,11 +6,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm/microkernel.h"
 #include "tune/choose.h"
 #include "tune/state.h"
 
 static void describe(const iha_tunable *t, const iha_tune_bucket *b, const iha_tune_config *c, int source,
                      const iha_profile_entry *e, iha_kernel_choice *out);
+
+/* The context's GEMM configuration: the profile's device entry, else the built-in of the device
+ * type. Returns 0 when there is none (CLBlast's database). */
+static int gemm_config(const iha_context *ctx, iha_tune_config *c, const iha_profile_entry **entry)
+{
+    const iha_tunable *t = &iha__tunable_gemm;
+    const iha_profile *p = &ctx->tune->profile;
+    const iha_profile_entry *e = NULL;
+    for (size_t i = 0; i < p->count; ++i)
+        if (p->entries[i].tunable == t && p->entries[i].is_default) e = &p->entries[i];
+    if (entry != NULL) *entry = e;
+    if (e != NULL) {
+        *c = e->config;
+        return 1;
+    }
+    iha_tune_bucket none = {0, {0}};
+    return t->builtin(ctx, &none, c);
+}
 
 iha_status iha__tune_context_init(iha_context *ctx, const char *profile_option, int first_use, double budget_s)
 {
@@ -22,6 +41,14 @@ iha_status iha__tune_context_init(iha_context *ctx, const char *profile_option, 
     IHA_FORWARD_IF_ERROR(iha__profile_open(ctx, profile_option, &s->profile));
     iha_tune_bucket none = {0, {0}};
     describe(&iha__tunable_gemm, &none, NULL, IHA_CONFIG_BUILTIN_TYPE, NULL, &s->gemm);
+    /* The library's kernel is context state and costs nothing to choose; CLBlast's parameters
+     * wait for the first layer call (see state.h). */
+    iha_tune_config c;
+    iha_gemm_config g;
+    if (gemm_config(ctx, &c, NULL)) {
+        iha__tune_gemm_own_config(&c, &g);
+        if (g.own) return iha__tune_apply_gemm(ctx);
+    }
     return IHA_OK;
 }
 
@@ -88,21 +115,21 @@ static void describe(const iha_tunable *t, const iha_tune_bucket *b, const iha_t
 iha_status iha__tune_apply_gemm(iha_context *ctx)
 {
     const iha_tunable *t = &iha__tunable_gemm;
-    const iha_profile *p = &ctx->tune->profile;
-    const iha_profile_entry *e = NULL;
-    for (size_t i = 0; i < p->count; ++i)
-        if (p->entries[i].tunable == t && p->entries[i].is_default) e = &p->entries[i];
+    const iha_profile_entry *e;
+    iha_tune_config c;
+    iha_tune_bucket none = {0, {0}};
     ctx->tune->gemm_applied = 1;
-    if (e == NULL) {
-        /* No profile entry: the built-in of the device type, or CLBlast's database. */
-        iha_tune_bucket none = {0, {0}};
-        iha_tune_config c;
-        if (!t->builtin(ctx, &none, &c)) return IHA_OK;
-        describe(t, &none, &c, IHA_CONFIG_BUILTIN_TYPE, NULL, &ctx->tune->gemm);
-        return t->apply(ctx, &c);
+    if (!gemm_config(ctx, &c, &e)) {
+        /* No profile entry and no built-in: CLBlast with its database. */
+        ctx->gemm.own = 0;
+        describe(t, &none, NULL, IHA_CONFIG_BUILTIN_TYPE, NULL, &ctx->tune->gemm);
+        return IHA_OK;
     }
-    describe(t, &e->bucket, &e->config, IHA_CONFIG_PROFILE_DEVICE, NULL, &ctx->tune->gemm);
-    return t->apply(ctx, &e->config);
+    if (e != NULL)
+        describe(t, &e->bucket, &c, IHA_CONFIG_PROFILE_DEVICE, NULL, &ctx->tune->gemm);
+    else
+        describe(t, &none, &c, IHA_CONFIG_BUILTIN_TYPE, NULL, &ctx->tune->gemm);
+    return t->apply(ctx, &c);
 }
 
 /* ---- Tuning on first use ---- */
@@ -152,6 +179,25 @@ static iha_status choose_one(iha_context *ctx, const iha_tunable *t, const iha_s
 void iha__tune_gemm_ready(iha_context *ctx)
 {
     if (!ctx->tune->gemm_applied && iha__tune_apply_gemm(ctx) != IHA_OK) iha__message_clear(&ctx->message);
+}
+
+void iha__tune_clblast_ready(iha_context *ctx)
+{
+    iha__tune_gemm_ready(ctx);
+    iha_tune_config c;
+    if (!ctx->gemm.own || ctx->tune->clblast_applied || !gemm_config(ctx, &c, NULL)) return;
+    ctx->tune->clblast_applied = 1;
+    if (iha__tune_gemm_clblast_apply(ctx, &c) != IHA_OK) iha__message_clear(&ctx->message);
+}
+
+void iha__tune_gemm_own_tile(iha_context *ctx, iha_gemm_config *out)
+{
+    iha_tune_config c;
+    if (gemm_config(ctx, &c, NULL))
+        iha__tune_gemm_own_config(&c, out);
+    else
+        iha__gemm_kernel_default(ctx, out);
+    out->own = 1;
 }
 
 iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,

@@ -1,8 +1,13 @@
-/* The tuning space of CLBlast's SGEMM as the layer calls it (row-major, no transposes): a
- * subset of the Xgemm (indirect) and XgemmDirect parameters of CLBlast 1.5.3 with the
- * constraints of CLBlast's own tuners (src/tuning/kernels/xgemm.hpp, xgemm_direct.hpp), and
- * the switch point XGEMM_MIN_INDIRECT_SIZE of its GemmRoutine (direct below size^3 = m*n*k).
- * A candidate is a whole parameter set, applied with CLBlastOverrideParameters; it is timed on
+/* The tuning space of the layer's SGEMM (row-major, no transposes): which backend runs it, and
+ * each backend's parameters.
+ *  - backend=1: the library's kernel (cl/gemm.cl): its tile GEMM_MR x GEMM_VW, k unrolling
+ *    GEMM_KU and row tiles per work-group GEMM_GROUP;
+ *  - backend=0: CLBlast, with a subset of the Xgemm (indirect) and XgemmDirect parameters of
+ *    CLBlast 1.5.3 under the constraints of CLBlast's own tuners (src/tuning/kernels/xgemm.hpp,
+ *    xgemm_direct.hpp), and the switch point XGEMM_MIN_INDIRECT_SIZE of its GemmRoutine (direct
+ *    below size^3 = m*n*k), applied with CLBlastOverrideParameters.
+ * A candidate is a whole parameter set; the parameters of the backend it does not use are the
+ * seed's, so the search compares the two backends' best on the same problem. It is timed on
  * the layer's four GEMMs and checked on a ragged 67x45x33 product against float64 and on the
  * layer's shapes with a Freivalds checksum (C x against A (B x) in float64, BLIS-style). */
 #include <math.h>
@@ -11,17 +16,21 @@
 
 #include "gemm/gemm.h"
 #include "gemm/gemm_params.h"
+#include "gemm/microkernel.h"
 #include "tune/buffers.h"
 #include "tune/tunable.h"
 
 /* Parameter order: Xgemm's 16 (CLBlast's names, all required by an override), XgemmDirect's
- * 10, then GemmRoutine's one. Tied parameters follow CLBlast's "variation 1" restrictions
+ * 10, GemmRoutine's one, the backend, then the library kernel's four. Tied parameters follow CLBlast's "variation 1" restrictions
  * (MDIMA = MDIMC, NDIMB = NDIMC, SA = SB), which keep the space explorable. */
 #define XGEMM_FIRST 0
 #define XGEMM_COUNT 16
 #define DIRECT_FIRST 16
 #define DIRECT_COUNT 10
 #define SWITCH_INDEX 26
+#define BACKEND_INDEX 27
+#define OWN_FIRST 28
+#define OWN_COUNT 4
 static const iha_tune_param params[] = {
     {"GEMMK", 1, {0}, NULL},                          /* 0: the 2D-register kernel is for other GPUs */
     {"KREG", 1, {1}, NULL},
@@ -50,8 +59,13 @@ static const iha_tune_param params[] = {
     {"VWND", 4, {1, 2, 4, 8}, NULL},
     {"WGD", 4, {8, 16, 32, 64}, NULL},
     {"XGEMM_MIN_INDIRECT_SIZE", 8, {64, 128, 256, 384, 512, 768, 1024, 2048}, NULL},
+    {"backend", 2, {0, 1}, NULL},                     /* 0: CLBlast, 1: cl/gemm.cl */
+    {"GEMM_MR", 6, {1, 2, 3, 4, 6, 8}, NULL},
+    {"GEMM_VW", 3, {4, 8, 16}, NULL},
+    {"GEMM_KU", 4, {1, 2, 4, 8}, NULL},
+    {"GEMM_GROUP", 5, {1, 4, 16, 64, 256}, NULL},
 };
-#define PARAM_COUNT 27
+#define PARAM_COUNT 32
 
 enum { K_BYTES, K_M, K_N, K_K, K_COUNT };
 static const iha_tune_key keys[] = {{"elem_bytes", 1}, {"m", 0}, {"n", 0}, {"k", 0}};
@@ -77,6 +91,8 @@ static const iha_tune_constraint constraints[] = {
     {iha__multiple_of_x_mul_y_div_z, {"WGD", "MDIMCD", "NDIMCD", "MDIMAD"}, "WGD must be a multiple of KDIMAD"},
     {iha__multiple_of_x_mul_y_div_z, {"WGD", "MDIMCD", "NDIMCD", "NDIMBD"}, "WGD must be a multiple of KDIMBD"},
     {group_fits, {"MDIMCD", "NDIMCD", "max_group", NULL}, "MDIMCD*NDIMCD exceeds the device's work-group size"},
+    /* The library's kernel. */
+    {iha__at_most_x, {"GEMM_GROUP", "max_group", NULL, NULL}, "GEMM_GROUP exceeds the device's work-group size"},
 };
 
 /* Local memory of the larger of the two kernels: Xgemm caches KWG x MWG of A when SA and
@@ -89,7 +105,7 @@ static long local_bytes(const long *v)
 }
 
 static const iha_tune_space space = {
-    "gemm", params, PARAM_COUNT, keys, K_COUNT, constraints, 16,
+    "gemm", params, PARAM_COUNT, keys, K_COUNT, constraints, 17,
     local_bytes, {"SA", "KWG", "MWG", "NWG", "WGD", "PADA"}, {NULL, NULL, NULL},
 };
 
@@ -109,35 +125,53 @@ static const long cpu_direct[DIRECT_COUNT] = {2, 8, 8, 8, 8, 1, 1, 1, 1, 32};
 static const long gpu_xgemm[XGEMM_COUNT] = {0, 1, 16, 2, 16, 16, 64, 16, 16, 64, 1, 1, 0, 0, 2, 2};
 static const long gpu_direct[DIRECT_COUNT] = {2, 8, 8, 8, 8, 1, 1, 1, 1, 32};
 
+static void set_own(iha_tune_config *c, const iha_gemm_config *g)
+{
+    c->v[OWN_FIRST] = g->rows;
+    c->v[OWN_FIRST + 1] = g->vec;
+    c->v[OWN_FIRST + 2] = g->unroll;
+    c->v[OWN_FIRST + 3] = (long)g->group;
+}
+
+/* CLBlast's parameters with the switch the tuner chose for the demo layer (its 1024x512x512
+ * products on the indirect kernel), and the library kernel's default tile; backend CLBlast. */
 static void seed_base(const iha_context *ctx, iha_tune_config *c)
 {
     memset(c, 0, sizeof *c);
     set_values(c, XGEMM_FIRST, XGEMM_COUNT, ctx->info.is_gpu ? gpu_xgemm : cpu_xgemm);
     set_values(c, DIRECT_FIRST, DIRECT_COUNT, ctx->info.is_gpu ? gpu_direct : cpu_direct);
+    c->v[SWITCH_INDEX] = 512;
+    iha_gemm_config g;
+    iha__gemm_kernel_default(ctx, &g);
+    set_own(c, &g);
 }
 
-/* Two seeds: the layer's GEMMs on the indirect path (smallest switch) and on the direct one. */
+/* Three seeds: the library's kernel, and CLBlast with the layer's GEMMs on its indirect path
+ * (smallest switch) and on its direct one. */
 static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *out, int capacity)
 {
     (void)b;
-    if (capacity < 2) return 0;
+    if (capacity < 3) return 0;
     seed_base(ctx, &out[0]);
-    out[0].v[SWITCH_INDEX] = 64;
-    out[1] = out[0];
-    out[1].v[SWITCH_INDEX] = 2048;
-    return 2;
+    out[0].v[BACKEND_INDEX] = 1;
+    seed_base(ctx, &out[1]);
+    out[1].v[SWITCH_INDEX] = 64;
+    out[2] = out[1];
+    out[2].v[SWITCH_INDEX] = 2048;
+    return 3;
 }
 
-/* On a CPU the seed's parameters, with the switch the tuner chose for the demo layer (its
- * 1024x512x512 products on the indirect kernel): CLBlast's database has no entry for PoCL, and
- * its defaults ran the demo's four GEMMs in 632 ms against 112 ms (BENCHMARKS.md, "Tuning").
- * On a GPU, CLBlast's own database, which covers the common ones: nothing to override. */
+/* On a CPU the library's kernel: it loads from the IHA program cache where CLBlast builds its
+ * 133 KB GEMM program from source in every process (~110 ms on PoCL), and CLBlast's database
+ * has no entry for PoCL (its defaults ran the demo's four GEMMs in 632 ms against 112 ms tuned;
+ * BENCHMARKS.md, "Tuning"). On a GPU, CLBlast's own database, which covers the common ones:
+ * nothing to override. */
 static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *c)
 {
     (void)b;
     if (ctx->info.is_gpu) return 0;
     seed_base(ctx, c);
-    c->v[SWITCH_INDEX] = 512;
+    c->v[BACKEND_INDEX] = 1;
     return 1;
 }
 
@@ -146,19 +180,25 @@ static void safe(const iha_tune_bucket *b, iha_tune_config *c)
     (void)b;
     static const long x[XGEMM_COUNT] = {0, 1, 16, 2, 8, 8, 32, 8, 8, 32, 0, 0, 0, 0, 1, 1};
     static const long d[DIRECT_COUNT] = {2, 8, 8, 8, 8, 1, 1, 1, 1, 16};
+    static const iha_gemm_config own = {0, 4, 4, 1, 1};
     memset(c, 0, sizeof *c);
     set_values(c, XGEMM_FIRST, XGEMM_COUNT, x);
     set_values(c, DIRECT_FIRST, DIRECT_COUNT, d);
     c->v[SWITCH_INDEX] = 512;
+    set_own(c, &own);
 }
 
-/* NULL cannot return CLBlast to its database: CLBlastClearCache (1.5.3) drops compiled
- * programs but keeps overridden parameters, and CLBlast has no call that reads its defaults. So
- * "built-in" means the parameters CLBlast has when tuning starts, which is its database unless
- * something in this process overrode them. */
-static iha_status apply(iha_context *ctx, const iha_tune_config *c)
+void iha__tune_gemm_own_config(const iha_tune_config *c, iha_gemm_config *g)
 {
-    if (c == NULL) return IHA_OK;
+    g->own = c->v[BACKEND_INDEX] == 1;
+    g->rows = (int)c->v[OWN_FIRST];
+    g->vec = (int)c->v[OWN_FIRST + 1];
+    g->unroll = (int)c->v[OWN_FIRST + 2];
+    g->group = (size_t)c->v[OWN_FIRST + 3];
+}
+
+iha_status iha__tune_gemm_clblast_apply(iha_context *ctx, const iha_tune_config *c)
+{
     const char *names[XGEMM_COUNT];
     size_t values[XGEMM_COUNT];
     for (int i = 0; i < XGEMM_COUNT; ++i) names[i] = params[XGEMM_FIRST + i].name, values[i] = (size_t)c->v[XGEMM_FIRST + i];
@@ -169,6 +209,21 @@ static iha_status apply(iha_context *ctx, const iha_tune_config *c)
     names[0] = params[SWITCH_INDEX].name;
     values[0] = (size_t)c->v[SWITCH_INDEX];
     return iha__gemm_override(ctx, "GemmRoutine", 1, names, values);
+}
+
+/* Makes c's backend the context's; CLBlast's parameters are overridden only when CLBlast is the
+ * backend, so a context on the library's kernel never calls into CLBlast. NULL cannot return
+ * CLBlast to its database: CLBlastClearCache (1.5.3) drops compiled programs but keeps
+ * overridden parameters, and CLBlast has no call that reads its defaults. So "built-in" means
+ * the backend the context has and the parameters CLBlast has when tuning starts. */
+static iha_status apply(iha_context *ctx, const iha_tune_config *c)
+{
+    if (c == NULL) return IHA_OK;
+    iha_gemm_config g;
+    iha__tune_gemm_own_config(c, &g);
+    if (!g.own) IHA_FORWARD_IF_ERROR(iha__tune_gemm_clblast_apply(ctx, c));
+    ctx->gemm = g;
+    return IHA_OK;
 }
 
 /* ---- Problems ---- */
@@ -223,6 +278,12 @@ static int uses_direct(const gemm_shape *g, long min_indirect)
 static void canonical(const void *p, iha_tune_config *c)
 {
     const problem *pr = p;
+    if (c->v[BACKEND_INDEX] == 1) {
+        memcpy(c->v, pr->seed.v, OWN_FIRST * sizeof c->v[0]);
+        c->v[BACKEND_INDEX] = 1;
+        return;
+    }
+    memcpy(&c->v[OWN_FIRST], &pr->seed.v[OWN_FIRST], OWN_COUNT * sizeof c->v[0]);
     const iha_tune_param *sw = &params[SWITCH_INDEX];
     int pattern = 0, any_direct = 0, any_indirect = 0;
     for (int i = 0; i < SHAPES; ++i) pattern |= uses_direct(&pr->shape[i], c->v[SWITCH_INDEX]) << i;

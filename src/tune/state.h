@@ -15,7 +15,8 @@ typedef struct iha_tune_state {
     iha_kernel_choice choices[IHA_TUNE_CHOICES];
     size_t choice_count;
     iha_kernel_choice gemm;   /* the parameters CLBlast runs with, as this context set them */
-    int gemm_applied;         /* the profile's GEMM entry was given to CLBlast */
+    int gemm_applied;         /* the profile's GEMM entry (or the built-in) was applied */
+    int clblast_applied;      /* its CLBlast parameters were given to CLBlast (measurements) */
     iha_tune_task *attempted; /* buckets tuned on first use in this context (tried once) */
     size_t attempted_count, attempted_capacity;
 } iha_tune_state;
@@ -31,8 +32,14 @@ void iha__tune_context_free(iha_context *ctx);
 void iha__tune_lookup(const iha_context *ctx, const iha_tunable *t, const iha_tune_bucket *bucket,
                       iha_tune_config *out, int *source, const iha_profile_entry **entry);
 
-/* Gives the profile's GEMM parameters (if any) to CLBlast and records the choice. */
+/* Makes the profile's GEMM entry (or the device type's built-in) the context's backend, giving
+ * CLBlast its parameters when CLBlast is the backend, and records the choice. */
 iha_status iha__tune_apply_gemm(iha_context *ctx);
+
+/* The GEMM space's parts (space_gemm.c): the library kernel's tile and backend of a
+ * configuration, and CLBlast's parameters of one given to CLBlast whatever its backend. */
+void iha__tune_gemm_own_config(const iha_tune_config *c, iha_gemm_config *g);
+iha_status iha__tune_gemm_clblast_apply(iha_context *ctx, const iha_tune_config *c);
 
 /* Tunes tasks[0..n) within budget_s, stores verified winners in the profile unless dry_run. */
 typedef struct iha_tune_run {

@@ -128,10 +128,12 @@ iha_status iha__tune_tasks(iha_context *ctx, const iha_tune_run *run)
         return iha__fail_cl(ctx, err, "clCreateCommandQueue (profiling, for tuning)");
     }
     cl_command_queue saved = ctx->queue;
+    const iha_gemm_config saved_gemm = ctx->gemm; /* candidates set the context's GEMM backend */
     ctx->queue = timed;
     iha_status st = run_tasks(ctx, run, outcomes);
     clFinish(timed);
     ctx->queue = saved;
+    ctx->gemm = saved_gemm;
     clReleaseCommandQueue(timed);
 
     for (size_t i = 0; i < run->count && st == IHA_OK && run->results; ++i) {
@@ -253,5 +255,7 @@ iha_status iha_profile_clear(iha_context *ctx)
 {
     if (ctx == NULL) return IHA_ERROR_INVALID_ARGUMENT;
     iha__message_clear(&ctx->message);
-    return iha__profile_clear(ctx, &ctx->tune->profile);
+    IHA_FORWARD_IF_ERROR(iha__profile_clear(ctx, &ctx->tune->profile));
+    /* Back to the built-in GEMM backend (which never overrides CLBlast's parameters). */
+    return iha__tune_apply_gemm(ctx);
 }

@@ -1,0 +1,101 @@
+/* SGEMM written like a CPU GEMM micro-kernel: C[m][n] = alpha * A[m][k] * B[k][n], row-major,
+ * with element offsets and leading dimensions; C is overwritten (beta = 0, so NaN in C does not
+ * survive).
+ *  - each work-item owns a GEMM_MR x GEMM_VW tile of C held in GEMM_MR floatN accumulators, and
+ *    walks k reading one row of B as a vector and broadcasting one element of A per row into an
+ *    FMA (no horizontal sums, no local memory);
+ *  - dimension 0 runs over row tiles and dimension 1 over column tiles, so the work-items of a
+ *    work-group, which PoCL runs one after another on one core, share the same k x GEMM_VW panel
+ *    of B while it is in cache, and A streams;
+ *  - k is unrolled by GEMM_KU with a remainder loop; rows past m read row m-1 and are not
+ *    stored, and only a tile reaching past n takes a guarded path, so nothing out of bounds is
+ *    read or written.
+ * Written for CPUs (PoCL vectorises explicit floatN inside a work-item; AVX2's 16 registers
+ * hold the 6 x 16 tile's 12 halves, one row of B and a broadcast). It is correct on GPUs, where
+ * CLBlast's local-memory kernels are faster. */
+
+/* Rows of C per work-item, 1 to 8. */
+#ifndef GEMM_MR
+#define GEMM_MR 6
+#endif
+/* Columns of C per work-item: the vector width, 4, 8 or 16. */
+#ifndef GEMM_VW
+#define GEMM_VW 16
+#endif
+/* Unrolling of the k loop. */
+#ifndef GEMM_KU
+#define GEMM_KU 4
+#endif
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define floatV CAT(float, GEMM_VW)
+#define vloadV CAT(vload, GEMM_VW)
+#define vstoreV CAT(vstore, GEMM_VW)
+
+/* Row l of the B panel: a whole vector, or, past column n, its first `cols` elements and zeros. */
+static inline floatV panel_row(__global const float *bp, int cols)
+{
+    if (cols >= GEMM_VW) return vloadV(0, bp);
+    float part[GEMM_VW];
+#pragma unroll
+    for (int j = 0; j < GEMM_VW; ++j) part[j] = j < cols ? bp[j] : 0.0f;
+    return vloadV(0, part);
+}
+
+/* The tile's rank-1 updates for k in [l0, l1). */
+static inline void tile_update(floatV acc[GEMM_MR], __global const float *const ap[GEMM_MR],
+                               __global const float *bp, ulong ldb, int cols, int l0, int l1)
+{
+    for (int l = l0; l < l1; ++l) {
+        const floatV bv = panel_row(bp + (ulong)l * ldb, cols);
+#pragma unroll
+        for (int r = 0; r < GEMM_MR; ++r) acc[r] = fma((floatV)(ap[r][l]), bv, acc[r]);
+    }
+}
+
+__kernel void sgemm_f32(int m, int n, int k, float alpha, __global const float *a, ulong a_off, ulong lda,
+                        __global const float *b, ulong b_off, ulong ldb, __global float *c, ulong c_off, ulong ldc)
+{
+    const int row0 = (int)get_global_id(0) * GEMM_MR, col0 = (int)get_global_id(1) * GEMM_VW;
+    if (row0 >= m || col0 >= n) return; /* work-items that round the grid up to whole groups */
+    const int cols = n - col0; /* >= GEMM_VW on every tile but the last column of tiles */
+
+    __global const float *ap[GEMM_MR];
+    floatV acc[GEMM_MR];
+#pragma unroll
+    for (int r = 0; r < GEMM_MR; ++r) {
+        ap[r] = a + a_off + (ulong)min(row0 + r, m - 1) * lda;
+        acc[r] = (floatV)(0.0f);
+    }
+    __global const float *bp = b + b_off + col0;
+
+    const int k_main = k - k % GEMM_KU;
+    if (cols >= GEMM_VW) {
+        for (int l = 0; l < k_main; l += GEMM_KU) {
+#pragma unroll
+            for (int u = 0; u < GEMM_KU; ++u) {
+                const floatV bv = vloadV(0, bp + (ulong)(l + u) * ldb);
+#pragma unroll
+                for (int r = 0; r < GEMM_MR; ++r) acc[r] = fma((floatV)(ap[r][l + u]), bv, acc[r]);
+            }
+        }
+        tile_update(acc, ap, bp, ldb, cols, k_main, k);
+    } else {
+        tile_update(acc, ap, bp, ldb, cols, 0, k);
+    }
+
+#pragma unroll
+    for (int r = 0; r < GEMM_MR; ++r) {
+        if (row0 + r >= m) break;
+        __global float *cp = c + c_off + (ulong)(row0 + r) * ldc + col0;
+        const floatV out = alpha * acc[r];
+        if (cols >= GEMM_VW) {
+            vstoreV(out, 0, cp);
+        } else {
+            float part[GEMM_VW];
+            vstoreV(out, 0, part);
+            for (int j = 0; j < cols; ++j) cp[j] = part[j];
+        }
+    }
+}

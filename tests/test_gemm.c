@@ -1,0 +1,256 @@
+/* The library's SGEMM kernel (cl/gemm.cl through src/gemm/microkernel.c) and the backend choice
+ * of src/gemm/gemm.c: products against a float64 host reference on ragged shapes (1x1x1,
+ * 67x45x33, one to four rows, n not a multiple of the vector width, odd k, offsets, leading
+ * dimensions beyond the row, alpha != 1) with NaN-filled outputs and guards around them, every
+ * tile of the tuning space, the refusals, and that a CPU context without a profile runs a
+ * forward pass and a decoding step without calling into CLBlast. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gemm/gemm.h"
+#include "gemm/microkernel.h"
+#include "runtime/context.h"
+#include "test_layer.h"
+#include "test_util.h"
+
+#define GUARD 19
+#define SENTINEL (-777.25f)
+
+/* One product: its shape, placement and scale. */
+typedef struct gemm_case {
+    size_t m, n, k;
+    size_t a_off, lda, b_off, ldb, c_off, ldc; /* ld 0: the row length */
+    float alpha;
+} gemm_case;
+
+static void fill_defaults(gemm_case *g)
+{
+    if (g->lda == 0) g->lda = g->k;
+    if (g->ldb == 0) g->ldb = g->n;
+    if (g->ldc == 0) g->ldc = g->n;
+    if (g->alpha == 0.0f) g->alpha = 1.0f;
+}
+
+static size_t span(size_t rows, size_t cols, size_t ld) { return rows == 0 ? 0 : (rows - 1) * ld + cols; }
+
+/* Runs the case through the kernel with `tile` (NULL: iha__sgemm_ex, the context's backend),
+ * checks the result against float64, that C's padding between rows and the `guard` floats
+ * around it keep their values. With guard 0 every buffer ends where its matrix does, so that a
+ * read past it is out of bounds (reported under Oclgrind). */
+static void check_case_guarded(gemm_case g, const iha_gemm_config *tile, uint64_t seed, size_t guard)
+{
+    fill_defaults(&g);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    const size_t na = span(g.m, g.k, g.lda), nb = span(g.k, g.n, g.ldb), nc = span(g.m, g.n, g.ldc);
+    float *a = tu_random_array(&rng, na ? na : 1, 1.0f), *b = tu_random_array(&rng, nb ? nb : 1, 1.0f);
+    cl_mem da = tu_buffer_guarded(tu_ctx, a, na, g.a_off, guard, SENTINEL);
+    cl_mem db = tu_buffer_guarded(tu_ctx, b, nb, g.b_off, guard, SENTINEL);
+    cl_mem dc = tu_buffer_guarded(tu_ctx, NULL, nc, g.c_off, guard, SENTINEL);
+    iha_status st = tile ? iha__gemm_kernel_enqueue(tu_ctx, tile, g.m, g.n, g.k, g.alpha, da, g.a_off, g.lda, db,
+                                                    g.b_off, g.ldb, dc, g.c_off, g.ldc)
+                         : iha__sgemm_ex(tu_ctx, 0, g.m, g.n, g.k, g.alpha, da, g.a_off, g.lda, db, g.b_off, g.ldb,
+                                         dc, g.c_off, g.ldc);
+    tu_assert_status(tu_ctx, st, IHA_OK);
+    float *c = tu_malloc(nc * sizeof *c), *got = tu_malloc(g.m * g.n * sizeof *got);
+    double *ref = tu_malloc(g.m * g.n * sizeof *ref);
+    tu_buffer_read(tu_ctx, dc, g.c_off, c, nc);
+    for (size_t i = 0; i < g.m; ++i)
+        for (size_t j = 0; j < g.n; ++j) {
+            double acc = 0.0;
+            for (size_t l = 0; l < g.k; ++l) acc += (double)a[i * g.lda + l] * b[l * g.ldb + j];
+            ref[i * g.n + j] = g.alpha * acc;
+            got[i * g.n + j] = c[i * g.ldc + j];
+        }
+    char what[128];
+    snprintf(what, sizeof what, "C of %zux%zux%zu (tile %dx%d ku %d group %zu)", g.m, g.n, g.k, tile ? tile->rows : 0,
+             tile ? tile->vec : 0, tile ? tile->unroll : 0, tile ? tile->group : 0);
+    tu_assert_close(what, got, ref, g.m * g.n, TU_TOL_F32);
+    for (size_t i = 0; i + 1 < g.m; ++i)
+        for (size_t j = g.n; j < g.ldc; ++j)
+            if (!isnan(c[i * g.ldc + j])) fail_msg("%s: wrote padding at row %zu column %zu", what, i, j);
+    tu_assert_guard(tu_ctx, dc, nc, g.c_off, guard, SENTINEL);
+    tu_assert_guard(tu_ctx, da, na, g.a_off, guard, SENTINEL);
+    tu_assert_guard(tu_ctx, db, nb, g.b_off, guard, SENTINEL);
+    free(a), free(b), free(c), free(got), free(ref);
+    tu_buffer_release(da), tu_buffer_release(db), tu_buffer_release(dc);
+}
+
+static void check_case(gemm_case g, const iha_gemm_config *tile, uint64_t seed)
+{
+    check_case_guarded(g, tile, seed, GUARD);
+}
+
+static const gemm_case ragged[] = {
+    {1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+    {67, 45, 33, 0, 0, 0, 0, 0, 0, 0},
+    {1, 37, 29, 0, 0, 0, 0, 0, 0, 0},
+    {2, 45, 33, 0, 0, 0, 0, 0, 0, 0},
+    {3, 16, 7, 0, 0, 0, 0, 0, 0, 0},
+    {4, 33, 64, 0, 0, 0, 0, 0, 0, 0},
+    {5, 17, 1, 0, 0, 0, 0, 0, 0, 0},
+    {13, 48, 31, 0, 0, 0, 0, 0, 0, 0},
+    {64, 64, 64, 0, 0, 0, 0, 0, 0, 0},
+    {67, 45, 33, 3, 40, 7, 50, 11, 61, -0.75f},
+    {2, 19, 9, 1, 12, 5, 23, 2, 20, 2.5f},
+};
+#define RAGGED (sizeof ragged / sizeof ragged[0])
+
+/* The context's backend (on a CPU without a profile: the kernel with its built-in tile). */
+static void test_ragged_shapes_backend(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    for (size_t i = 0; i < RAGGED; ++i) check_case(ragged[i], NULL, 100 + i);
+}
+
+/* Every tile of the tuning space's values on the ragged shapes: tunings other than the
+ * built-in must be as correct. */
+static void test_every_tile(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const int rows[] = {1, 2, 3, 4, 6, 8}, vecs[] = {4, 8, 16}, unrolls[] = {1, 2, 4, 8};
+    static const size_t groups[] = {1, 4, 64};
+    int t = 0;
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; ++r)
+        for (size_t v = 0; v < sizeof vecs / sizeof vecs[0]; ++v, ++t) {
+            /* Unrolling and groups cycle with the tile, so every value appears without the
+             * product of all four (each new tile is a new program). */
+            const iha_gemm_config tile = {1, rows[r], vecs[v], unrolls[t % 4], groups[t % 3]};
+            check_case(ragged[1], &tile, 200 + (uint64_t)t);
+            check_case(ragged[9], &tile, 300 + (uint64_t)t);
+            check_case(ragged[2], &tile, 400 + (uint64_t)t);
+        }
+}
+
+/* Buffers that end where their matrices do: the edge tiles must not read or write past them. */
+static void test_exact_buffers(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    iha_gemm_config tiles[2];
+    iha__gemm_kernel_default(tu_ctx, &tiles[0]);
+    tiles[1] = (iha_gemm_config){1, 3, 8, 2, 4};
+    for (int t = 0; t < 2; ++t) {
+        check_case_guarded(ragged[1], &tiles[t], 500 + (uint64_t)t, 0);
+        check_case_guarded(ragged[4], &tiles[t], 510 + (uint64_t)t, 0);
+        check_case_guarded(ragged[10], &tiles[t], 520 + (uint64_t)t, 0);
+    }
+}
+
+/* k = 0: C = 0, NaN in C does not survive. */
+static void test_empty_k_writes_zeros(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    iha_gemm_config tile;
+    iha__gemm_kernel_default(tu_ctx, &tile);
+    cl_mem a = tu_buffer_new(tu_ctx, 1), b = tu_buffer_new(tu_ctx, 1);
+    cl_mem c = tu_buffer_guarded(tu_ctx, NULL, 7 * 9, 0, GUARD, SENTINEL);
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &tile, 7, 9, 0, 1.0f, a, 0, 1, b, 0, 9, c, 0, 9), IHA_OK);
+    tu_assert_buffer_all(tu_ctx, c, 0, 7 * 9, 0.0f);
+    tu_assert_guard(tu_ctx, c, 7 * 9, 0, GUARD, SENTINEL);
+    tu_buffer_release(a), tu_buffer_release(b), tu_buffer_release(c);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    iha_gemm_config good;
+    iha__gemm_kernel_default(tu_ctx, &good);
+    cl_mem a = tu_buffer_new(tu_ctx, 6 * 5), b = tu_buffer_new(tu_ctx, 5 * 4), c = tu_buffer_new(tu_ctx, 6 * 4);
+    const iha_gemm_config bad[] = {
+        {1, 0, 16, 4, 1}, {1, 9, 16, 4, 1}, {1, 4, 5, 4, 1}, {1, 4, 8, 0, 1}, {1, 4, 8, 17, 1}, {1, 4, 8, 4, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i)
+        tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &bad[i], 6, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4),
+                         IHA_ERROR_INVALID_ARGUMENT);
+    /* Leading dimensions below the row, and matrices one element past their buffers. */
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 0, 4, b, 0, 4, c, 0, 4),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 0, 5, b, 0, 3, c, 0, 4),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 1, 5, b, 0, 4, c, 0, 4),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 0, 5, b, 1, 4, c, 0, 4),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 5),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, NULL, 0, 5, b, 0, 4, c, 0, 4),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    /* Sizes beyond the kernel's int indices are refused before any buffer is read. */
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, (size_t)INT_MAX, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4),
+                     IHA_ERROR_UNSUPPORTED);
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, (size_t)INT_MAX + 1, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4),
+                     IHA_ERROR_UNSUPPORTED);
+    /* Nothing to do. */
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 0, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4), IHA_OK);
+    tu_buffer_release(a), tu_buffer_release(b), tu_buffer_release(c);
+}
+
+/* A CPU context without a profile multiplies with the library's kernel: a forward pass and a
+ * decoding step are right and never call into CLBlast (src/gemm sets release_gemm at a
+ * context's first CLBlast call). GPUs keep CLBlast. */
+static void test_cpu_builtin_avoids_clblast(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    iha_context_options co;
+    iha_context_options_init(&co);
+    co.profile = "off";
+    iha_context *ctx;
+    assert_int_equal(tu_context_open(&ctx, &co), 0);
+    assert_int_equal(ctx->gemm.own, !ctx->info.is_gpu);
+    const iha_shape shape = {1, 9, 24, 2, 8, 2};
+    tu_layer l;
+    tu_layer_init(&l, &shape, 91);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    double *zref = tu_layer_reference(&l, &o);
+    tu_layer_check_forward(ctx, &l, &o, TU_API_DEVICE_OFFSETS, zref, TU_TOL_F32);
+
+    tu_device_layer dev;
+    tu_device_layer_upload(ctx, &l, 0, &dev);
+    iha_kv_cache *cache;
+    tu_assert_status(ctx, iha_kv_cache_create(ctx, &shape, IHA_STORAGE_F32, &cache), IHA_OK);
+    const iha_shape step = {1, 1, 24, 2, 8, 2};
+    cl_mem xs = tu_buffer_new(ctx, 24), zs = tu_buffer_new(ctx, 24);
+    for (size_t n = 0; n < 3; ++n) {
+        float z[24];
+        tu_buffer_write(ctx, xs, 0, l.x + n * 24, 24);
+        tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+                         IHA_OK);
+        tu_buffer_read(ctx, zs, 0, z, 24);
+        tu_assert_close("decoded z", z, zref + n * 24, 24, TU_TOL_F32);
+    }
+    if (!ctx->info.is_gpu) assert_null(ctx->release_gemm);
+    tu_buffer_release(xs), tu_buffer_release(zs);
+    iha_kv_cache_free(cache);
+    tu_device_layer_release(&dev);
+    free(zref);
+    tu_layer_free(&l);
+    iha_context_free(ctx);
+}
+
+int main(void)
+{
+    tu_init_environment();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ragged_shapes_backend), cmocka_unit_test(test_every_tile),
+        cmocka_unit_test(test_exact_buffers),
+        cmocka_unit_test(test_empty_k_writes_zeros),  cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_cpu_builtin_avoids_clblast),
+    };
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+}
