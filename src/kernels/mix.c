@@ -86,6 +86,20 @@ iha_status iha__mix_enqueue(iha_context *ctx, const iha_rows_config *cfg, const 
 iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src, iha_ref dst, int key_block)
 {
     cl_kernel k;
+    if (!ctx->info.is_gpu) {
+        /* CPUs: a key block per work-item (see cl/pack_keys.cl). */
+        char options[32];
+        snprintf(options, sizeof options, "-DPACK_KB=%d", key_block);
+        IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "pack_keys.cl", options, "pack_keys_blocks_f32", &k));
+        iha_args a = iha__args_begin(k);
+        iha__arg_tensor(&a, src.mem, src.offset);
+        iha__arg_tensor(&a, dst.mem, dst.offset);
+        iha__arg_int(&a, (cl_int)dims->T);
+        iha__arg_int(&a, (cl_int)dims->d);
+        const size_t global[2] = {iha__round_up(dims->T, (size_t)key_block) / (size_t)key_block, dims->B * dims->H};
+        const size_t local[2] = {1, 1};
+        return iha__launch(ctx, &a, 2, global, local, "pack_keys_blocks_f32");
+    }
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "pack_keys.cl", "", "pack_keys_f32", &k));
     iha_args a = iha__args_begin(k);
     iha__arg_tensor(&a, src.mem, src.offset);
