@@ -3,8 +3,11 @@
  *  - each work-item owns ATT_TILES register tiles of ATT_ROWS query rows and walks key blocks of
  *    ATT_KB keys, packed [B*H][ceil(T/KB)][HEAD_DIM][KB] so that one vector load brings component c of
  *    KB keys and the score tile grows by HEAD_DIM broadcast-FMAs (no horizontal sums);
- *  - the softmax is online (running max and sum per row), in base 2 with the scale and log2(e)
- *    folded into the queries, so no T x T matrix exists and extra memory is O(T*d);
+ *  - the softmax is online (a reference maximum and a sum per row, see tile_scores), in base 2
+ *    with the scale and log2(e) folded into the queries, so no T x T matrix exists and extra
+ *    memory is O(T*d);
+ *  - a work-item's tiles are software-pipelined: tile i's scores and softmax come before tile
+ *    i-1's P.V, so the softmax's dependency chain overlaps independent FMAs;
  *  - every mask is an interval [lo(t), hi(t)] of visible keys per row, so key blocks outside
  *    the tile's union of intervals are never visited and fully visible blocks skip the mask;
  *  - P.V accumulates into ATT_VD-wide vectors over the head dimension.
