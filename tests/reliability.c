@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "reliability.h"
 #include "runtime/disk_cache.h"
@@ -32,6 +33,24 @@ unsigned rel_context_refs(cl_context context)
     if (err != CL_SUCCESS)
         fail_msg("clGetContextInfo(CL_CONTEXT_REFERENCE_COUNT): %d", (int)err);
     return count;
+}
+
+static void sleep_ms(long ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL); }
+
+unsigned rel_context_refs_settled(cl_context context, unsigned want)
+{
+    unsigned count = rel_context_refs(context);
+    for (int waited = 0; waited < 200 && count > want; waited++) {
+        sleep_ms(10);
+        count = rel_context_refs(context);
+    }
+    return count;
+}
+
+unsigned rel_context_refs_quiet(cl_context context)
+{
+    sleep_ms(50);
+    return rel_context_refs(context);
 }
 
 int rel_refs_count_objects(iha_context *ctx)

@@ -15,6 +15,12 @@
 /* CL_CONTEXT_REFERENCE_COUNT. PoCL counts a reference for every buffer, queue, program and
  * kernel of the context, so on PoCL an unchanged count means no OpenCL object was leaked. */
 unsigned rel_context_refs(cl_context context);
+/* The count once it has settled: PoCL drops the references its finished commands hold from its
+ * worker threads a moment after clFinish returns, so a count read at once can still include
+ * them (seen under load). _settled waits up to 2 s for the count to fall to `want`; _quiet reads
+ * it after 50 ms, for a baseline to compare with. */
+unsigned rel_context_refs_settled(cl_context context, unsigned want);
+unsigned rel_context_refs_quiet(cl_context context);
 /* Nonzero on platforms whose objects retain their context (PoCL), where counts are exact. */
 int rel_refs_count_objects(iha_context *ctx);
 
