@@ -286,6 +286,11 @@ static const attention_case kAttention[] = {
     {1, 257, 4, 128, 1, CAUSAL, 0, 0.05f, 1},
     {1, 257, 2, 16, 4, CAUSAL, 7, 0.7f, 1},
     {2, 7, 1, 111, 3, TOKEN, 0, 0.0f, 1},
+    /* Large scales spread the scores (base 2) over hundreds, so a row's running maximum grows by
+     * more than the kernel's slack of 8 again and again: the rescaling path with a finite
+     * earlier maximum runs, not only the first block's. */
+    {1, 257, 2, 64, 4, CAUSAL, 0, 4.0f, 1},
+    {1, 129, 1, 32, 2, TOKEN, 5, 3.0f, 1},
 };
 
 static void attention_forward(void **state)
