@@ -119,6 +119,7 @@ iha_status iha__tune_apply_gemm(iha_context *ctx)
     iha_tune_config c;
     iha_tune_bucket none = {0, {0}};
     ctx->tune->gemm_applied = 1;
+    ctx->tune->clblast_applied = 0; /* the configuration may have changed (iha_tune, a clear) */
     if (!gemm_config(ctx, &c, &e)) {
         /* No profile entry and no built-in: CLBlast with its database. */
         ctx->gemm.own = 0;

@@ -275,13 +275,13 @@ static void spread(search_state *s)
 
 /* The default was timed first and the winner minutes later, on a machine whose load drifts:
  * time them again in alternation for an honest before/after. When the winner is not faster
- * after all, the built-in (verified like any candidate) wins. Skipped where returning to the
- * built-in is process state with a cost (CLBlast recompiles after a reset). */
+ * after all, the built-in (verified like any candidate) wins. Skipped where the built-in is not
+ * a configuration (CLBlast's database on a GPU, which no call restores). */
 static iha_status confirm(search_state *s)
 {
     const iha_tunable *t = s->task->tunable;
     iha_tune_config builtin;
-    if (!s->out->found || t->apply != NULL || !t->builtin(s->ctx, &s->task->bucket, &builtin)) return IHA_OK;
+    if (!s->out->found || !t->builtin(s->ctx, &s->task->bucket, &builtin)) return IHA_OK;
     iha__space_tie(t->space, &builtin);
     if (t->canonical) t->canonical(s->timing, &builtin);
     const long b = find_seen(t->space, &s->seen, &builtin);
