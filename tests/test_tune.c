@@ -4,7 +4,8 @@
  * do; the fallback order exact -> nearest of the same kind -> device default -> built-in; a
  * profile for another driver, library or kernel version, and a corrupt, truncated or invalid
  * one, is reported (IHA_ERROR_PROFILE), ignored and harmless; two writers at once leave a valid
- * file and a later writer merges; a candidate that is fast but wrong is rejected, never stored;
+ * file and a later writer merges; a candidate that is fast but wrong (attention's, the GEMM kernel's)
+ * is rejected, never stored;
  * tuning on first use happens only when asked; the GEMM entry names the backend (the library's
  * kernel or CLBlast); clear removes the file. Candidate counts and
  * budgets are tiny: every new configuration costs PoCL a compile.
@@ -464,6 +465,59 @@ static void wrong_candidate_is_never_stored(void **state)
     tu_remove_tree(dir);
 }
 
+/* A kernel directory whose cl/gemm.cl drops the last k of every product when GEMM_MR is 4. */
+static void broken_gemm_kernel(const char *dir)
+{
+    char src[1200], dst[1200];
+    snprintf(src, sizeof src, "%s/cl/gemm.cl", IHA_TEST_SOURCE_DIR);
+    snprintf(dst, sizeof dst, "%s/gemm.cl", dir);
+    char *text = tp_slurp(src);
+    assert_non_null(text);
+    const char *at = strstr(text, "const int k_main");
+    assert_non_null(at);
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    fwrite(text, 1, (size_t)(at - text), f);
+    fputs("k -= GEMM_MR == 4;\n", f);
+    fputs(at, f);
+    fclose(f);
+    free(text);
+}
+
+/* The GEMM's candidates are verified too: on a CPU, whose built-in is the library's kernel, the
+ * descent tries GEMM_MR=4, which is planted wrong, and must reject it. */
+static void wrong_gemm_tile_is_never_stored(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    cl_device_type type = 0;
+    assert_int_equal(clGetDeviceInfo(iha_context_cl_device(tu_ctx), CL_DEVICE_TYPE, sizeof type, &type, NULL), CL_SUCCESS);
+    if (type & CL_DEVICE_TYPE_GPU) skip(); /* the built-in is CLBlast's database: no tile to descend from */
+    char dir[1024], path[1100];
+    tu_temp_dir(dir, sizeof dir);
+    broken_gemm_kernel(dir);
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    iha_context_options o;
+    iha_context_options_init(&o);
+    o.profile = path;
+    o.kernel_dir = dir;
+    o.cache_dir = "off";
+    iha_context *ctx = NULL;
+    assert_int_equal(iha_context_create(&ctx, &o, NULL, 0), IHA_OK);
+    iha_tune_result r[4];
+    size_t n = 0;
+    /* The CLBlast seed comes first and costs PoCL 15-60 s to compile with a cold cache; the
+     * descent over the library kernel's tiles then takes a few seconds and ends by itself. */
+    tune_small(ctx, IHA_TUNE_GEMM, 150, r, &n);
+    assert_int_equal(n, 1);
+    assert_true(r[0].rejected >= 1);
+    assert_true(r[0].stored);
+    assert_null(strstr(r[0].tuned_config, "GEMM_MR=4 "));
+    tp_assert_no_entry_with(path, "GEMM_MR", 4);
+    iha_context_free(ctx);
+    tu_remove_tree(dir);
+}
+
 static void tuning_on_first_use_only_when_asked(void **state)
 {
     (void)state;
@@ -603,6 +657,7 @@ int main(void)
         cmocka_unit_test(corrupt_profile_is_reported_and_ignored),
         cmocka_unit_test(concurrent_writers_leave_a_valid_profile),
         cmocka_unit_test(wrong_candidate_is_never_stored),
+        cmocka_unit_test(wrong_gemm_tile_is_never_stored),
         cmocka_unit_test(tuning_on_first_use_only_when_asked),
         cmocka_unit_test(gemm_entry_names_the_backend),
         cmocka_unit_test(clear_removes_the_profile),
