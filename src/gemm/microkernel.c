@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/checked.h"
 #include "runtime/launch.h"
@@ -10,6 +11,12 @@
 /* Rows up to which a product counts as a decoding step's: its tile is exactly m rows tall, so
  * no FMA is spent on rows that are not there (one program per m, from the disk cache). */
 #define SMALL_ROWS 4
+
+/* Rows from which B is packed into contiguous panels first (one pass over B, k*n floats read and
+ * written): at 1024 x 1024 x 1024 unpacked panels whose rows lie a power of two apart ran at 65
+ * GFLOP/s on Zen 3, against 105 with a leading dimension of 1040 (BENCHMARKS.md); a decoding
+ * step's few rows do not repay the pass. */
+#define PACK_MIN_ROWS 64
 
 void iha__gemm_kernel_default(const iha_context *ctx, iha_gemm_config *cfg)
 {
@@ -43,20 +50,46 @@ static iha_status check_matrix(iha_context *ctx, const char *name, cl_mem mem, s
     return IHA_OK;
 }
 
-/* Row tiles per work-group: the configured count where there are that many tiles, otherwise 1
- * (a decoding step's single row tile), and never more than the kernel allows on the device.
- * PoCL compiles a kernel once per work-group size, so only these two sizes occur. */
-static iha_status group_size(iha_context *ctx, cl_kernel kernel, const iha_gemm_config *cfg, size_t row_tiles,
-                             size_t *out)
+/* `want` work-items per group, halved until the kernel allows it on the device. PoCL compiles a
+ * kernel once per work-group size, so callers use few distinct sizes. */
+static iha_status fit_group(iha_context *ctx, cl_kernel kernel, size_t want, size_t *out)
 {
     size_t most = 0;
     IHA_CL_CHECK(ctx,
                  clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL),
-                 "clGetKernelWorkGroupInfo (sgemm_f32)");
-    size_t g = row_tiles >= cfg->group ? cfg->group : 1;
-    while (g > 1 && g > most) g /= 2;
-    *out = g;
+                 "clGetKernelWorkGroupInfo (gemm.cl)");
+    while (want > 1 && want > most) want /= 2;
+    *out = want;
     return IHA_OK;
+}
+
+/* B packed into [ceil(n / vec)][k][vec] in the context's workspace, enqueued before the product.
+ * Returns 0 without an error when the workspace cannot hold it: the product then reads B as it
+ * is. */
+static int pack_b(iha_context *ctx, const char *options, int vec, size_t n, size_t k, cl_mem b, size_t b_off,
+                  size_t ldb, cl_mem *packed, iha_status *st)
+{
+    const size_t panels = (n + (size_t)vec - 1) / (size_t)vec, factors[3] = {panels, k, (size_t)vec * sizeof(float)};
+    size_t bytes;
+    *st = IHA_OK;
+    if (!iha__mul_n(&bytes, 3, factors) || iha__workspace_get(ctx, IHA_WS_GEMM_B, bytes, packed) != IHA_OK) {
+        iha__message_clear(&ctx->message);
+        return 0;
+    }
+    cl_kernel kernel;
+    size_t local[2] = {1, 1};
+    *st = iha__kernel_get(ctx, "gemm.cl", options, "gemm_pack_b_f32", &kernel);
+    if (*st == IHA_OK) *st = fit_group(ctx, kernel, 64, &local[0]);
+    if (*st != IHA_OK) return 0;
+    iha_args args = iha__args_begin(kernel);
+    iha__arg_int(&args, (cl_int)k);
+    iha__arg_int(&args, (cl_int)n);
+    iha__arg_tensor(&args, b, b_off);
+    iha__arg_ulong(&args, ldb);
+    iha__arg_mem(&args, *packed);
+    const size_t global[2] = {k, panels};
+    *st = iha__launch(ctx, &args, 2, global, local, "gemm_pack_b_f32");
+    return *st == IHA_OK;
 }
 
 iha_status iha__gemm_kernel_enqueue(iha_context *ctx, const iha_gemm_config *cfg, size_t m, size_t n, size_t k,
@@ -75,8 +108,14 @@ iha_status iha__gemm_kernel_enqueue(iha_context *ctx, const iha_gemm_config *cfg
     if (m == 0 || n == 0) return IHA_OK;
 
     const int rows = m <= SMALL_ROWS && (int)m < cfg->rows ? (int)m : cfg->rows;
-    char options[96];
-    snprintf(options, sizeof options, "-DGEMM_MR=%d -DGEMM_VW=%d -DGEMM_KU=%d", rows, cfg->vec, cfg->unroll);
+    char options[128];
+    snprintf(options, sizeof options, "-DGEMM_MR=%d -DGEMM_VW=%d -DGEMM_KU=%d -DGEMM_PACKED=1", rows, cfg->vec,
+             cfg->unroll);
+    cl_mem packed = NULL;
+    iha_status st = IHA_OK;
+    const int is_packed = m >= PACK_MIN_ROWS && k > 0 && pack_b(ctx, options, cfg->vec, n, k, b, b_off, ldb, &packed, &st);
+    IHA_FORWARD_IF_ERROR(st);
+    if (!is_packed) options[strlen(options) - 1] = '0';
     cl_kernel kernel;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "gemm.cl", options, "sgemm_f32", &kernel));
     iha_args args = iha__args_begin(kernel);
@@ -86,13 +125,15 @@ iha_status iha__gemm_kernel_enqueue(iha_context *ctx, const iha_gemm_config *cfg
     iha__arg_float(&args, alpha);
     iha__arg_tensor(&args, a, a_off);
     iha__arg_ulong(&args, lda);
-    iha__arg_tensor(&args, b, b_off);
+    iha__arg_tensor(&args, is_packed ? packed : b, is_packed ? 0 : b_off);
     iha__arg_ulong(&args, ldb);
     iha__arg_tensor(&args, c, c_off);
     iha__arg_ulong(&args, ldc);
     const size_t row_tiles = (m + (size_t)rows - 1) / (size_t)rows, col_tiles = (n + (size_t)cfg->vec - 1) / (size_t)cfg->vec;
+    /* The configured row tiles per group where there are that many, otherwise 1 (a decoding
+     * step's single row tile). */
     size_t local[2] = {1, 1};
-    IHA_FORWARD_IF_ERROR(group_size(ctx, kernel, cfg, row_tiles, &local[0]));
+    IHA_FORWARD_IF_ERROR(fit_group(ctx, kernel, row_tiles >= cfg->group ? cfg->group : 1, &local[0]));
     const size_t global[2] = {row_tiles, col_tiles};
     return iha__launch(ctx, &args, 2, global, local, "sgemm_f32");
 }
