@@ -80,6 +80,7 @@ typedef struct bench_layer {
     double wall;
     cost_flops flops;
     double mixing_bytes, collapse_bytes;
+    int library_gemm; /* the layer's GEMM backend was the library's kernel (else CLBlast) */
 } bench_layer;
 
 /* One child process: context creation, then the first iha_forward of the layer shape. */

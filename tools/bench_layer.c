@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
 #include "random_layer.h"
@@ -60,6 +61,17 @@ static int time_passes(iha_context *ctx, random_layer *layer, const bench_config
     return st == IHA_OK ? 0 : bench_fail(ctx, st, "layer");
 }
 
+/* Whether the last layer call's GEMM entry names the library's kernel ("backend=1"). */
+static int uses_library_gemm(const iha_context *ctx)
+{
+    iha_kernel_choice choices[8];
+    size_t n = 0;
+    if (iha_context_last_choices(ctx, choices, 8, &n) != IHA_OK) return 0;
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (strcmp(choices[i].kernel, "gemm") == 0) return strstr(choices[i].config, "backend=1") != NULL;
+    return 0;
+}
+
 int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out)
 {
     const iha_shape *s = &c->layer;
@@ -73,6 +85,7 @@ int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out)
     }
     iha_status st = forward_once(ctx, &layer, &c->options); /* warm-up: builds kernels, sizes workspace */
     int failed = st != IHA_OK ? bench_fail(ctx, st, "layer") : time_passes(ctx, &layer, c, out);
+    if (!failed) out->library_gemm = uses_library_gemm(ctx);
     random_layer_free(&layer);
     if (!failed)
         out->state = BENCH_RAN;

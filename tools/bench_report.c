@@ -51,12 +51,15 @@ static void layer_rows(const bench_results *r, stage_row rows[5])
     const bench_layer *l = &r->layer;
     const bench_ceilings *c = &r->ceilings;
     const int ran = ceilings_ran(r);
-    const double proj = gemm_gflops(&c->clblast_projection) * 1e9, bw = c->copy_bytes_per_second;
-    rows[0] = (stage_row){"projections", l->stages.projections, l->flops.projections, 0, 0, "clblast_gemm_projection"};
+    /* The projections against the GEMM rate of the backend the layer ran on. */
+    const bench_gemm *gemm = l->library_gemm ? &c->kernel_projection : &c->clblast_projection;
+    const char *gemm_name = l->library_gemm ? "library_gemm_projection" : "clblast_gemm_projection";
+    const double proj = gemm_gflops(gemm) * 1e9, bw = c->copy_bytes_per_second;
+    rows[0] = (stage_row){"projections", l->stages.projections, l->flops.projections, 0, 0, gemm_name};
     rows[1] = (stage_row){"mixing", l->stages.mixing, l->flops.mixing, l->mixing_bytes, 0, "copy_bandwidth"};
     rows[2] = (stage_row){"attention", l->stages.attention, l->flops.attention, 0, 0, "peak_fma"};
     rows[3] = (stage_row){"collapse", l->stages.collapse, l->flops.collapse, l->collapse_bytes, 0, "copy_bandwidth"};
-    rows[4] = (stage_row){"output", l->stages.output, l->flops.output, 0, 0, "clblast_gemm_projection"};
+    rows[4] = (stage_row){"output", l->stages.output, l->flops.output, 0, 0, gemm_name};
     rows[0].ceiling = fraction(rate(rows[0].flops, rows[0].seconds), proj, ran);
     rows[1].ceiling = fraction(rate(rows[1].bytes, rows[1].seconds), bw, ran);
     rows[2].ceiling = fraction(rate(rows[2].flops, rows[2].seconds), c->peak_fma_gflops * 1e9, ran);
@@ -161,8 +164,8 @@ static void print_layer(const bench_config *cfg, const bench_results *r)
            "of ceiling");
     stage_row rows[5];
     layer_rows(r, rows);
-    static const char *const ceiling_labels[] = {"CLBlast projection GEMM", "copy bandwidth", "peak FMA",
-                                                 "copy bandwidth", "CLBlast projection GEMM"};
+    const char *gemm_label = r->layer.library_gemm ? "library projection GEMM" : "CLBlast projection GEMM";
+    const char *const ceiling_labels[] = {gemm_label, "copy bandwidth", "peak FMA", "copy bandwidth", gemm_label};
     for (int i = 0; i < 5; i++) {
         const stage_row *row = &rows[i];
         printf("  %-13s", row->name);
