@@ -120,12 +120,13 @@ static inline float hsum(floatK v)
  * stay below 2^MAX_SLACK before normalisation. */
 #define MAX_SLACK 8.0f
 
-/* 2^x for x <= MAX_SLACK (scores minus their reference point), -inf included. x = n + f with n = round(x)
- * and f in [-1/2, 1/2]: adding 1.5 * 2^23 rounds to an integer whose low bits hold n, so the
- * reduction costs two additions (no floor, which PoCL emulates in ~17 instructions per vector on
- * AVX2), 2^n goes straight into the exponent bits and 2^f is a degree-6 polynomial fitted for
- * relative error (7.9e-8 in float for f in [-1/2, 1/2], so over all of [-126, MAX_SLACK]). Results below 2^-126, and -inf, become 0
- * through the mask: the probabilities they stand for are negligible. */
+/* 2^x for x <= MAX_SLACK (scores minus their reference point), -inf included. x = n + f with
+ * n = round(x) and f in [-1/2, 1/2]: adding 1.5 * 2^23 rounds to an integer whose low bits hold
+ * n, so the reduction costs two additions (no floor, which PoCL emulates in ~17 instructions per
+ * vector on AVX2), 2^n goes straight into the exponent bits and 2^f is a degree-6 polynomial
+ * fitted for relative error (7.9e-8 in float for f in [-1/2, 1/2], so over all of
+ * [-126, MAX_SLACK]). Results below 2^-126, and -inf, become 0 through the mask: the
+ * probabilities they stand for are negligible. */
 static inline floatK exp2_bounded(floatK x)
 {
     const floatK t = x + (floatK)(12582912.0f);
@@ -263,8 +264,8 @@ static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0
             s[r] = select((floatK)(-INFINITY), s[r], (u >= (intK)(ts->lo[r])) & (u <= (intK)(ts->hi[r])));
         }
         /* The reference point m moves only when a score exceeds it by more than MAX_SLACK, so
-         * most blocks need neither the horizontal maximum nor a rescaling, and the
-         * exponentials start as soon as the scores are done. A row that has seen no visible
+         * most blocks skip the rescaling, and the exponentials need not wait for the block's
+         * horizontal maximum (which only decides the branch). A row that has seen no visible
          * key keeps m = -inf: any finite score moves it, and base 0 makes a masked row's
          * exponentials exactly 0 instead of NaN. */
         corr[r] = 1.0f;
@@ -370,7 +371,8 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
  * count; its query rows are [B*H][rows][HEAD_DIM] with rows = k*P, virtual position n0*P + row,
  * and rows past count*P are inactive (written as 0). */
 
-/* Per (b, h), query row and split: HEAD_DIM unnormalised outputs, then max (base 2) and sum. */
+/* Per (b, h), query row and split: HEAD_DIM unnormalised outputs, then the reference point of
+ * the exponentials (base 2, at least the split's maximum minus MAX_SLACK) and their sum. */
 #define PART_STRIDE (HEAD_DIM + 2)
 /* Splits a row may have (the merge keeps one weight per split). */
 #define DEC_MAX_SPLITS 64

@@ -10,8 +10,8 @@
  *  - k is unrolled by GEMM_KU with a remainder loop; rows past m read row m-1 and are not
  *    stored, and only a tile reaching past n takes a guarded path, so nothing out of bounds is
  *    read or written;
- *  - with GEMM_PACKED, B comes packed by gemm_pack_b_f32 as [n / GEMM_VW][k][GEMM_VW] (zeros past
- *    n): a panel is then contiguous. Unpacked, a panel's rows lie ldb floats apart, and where
+ *  - with GEMM_PACKED, B comes packed by gemm_pack_b_f32 as [ceil(n / GEMM_VW)][k][GEMM_VW]
+ *    (zeros past n): a panel is then contiguous. Unpacked, a panel's rows lie ldb floats apart, and where
  *    ldb is a power of two they all fall into the same few cache sets (at 1024 x 1024 x 1024 on
  *    Zen 3: 65 GFLOP/s, against 105 with ldb = 1040).
  * Written for CPUs (PoCL vectorises explicit floatN inside a work-item; AVX2's 16 registers

@@ -556,7 +556,9 @@ void iha_half_to_float(const uint16_t *src, float *dst, size_t n);
  * transposes), over `reps` timed runs on the context's device (2*m*n*k / *seconds FLOP/s), with
  * the CLBlast parameters of the context's GEMM configuration (the profile's or the device type's
  * built-in, whichever backend it names; see "Tuning"), applied first when no layer call has
- * applied them. This is the layer's GEMM rate where CLBlast is the backend. reps from 1 to 1000. Returns
+ * applied them; CLBlast holds parameters process-wide per device, so this applies to every
+ * context on the device, even one whose layer calls use the library's kernel. This is the
+ * layer's GEMM rate where CLBlast is the backend. reps from 1 to 1000. Returns
  * IHA_ERROR_INVALID_ARGUMENT for a zero size or reps, IHA_ERROR_SIZE_OVERFLOW or
  * IHA_ERROR_DEVICE_MEMORY when a matrix does not fit in one device allocation, IHA_ERROR_GEMM
  * when CLBlast fails. */
@@ -566,7 +568,9 @@ iha_status iha_measure_gemm(iha_context *ctx, size_t m, size_t n, size_t k, size
  * micro-kernel; see "Tuning" for when layer calls use it) with the tile of the context's GEMM
  * configuration (the profile's, or the device type's built-in; the kernel's default tile when
  * the configuration is CLBlast's database). Same arguments and errors as iha_measure_gemm,
- * except IHA_ERROR_GEMM. Never calls into CLBlast. */
+ * except IHA_ERROR_GEMM; also IHA_ERROR_BUILD when the kernel does not compile, and
+ * IHA_ERROR_UNSUPPORTED when m or n comes within a few thousand of INT_MAX or k exceeds it (the
+ * kernel indexes with int). Never calls into CLBlast. */
 iha_status iha_measure_gemm_kernel(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
 
 /* The device's float32 FMA rate in GFLOP/s (an FMA counts as 2 FLOPs), measured with the

@@ -49,8 +49,14 @@ unsigned rel_context_refs_settled(cl_context context, unsigned want)
 
 unsigned rel_context_refs_quiet(cl_context context)
 {
-    sleep_ms(50);
-    return rel_context_refs(context);
+    unsigned before = rel_context_refs(context), now = before;
+    for (int waited = 0; waited < 50; waited++) {
+        sleep_ms(20);
+        now = rel_context_refs(context);
+        if (now == before) break;
+        before = now;
+    }
+    return now;
 }
 
 int rel_refs_count_objects(iha_context *ctx)

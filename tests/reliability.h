@@ -17,8 +17,8 @@
 unsigned rel_context_refs(cl_context context);
 /* The count once it has settled: PoCL drops the references its finished commands hold from its
  * worker threads a moment after clFinish returns, so a count read at once can still include
- * them (seen under load). _settled waits up to 2 s for the count to fall to `want`; _quiet reads
- * it after 50 ms, for a baseline to compare with. */
+ * them (seen under load). _settled waits up to 2 s for the count to fall to `want`; _quiet
+ * returns it once two reads 20 ms apart agree (at most 1 s), for a baseline to compare with. */
 unsigned rel_context_refs_settled(cl_context context, unsigned want);
 unsigned rel_context_refs_quiet(cl_context context);
 /* Nonzero on platforms whose objects retain their context (PoCL), where counts are exact. */

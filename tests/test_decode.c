@@ -26,6 +26,7 @@ typedef struct decode_case {
     iha_storage storage;
     size_t chunk;             /* k, tokens per step */
     size_t lengths[4];        /* tokens to feed per sequence (0 entries: N) */
+    float scale;              /* score scale, 0: SPEC's default */
 } decode_case;
 
 /* Feeds each sequence its tokens in steps of `chunk`, checking every step against the
@@ -43,6 +44,7 @@ static void run_case(const decode_case *cs)
     o.mask = cs->mask;
     o.window = cs->window;
     o.rope = cs->rope;
+    o.scale = cs->scale;
 
     iha_kv_cache *cache = NULL;
     tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, cs->storage, &cache), IHA_OK);
@@ -109,35 +111,35 @@ static void run_case(const decode_case *cs)
 static void token_at_a_time_causal_rope(void **state)
 {
     (void)state;
-    const decode_case cs = {2, 9, 24, 2, 16, 3, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 1, {0}};
+    const decode_case cs = {2, 9, 24, 2, 16, 3, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 1, {0}, 0.0f};
     run_case(&cs);
 }
 
 static void chunked_token_causal_window_odd_d(void **state)
 {
     (void)state;
-    const decode_case cs = {1, 11, 32, 3, 59, 2, IHA_MASK_TOKEN_CAUSAL, 2, 0, IHA_STORAGE_F32, 4, {0}};
+    const decode_case cs = {1, 11, 32, 3, 59, 2, IHA_MASK_TOKEN_CAUSAL, 2, 0, IHA_STORAGE_F32, 4, {0}, 0.0f};
     run_case(&cs);
 }
 
 static void bidirectional_prefix_half(void **state)
 {
     (void)state;
-    const decode_case cs = {1, 8, 16, 2, 32, 4, IHA_MASK_NONE, 0, 1, IHA_STORAGE_F16, 3, {0}};
+    const decode_case cs = {1, 8, 16, 2, 32, 4, IHA_MASK_NONE, 0, 1, IHA_STORAGE_F16, 3, {0}, 0.0f};
     run_case(&cs);
 }
 
 static void bidirectional_window_float(void **state)
 {
     (void)state;
-    const decode_case cs = {2, 7, 16, 2, 8, 2, IHA_MASK_NONE, 2, 0, IHA_STORAGE_F32, 2, {0}};
+    const decode_case cs = {2, 7, 16, 2, 8, 2, IHA_MASK_NONE, 2, 0, IHA_STORAGE_F32, 2, {0}, 0.0f};
     run_case(&cs);
 }
 
 static void ragged_batch_half_window(void **state)
 {
     (void)state;
-    const decode_case cs = {3, 9, 24, 2, 40, 3, IHA_MASK_CAUSAL, 3, 1, IHA_STORAGE_F16, 2, {7, 4, 1}};
+    const decode_case cs = {3, 9, 24, 2, 40, 3, IHA_MASK_CAUSAL, 3, 1, IHA_STORAGE_F16, 2, {7, 4, 1}, 0.0f};
     run_case(&cs);
 }
 
@@ -145,7 +147,17 @@ static void long_cache_many_splits(void **state)
 {
     (void)state;
     /* 300 tokens * P=4: the attention splits its keys over several work-items. */
-    const decode_case cs = {1, 300, 16, 1, 64, 4, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 150, {0}};
+    const decode_case cs = {1, 300, 16, 1, 64, 4, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 150, {0}, 0.0f};
+    run_case(&cs);
+}
+
+static void long_cache_large_scale(void **state)
+{
+    (void)state;
+    /* The splits' partial softmaxes with reference points far apart: at scale 3 the scores
+     * (base 2) spread over tens to hundreds, so rows move their reference point within a split
+     * and the combine kernel weighs splits whose points differ by far more than the slack. */
+    const decode_case cs = {1, 300, 16, 1, 64, 4, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 150, {0}, 3.0f};
     run_case(&cs);
 }
 
@@ -311,6 +323,7 @@ int main(void)
         cmocka_unit_test(bidirectional_window_float),
         cmocka_unit_test(ragged_batch_half_window),
         cmocka_unit_test(long_cache_many_splits),
+        cmocka_unit_test(long_cache_large_scale),
         cmocka_unit_test(plain_mha_identity),
         cmocka_unit_test(half_storage_halves_bytes),
         cmocka_unit_test(step_with_nothing_to_append),

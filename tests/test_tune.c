@@ -506,8 +506,9 @@ static void wrong_gemm_tile_is_never_stored(void **state)
     assert_int_equal(iha_context_create(&ctx, &o, NULL, 0), IHA_OK);
     iha_tune_result r[4];
     size_t n = 0;
-    /* The CLBlast seed comes first and costs PoCL 15-60 s to compile with a cold cache; the
-     * descent over the library kernel's tiles then takes a few seconds and ends by itself. */
+    /* The seeds are the library kernel's built-in tile and one CLBlast configuration, which costs
+     * PoCL 15-60 s to compile with a cold cache; the descent over the library kernel's tiles
+     * takes a few seconds and ends by itself. */
     tune_small(ctx, IHA_TUNE_GEMM, 150, r, &n);
     assert_int_equal(n, 1);
     assert_true(r[0].rejected >= 1);

@@ -99,8 +99,11 @@ iha_status iha__gemm_kernel_enqueue(iha_context *ctx, const iha_gemm_config *cfg
     IHA_RETURN_ERROR_IF(!iha__gemm_kernel_valid(cfg), ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "GEMM kernel: invalid tile (rows %d, vec %d, unroll %d, group %zu)", cfg->rows, cfg->vec,
                         cfg->unroll, cfg->group);
-    /* The kernel indexes rows and columns as int, whole tiles included. */
-    IHA_RETURN_ERROR_IF(m > INT_MAX - 16 || n > INT_MAX - 16 || k > INT_MAX, ctx, IHA_ERROR_UNSUPPORTED,
+    /* The kernel indexes rows and columns as int, whole tiles included: the launch rounds the row
+     * tiles up to whole work-groups, so the last work-item's first row can lie up to
+     * group * GEMM_MR rows past m. */
+    const size_t row_slack = (cfg->group + 1) * (size_t)cfg->rows;
+    IHA_RETURN_ERROR_IF(m > INT_MAX - row_slack || n > INT_MAX - 16 || k > INT_MAX, ctx, IHA_ERROR_UNSUPPORTED,
                         "GEMM kernel: m=%zu n=%zu k=%zu exceeds its int sizes", m, n, k);
     IHA_FORWARD_IF_ERROR(check_matrix(ctx, "A", a, a_off, m, k, lda));
     IHA_FORWARD_IF_ERROR(check_matrix(ctx, "B", b, b_off, k, n, ldb));
@@ -115,7 +118,9 @@ iha_status iha__gemm_kernel_enqueue(iha_context *ctx, const iha_gemm_config *cfg
     iha_status st = IHA_OK;
     const int is_packed = m >= PACK_MIN_ROWS && k > 0 && pack_b(ctx, options, cfg->vec, n, k, b, b_off, ldb, &packed, &st);
     IHA_FORWARD_IF_ERROR(st);
-    if (!is_packed) options[strlen(options) - 1] = '0';
+    if (!is_packed)
+        snprintf(options, sizeof options, "-DGEMM_MR=%d -DGEMM_VW=%d -DGEMM_KU=%d -DGEMM_PACKED=0", rows, cfg->vec,
+                 cfg->unroll);
     cl_kernel kernel;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "gemm.cl", options, "sgemm_f32", &kernel));
     iha_args args = iha__args_begin(kernel);

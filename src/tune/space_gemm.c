@@ -153,7 +153,7 @@ static void seed_base(const iha_context *ctx, iha_tune_config *c)
 static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *out, int capacity)
 {
     (void)b;
-    if (capacity < 3) return 0;
+    if (capacity < (ctx->info.is_gpu ? 3 : 2)) return 0;
     seed_base(ctx, &out[0]);
     out[0].v[BACKEND_INDEX] = 1;
     seed_base(ctx, &out[1]);

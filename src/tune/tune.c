@@ -146,10 +146,15 @@ iha_status iha__tune_tasks(iha_context *ctx, const iha_tune_run *run)
     for (size_t i = 0; i < run->count && st == IHA_OK; ++i) {
         const iha_tunable *t = run->tasks[i].tunable;
         if (t->apply == NULL) continue;
-        if (!run->dry_run)
+        if (!run->dry_run) {
             st = iha__tune_apply_gemm(ctx);
-        else if (outcomes[i].found)
+        } else if (outcomes[i].found) {
             st = t->apply(ctx, &outcomes[i].best);
+            /* A dry run stores nothing, so the context goes back to its own configuration (and
+             * iha_context_last_choices reports that one); CLBlast keeps the best verified
+             * parameters when the context's backend is not CLBlast. */
+            if (st == IHA_OK) st = iha__tune_apply_gemm(ctx);
+        }
     }
     free(outcomes);
     IHA_FORWARD_IF_ERROR(st);
