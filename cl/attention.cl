@@ -181,6 +181,7 @@ typedef struct tile_state {
     float m[ATT_ROWS];  /* reference point of the exponentials (base 2), see tile_scores */
     floatK l[ATT_ROWS]; /* sum of exponentials per key lane: reduced across lanes once, at the end */
     floatV acc[ATT_ROWS][VCHUNKS];  /* unnormalised output */
+    int rescaled;                   /* tile_scores moved a row's reference point: corr is not all 1 */
     int zero;                       /* 0, computed from a kernel argument: see tile_pv */
 } tile_state;
 
@@ -194,6 +195,7 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
     ts->hi_min = T;
     ts->hi_max = 0;
     ts->zero = T < 0;
+    ts->rescaled = 0;
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         const int i = min(r, valid - 1);
@@ -224,12 +226,21 @@ static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const 
     /* Unclamped, row j is at a constant offset from the block's first row, which folds into the
      * load's address; int row numbers instead kept 16 row registers live (and spilled). */
     const __global kv_t *v0 = vb + (size_t)j0 * HEAD_DIM;
+    /* Rescaling is rare once a row has seen a few blocks (see tile_scores), so it is a pass of its
+     * own rather than a multiply at the head of every chunk's FMA chain. */
+    if (ts->rescaled) {
+        #pragma unroll
+        for (int cv = 0; cv < VCHUNKS; ++cv) {
+            #pragma unroll
+            for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] *= corr[r];
+        }
+    }
     #pragma unroll
     for (int cv = 0; cv < VCHUNKS; ++cv) {
         const float *pc = pr + cv * ts->zero;
         floatV a[ATT_ROWS];
         #pragma unroll
-        for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv] * corr[r];
+        for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv];
         #pragma unroll
         for (int j = 0; j < ATT_KB; ++j) {
             const __global kv_t *row = clamp ? vb + (size_t)min(j0 + j, last) * HEAD_DIM : v0 + j * HEAD_DIM;
@@ -257,6 +268,7 @@ static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0
     }
 
     const int whole = j0 >= ts->lo_max && j0 + ATT_KB - 1 <= ts->hi_min;
+    ts->rescaled = 0;
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         if (!whole) {
@@ -273,6 +285,7 @@ static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0
         if (mx > ts->m[r] + MAX_SLACK) {
             corr[r] = exp2(ts->m[r] - mx);
             ts->l[r] *= corr[r];
+            ts->rescaled = 1;
             ts->m[r] = mx;
         }
         const float base = ts->m[r] == -INFINITY ? 0.0f : ts->m[r];
