@@ -437,13 +437,15 @@ static void broken_kernels(const char *dir)
     }
 }
 
-static void wrong_candidate_is_never_stored(void **state)
+/* Tunes `kernels` on a context whose kernel directory `plant` filled, with the candidate
+ * param=value planted wrong: the tuner's check must reject it, and neither the result nor the
+ * profile may hold it. */
+static void check_planted_candidate_rejected(void (*plant)(const char *dir), unsigned kernels, double budget,
+                                             const char *param, int value)
 {
-    (void)state;
-    TU_REQUIRE_DEVICE(tu_ctx);
     char dir[1024], path[1100];
     tu_temp_dir(dir, sizeof dir);
-    broken_kernels(dir);
+    plant(dir);
     snprintf(path, sizeof path, "%s/profile.json", dir);
     iha_context_options o;
     iha_context_options_init(&o);
@@ -454,15 +456,24 @@ static void wrong_candidate_is_never_stored(void **state)
     assert_int_equal(iha_context_create(&ctx, &o, NULL, 0), IHA_OK);
     iha_tune_result r[4];
     size_t n = 0;
-    tune_small(ctx, IHA_TUNE_ATTENTION, 20, r, &n);
+    tune_small(ctx, kernels, budget, r, &n);
     assert_int_equal(n, 1);
-    /* The first sweep tries ATT_ROWS 1, 2 and 8 around the built-in: 2 fails its check. */
     assert_true(r[0].rejected >= 1);
     assert_true(r[0].stored);
-    assert_null(strstr(r[0].tuned_config, "ATT_ROWS=2 "));
-    tp_assert_no_entry_with(path, "ATT_ROWS", 2);
+    char planted[64];
+    snprintf(planted, sizeof planted, "%s=%d ", param, value);
+    assert_null(strstr(r[0].tuned_config, planted));
+    tp_assert_no_entry_with(path, param, value);
     iha_context_free(ctx);
     tu_remove_tree(dir);
+}
+
+static void wrong_candidate_is_never_stored(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    /* The first sweep tries ATT_ROWS 1, 2 and 8 around the built-in: 2 fails its check. */
+    check_planted_candidate_rejected(broken_kernels, IHA_TUNE_ATTENTION, 20, "ATT_ROWS", 2);
 }
 
 /* A kernel directory whose cl/gemm.cl drops the last k of every product when GEMM_MR is 4. */
@@ -493,30 +504,10 @@ static void wrong_gemm_tile_is_never_stored(void **state)
     cl_device_type type = 0;
     assert_int_equal(clGetDeviceInfo(iha_context_cl_device(tu_ctx), CL_DEVICE_TYPE, sizeof type, &type, NULL), CL_SUCCESS);
     if (type & CL_DEVICE_TYPE_GPU) skip(); /* the built-in is CLBlast's database: no tile to descend from */
-    char dir[1024], path[1100];
-    tu_temp_dir(dir, sizeof dir);
-    broken_gemm_kernel(dir);
-    snprintf(path, sizeof path, "%s/profile.json", dir);
-    iha_context_options o;
-    iha_context_options_init(&o);
-    o.profile = path;
-    o.kernel_dir = dir;
-    o.cache_dir = "off";
-    iha_context *ctx = NULL;
-    assert_int_equal(iha_context_create(&ctx, &o, NULL, 0), IHA_OK);
-    iha_tune_result r[4];
-    size_t n = 0;
     /* The seeds are the library kernel's built-in tile and one CLBlast configuration, which costs
      * PoCL 15-60 s to compile with a cold cache; the descent over the library kernel's tiles
      * takes a few seconds and ends by itself. */
-    tune_small(ctx, IHA_TUNE_GEMM, 150, r, &n);
-    assert_int_equal(n, 1);
-    assert_true(r[0].rejected >= 1);
-    assert_true(r[0].stored);
-    assert_null(strstr(r[0].tuned_config, "GEMM_MR=4 "));
-    tp_assert_no_entry_with(path, "GEMM_MR", 4);
-    iha_context_free(ctx);
-    tu_remove_tree(dir);
+    check_planted_candidate_rejected(broken_gemm_kernel, IHA_TUNE_GEMM, 150, "GEMM_MR", 4);
 }
 
 static void tuning_on_first_use_only_when_asked(void **state)
