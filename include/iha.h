@@ -32,8 +32,9 @@
  * - On failure a call returns a status other than IHA_OK and leaves a message in the context
  *   (iha_context_message). The library never aborts, never prints, reads the environment only
  *   in iha_context_create, and keeps no process-wide mutable state of its own. CLBlast, which
- *   runs the GEMMs, has process-wide caches: the library serialises its calls into CLBlast with
- *   one lock, and when the process's last context that ran a GEMM is freed it empties CLBlast's
+ *   runs the GEMMs where it is the context's GEMM backend (GPUs by default; see "Tuning"), has
+ *   process-wide caches: the library serialises its calls into CLBlast with one lock, and when
+ *   the process's last context that ran a CLBlast GEMM is freed it empties CLBlast's
  *   program cache (CLBlastClearCache), which would otherwise keep every freed context's
  *   cl_context alive. An application that also calls CLBlast itself then sees CLBlast rebuild
  *   its programs on their next use.
@@ -165,8 +166,8 @@ typedef struct iha_context_options {
     const char *profile;
     /* Opt-in, never the default: nonzero makes a layer call whose kernels have no exact profile
      * entry tune them first (within tune_budget_s seconds per call; 0 means 10) and store the
-     * result. The first such call then takes that long. CLBlast's GEMM is tuned only by
-     * iha_tune. */
+     * result. The first such call then takes that long. The GEMM (backend and parameters) is
+     * tuned only by iha_tune. */
     int tune_on_first_use;
     double tune_budget_s;
 } iha_context_options;
@@ -253,7 +254,8 @@ typedef struct iha_attention_options {
     /* iha_storage of every weight: wq, wk, wv, wo, alpha_q, alpha_k, alpha_v and r. With
      * IHA_STORAGE_F16, a projection of at most 16 rows (a decoding step) reads the half weights
      * directly (cl/convert.cl, memory-bound: half the bytes of float weights); larger ones
-     * convert each weight matrix into float workspace (D*H*d floats) and run CLBlast's SGEMM. */
+     * convert each weight matrix into float workspace (D*H*d floats) and run the context's
+     * GEMM backend. */
     int weight_storage;
 } iha_attention_options;
 
