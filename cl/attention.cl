@@ -181,7 +181,6 @@ typedef struct tile_state {
     float m[ATT_ROWS];  /* reference point of the exponentials (base 2), see tile_scores */
     floatK l[ATT_ROWS]; /* sum of exponentials per key lane: reduced across lanes once, at the end */
     floatV acc[ATT_ROWS][VCHUNKS];  /* unnormalised output */
-    int rescaled;                   /* tile_scores moved a row's reference point: corr is not all 1 */
     int zero;                       /* 0, computed from a kernel argument: see tile_pv */
 } tile_state;
 
@@ -195,7 +194,6 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
     ts->hi_min = T;
     ts->hi_max = 0;
     ts->zero = T < 0;
-    ts->rescaled = 0;
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         const int i = min(r, valid - 1);
@@ -214,27 +212,18 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
     }
 }
 
-/* acc = acc * corr + P V for the ATT_KB value rows min(j0 + j, last), with the head dimension
+/* acc += P V for the ATT_KB value rows min(j0 + j, last), with the head dimension
  * outermost: per chunk only ATT_ROWS accumulators are live, which fits AVX2's 16 registers where
  * the whole tile would spill. The probabilities are read from pr in every chunk at an offset of
  * ts->zero (0 at run time, unknown to the compiler): otherwise the compiler keeps the
  * ATT_ROWS * ATT_KB broadcasts of the first chunk for the others and spills them, and with more
  * than 4 rows the accumulators with them. A broadcast from memory costs one load. */
-static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const float *pr, const float *corr,
-                                                         const __global kv_t *vb, int j0, int last, int clamp)
+static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const float *pr, const __global kv_t *vb,
+                                                         int j0, int last, int clamp)
 {
     /* Unclamped, row j is at a constant offset from the block's first row, which folds into the
      * load's address; int row numbers instead kept 16 row registers live (and spilled). */
     const __global kv_t *v0 = vb + (size_t)j0 * HEAD_DIM;
-    /* Rescaling is rare once a row has seen a few blocks (see tile_scores), so it is a pass of its
-     * own rather than a multiply at the head of every chunk's FMA chain. */
-    if (ts->rescaled) {
-        #pragma unroll
-        for (int cv = 0; cv < VCHUNKS; ++cv) {
-            #pragma unroll
-            for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] *= corr[r];
-        }
-    }
     #pragma unroll
     for (int cv = 0; cv < VCHUNKS; ++cv) {
         const float *pc = pr + cv * ts->zero;
@@ -254,8 +243,9 @@ static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const 
 }
 
 /* The scores of one register tile against the key block starting at key j0, and their online
- * softmax: probabilities into pr (row r at r * ATT_KB), the rescaling of earlier output into corr. */
-static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0, float *pr, float *corr)
+ * softmax: probabilities into pr (row r at r * ATT_KB). Earlier output is rescaled here, when a
+ * row's reference point moves: the tile's P.V of earlier blocks has run by then. */
+static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0, float *pr)
 {
     floatK s[ATT_ROWS];
     #pragma unroll
@@ -268,7 +258,6 @@ static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0
     }
 
     const int whole = j0 >= ts->lo_max && j0 + ATT_KB - 1 <= ts->hi_min;
-    ts->rescaled = 0;
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         if (!whole) {
@@ -280,12 +269,14 @@ static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0
          * horizontal maximum (which only decides the branch). A row that has seen no visible
          * key keeps m = -inf: any finite score moves it, and base 0 makes a masked row's
          * exponentials exactly 0 instead of NaN. */
-        corr[r] = 1.0f;
+        /* Rare once a row has seen a few blocks, so the rescaling is not a multiply at the head
+         * of every P.V chunk's FMA chain. */
         const float mx = hmax(s[r]); /* any() of a vector compare costs PoCL a branch per lane */
         if (mx > ts->m[r] + MAX_SLACK) {
-            corr[r] = exp2(ts->m[r] - mx);
-            ts->l[r] *= corr[r];
-            ts->rescaled = 1;
+            const float corr = exp2(ts->m[r] - mx);
+            ts->l[r] *= corr;
+            #pragma unroll
+            for (int cv = 0; cv < VCHUNKS; ++cv) ts->acc[r][cv] *= corr;
             ts->m[r] = mx;
         }
         const float base = ts->m[r] == -INFINITY ? 0.0f : ts->m[r];
@@ -297,22 +288,20 @@ static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0
 
 /* P.V of a tile whose probabilities tile_scores left in pr, with rows clamped only in a block that
  * runs past T (padding keys have probability 0; clamping their rows keeps the reads in bounds). */
-static inline void tile_values(tile_state *ts, const float *pr, const float *corr, const __global kv_t *vb, int j0,
-                               int T)
+static inline void tile_values(tile_state *ts, const float *pr, const __global kv_t *vb, int j0, int T)
 {
     if (j0 + ATT_KB <= T)
-        tile_pv(ts, pr, corr, vb, j0, j0 + ATT_KB - 1, 0);
+        tile_pv(ts, pr, vb, j0, j0 + ATT_KB - 1, 0);
     else
-        tile_pv(ts, pr, corr, vb, j0, T - 1, 1);
+        tile_pv(ts, pr, vb, j0, T - 1, 1);
 }
 
 /* One register tile against the key block starting at key j0 (decoding's single tile). */
 static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __global kv_t *vb, int j0, int T)
 {
     float pr[ATT_ROWS * ATT_KB];
-    float corr[ATT_ROWS];
-    tile_scores(ts, kblk, j0, pr, corr);
-    tile_values(ts, pr, corr, vb, j0, T);
+    tile_scores(ts, kblk, j0, pr);
+    tile_values(ts, pr, vb, j0, T);
 }
 
 __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */
@@ -344,7 +333,6 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
      * so the softmax's long dependency chain (max, exponentials, sum) runs under the previous
      * tile's FMAs instead of stalling its own P.V. */
     float pr[ATT_TILES][ATT_ROWS * ATT_KB];
-    float corr[ATT_TILES][ATT_ROWS];
     for (int blk = lo_min / ATT_KB; blk <= hi_max / ATT_KB; ++blk) {
         const int j0 = blk * ATT_KB;
         const __global kv_t *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
@@ -352,11 +340,11 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         for (int i = 0; i < ATT_TILES; ++i) {
             /* Blocks outside this tile's visible keys are skipped, not computed and masked. */
             if (j0 + ATT_KB - 1 < tiles[i].lo_min || j0 > tiles[i].hi_max) continue;
-            tile_scores(&tiles[i], kblk, j0, pr[i], corr[i]);
-            if (pending >= 0) tile_values(&tiles[pending], pr[pending], corr[pending], vb, j0, T);
+            tile_scores(&tiles[i], kblk, j0, pr[i]);
+            if (pending >= 0) tile_values(&tiles[pending], pr[pending], vb, j0, T);
             pending = i;
         }
-        if (pending >= 0) tile_values(&tiles[pending], pr[pending], corr[pending], vb, j0, T);
+        if (pending >= 0) tile_values(&tiles[pending], pr[pending], vb, j0, T);
     }
 
     for (int i = 0; i < ATT_TILES; ++i) {

@@ -176,19 +176,19 @@ static void test_refusals(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i)
         tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &bad[i], 6, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4),
                          IHA_ERROR_INVALID_ARGUMENT);
-    /* Leading dimensions below the row, and matrices one element past their buffers. */
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 0, 4, b, 0, 4, c, 0, 4),
-                     IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 0, 5, b, 0, 3, c, 0, 4),
-                     IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 1, 5, b, 0, 4, c, 0, 4),
-                     IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 0, 5, b, 1, 4, c, 0, 4),
-                     IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 5),
-                     IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, NULL, 0, 5, b, 0, 4, c, 0, 4),
-                     IHA_ERROR_INVALID_ARGUMENT);
+    /* Leading dimensions below the row, matrices one element past their buffers, and no A:
+     * {a_off, lda, b_off, ldb, c_off, ldc, A missing}. */
+    static const size_t layouts[][7] = {
+        {0, 4, 0, 4, 0, 4, 0}, {0, 5, 0, 3, 0, 4, 0}, {1, 5, 0, 4, 0, 4, 0},
+        {0, 5, 1, 4, 0, 4, 0}, {0, 5, 0, 4, 0, 5, 0}, {0, 5, 0, 4, 0, 4, 1},
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; ++i) {
+        const size_t *l = layouts[i];
+        tu_assert_status(tu_ctx,
+                         iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, l[6] ? NULL : a, l[0], l[1], b, l[2],
+                                                  l[3], c, l[4], l[5]),
+                         IHA_ERROR_INVALID_ARGUMENT);
+    }
     /* Sizes beyond the kernel's int indices are refused before any buffer is read. */
     tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, (size_t)INT_MAX, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4),
                      IHA_ERROR_UNSUPPORTED);
