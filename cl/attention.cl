@@ -6,8 +6,9 @@
  *  - the softmax is online (a reference maximum and a sum per row, see tile_scores), in base 2
  *    with the scale and log2(e) folded into the queries, so no T x T matrix exists and extra
  *    memory is O(T*d);
- *  - a work-item's tiles are software-pipelined: tile i's scores and softmax come before tile
- *    i-1's P.V, so the softmax's dependency chain overlaps independent FMAs;
+ *  - per key block, every tile's scores and softmax come first, then P.V chunk by chunk over
+ *    the head dimension with the tiles innermost, so each chunk of value rows is read from L2
+ *    once per work-item, not once per tile;
  *  - every mask is an interval [lo(t), hi(t)] of visible keys per row, so key blocks outside
  *    the tile's union of intervals are never visited and fully visible blocks skip the mask;
  *  - P.V accumulates into ATT_VD-wide vectors over the head dimension.
@@ -212,34 +213,40 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
     }
 }
 
-/* acc += P V for the ATT_KB value rows min(j0 + j, last), with the head dimension
- * outermost: per chunk only ATT_ROWS accumulators are live, which fits AVX2's 16 registers where
- * the whole tile would spill. The probabilities are read from pr in every chunk at an offset of
- * ts->zero (0 at run time, unknown to the compiler): otherwise the compiler keeps the
- * ATT_ROWS * ATT_KB broadcasts of the first chunk for the others and spills them, and with more
- * than 4 rows the accumulators with them. A broadcast from memory costs one load. */
-static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const float *pr, const __global kv_t *vb,
-                                                         int j0, int last, int clamp)
+/* acc[.][cv] += P V[:, chunk cv] for the ATT_KB value rows min(j0 + j, last): only ATT_ROWS
+ * accumulators are live, which fits AVX2's 16 registers where the whole tile would spill. The
+ * probabilities are read from pr at an offset of cv * ts->zero (ts->zero is 0 at run time,
+ * unknown to the compiler): otherwise the compiler keeps the ATT_ROWS * ATT_KB broadcasts of
+ * the first chunk for the others and spills them, and with more than 4 rows the accumulators
+ * with them. A broadcast from memory costs one load. */
+static inline __attribute__((always_inline)) void tile_pv_chunk(tile_state *ts, const float *pr,
+                                                               const __global kv_t *vb, int j0, int last,
+                                                               int clamp, int cv)
 {
     /* Unclamped, row j is at a constant offset from the block's first row, which folds into the
      * load's address; int row numbers instead kept 16 row registers live (and spilled). */
     const __global kv_t *v0 = vb + (size_t)j0 * HEAD_DIM;
+    const float *pc = pr + cv * ts->zero;
+    floatV a[ATT_ROWS];
     #pragma unroll
-    for (int cv = 0; cv < VCHUNKS; ++cv) {
-        const float *pc = pr + cv * ts->zero;
-        floatV a[ATT_ROWS];
+    for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv];
+    #pragma unroll
+    for (int j = 0; j < ATT_KB; ++j) {
+        const __global kv_t *row = clamp ? vb + (size_t)min(j0 + j, last) * HEAD_DIM : v0 + j * HEAD_DIM;
+        const floatV vv = load_chunk(row, cv);
         #pragma unroll
-        for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv];
-        #pragma unroll
-        for (int j = 0; j < ATT_KB; ++j) {
-            const __global kv_t *row = clamp ? vb + (size_t)min(j0 + j, last) * HEAD_DIM : v0 + j * HEAD_DIM;
-            const floatV vv = load_chunk(row, cv);
-            #pragma unroll
-            for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
-        }
-        #pragma unroll
-        for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] = a[r];
+        for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
     }
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] = a[r];
+}
+
+/* acc += P V over the whole head dimension for one tile (decoding's single tile). */
+static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const float *pr, const __global kv_t *vb,
+                                                         int j0, int last, int clamp)
+{
+    #pragma unroll
+    for (int cv = 0; cv < VCHUNKS; ++cv) tile_pv_chunk(ts, pr, vb, j0, last, clamp, cv);
 }
 
 /* The scores of one register tile against the key block starting at key j0, and their online
@@ -329,22 +336,37 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         hi_max = max(hi_max, tiles[i].hi_max);
     }
 
-    /* Software-pipelined over the tiles: tile i's scores and softmax come before tile i-1's P.V,
-     * so the softmax's long dependency chain (max, exponentials, sum) runs under the previous
-     * tile's FMAs instead of stalling its own P.V. */
+    /* Per key block: every tile's scores and softmax, then P.V chunk by chunk over the head
+     * dimension with the tiles innermost, so one chunk of the block's value rows (ATT_KB cache
+     * lines at ATT_VD = 16) serves every tile while it is in L1. Tile by tile instead, each tile
+     * streamed the whole value block, which at d = 128 (8 KiB of values, 16 KiB of tile state,
+     * 8 KiB of keys) no longer fits L1 and came back from L2 for every tile: 1.3-1.5x slower at
+     * d = 128 (see BENCHMARKS.md, v10). Tile i+1's score FMAs are independent of tile i's
+     * softmax chain, so the two still overlap. */
     float pr[ATT_TILES][ATT_ROWS * ATT_KB];
     for (int blk = lo_min / ATT_KB; blk <= hi_max / ATT_KB; ++blk) {
         const int j0 = blk * ATT_KB;
         const __global kv_t *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
-        int pending = -1;
+        int seen = 0;
         for (int i = 0; i < ATT_TILES; ++i) {
             /* Blocks outside this tile's visible keys are skipped, not computed and masked. */
             if (j0 + ATT_KB - 1 < tiles[i].lo_min || j0 > tiles[i].hi_max) continue;
             tile_scores(&tiles[i], kblk, j0, pr[i]);
-            if (pending >= 0) tile_values(&tiles[pending], pr[pending], vb, j0, T);
-            pending = i;
+            seen |= 1 << i;
         }
-        if (pending >= 0) tile_values(&tiles[pending], pr[pending], vb, j0, T);
+        /* Rows are clamped only in a block that runs past T (padding keys have probability 0;
+         * clamping their rows keeps the reads in bounds). */
+        const int clamp = j0 + ATT_KB > T;
+        const int last = min(j0 + ATT_KB, T) - 1;
+        #pragma unroll 1
+        for (int cv = 0; cv < VCHUNKS; ++cv)
+            for (int i = 0; i < ATT_TILES; ++i)
+                if (seen & (1 << i)) {
+                    if (clamp)
+                        tile_pv_chunk(&tiles[i], pr[i], vb, j0, last, 1, cv);
+                    else
+                        tile_pv_chunk(&tiles[i], pr[i], vb, j0, last, 0, cv);
+                }
     }
 
     for (int i = 0; i < ATT_TILES; ++i) {
