@@ -381,7 +381,7 @@ typedef enum iha_config_source {
 typedef struct iha_kernel_choice {
     char kernel[16];         /* "attention", "rows" (mixing and collapse share it), "decode", "gemm" */
     char bucket[160];        /* the call's bucket, e.g. "mask=0 windowed=0 elem_bytes=4 d=64 P=4 T=4096 span=4096" */
-    char config[512];        /* e.g. "ATT_ROWS=4 ATT_TILES=4 ATT_KB=16 ATT_VD=16 group=1 variant=0 LOC_KEYS=32";
+    char config[512];        /* e.g. "ATT_ROWS=4 ATT_TILES=4 ATT_KB=16 ATT_VD=16 group=1 variant=0 LOC_KEYS=32 ATT_PREFETCH=1";
                                 "CLBlast database" for CLBlast's own parameters */
     int source;              /* an iha_config_source */
     char source_bucket[160]; /* the profile entry's bucket for sources 1 and 2, "" otherwise */

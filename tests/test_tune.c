@@ -68,6 +68,7 @@ static void add_attention(cJSON *root, const char *role, long mask, long windowe
         cJSON_AddNumberToObject(c, params[i], (double)cfg[i]);
     cJSON_AddNumberToObject(c, "variant", 0);
     cJSON_AddNumberToObject(c, "LOC_KEYS", 32);
+    cJSON_AddNumberToObject(c, "ATT_PREFETCH", 0);
     cJSON_AddItemToObject(e, "bucket", b);
     cJSON_AddItemToObject(e, "config", c);
     cJSON_AddItemToArray(cJSON_GetObjectItem(root, "entries"), e);
@@ -221,19 +222,19 @@ static void fallback_goes_from_specific_to_general(void **state)
     check_attention(ctx, &small_shape, &global);
     iha_kernel_choice c = tp_choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_EXACT);
-    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=2 ATT_KB=8 ATT_VD=4 group=16 variant=0 LOC_KEYS=32");
+    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=2 ATT_KB=8 ATT_VD=4 group=16 variant=0 LOC_KEYS=32 ATT_PREFETCH=0");
     /* 2. T = 2000 (bucket 2048) is nearest to the T = 4096 entry of the same kind. */
     const iha_shape longer = {1, 1000, 16, 1, 8, 2};
     check_attention(ctx, &longer, &global);
     c = tp_choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_NEAREST);
-    assert_string_equal(c.config, "ATT_ROWS=2 ATT_TILES=1 ATT_KB=8 ATT_VD=8 group=1 variant=0 LOC_KEYS=32");
+    assert_string_equal(c.config, "ATT_ROWS=2 ATT_TILES=1 ATT_KB=8 ATT_VD=8 group=1 variant=0 LOC_KEYS=32 ATT_PREFETCH=0");
     assert_non_null(strstr(c.source_bucket, "T=4096"));
     /* 3. Another mask is another kind: the device default. */
     check_attention(ctx, &small_shape, &none);
     c = tp_choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_DEVICE);
-    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=1 ATT_KB=16 ATT_VD=8 group=1 variant=0 LOC_KEYS=32");
+    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=1 ATT_KB=16 ATT_VD=8 group=1 variant=0 LOC_KEYS=32 ATT_PREFETCH=0");
     /* The mixing kernels have no entry at all: 4. the built-in default of the device type. */
     assert_int_equal(tp_choice_of(ctx, "rows").source, IHA_CONFIG_BUILTIN_TYPE);
     iha_context_free(ctx);

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/checked.h"
 #include "runtime/launch.h"
@@ -18,6 +19,13 @@ void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_
     cfg->vec = head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
     cfg->local_keys = 32;
     cfg->variant = 0;
+    /* A cache hint for CPUs, whose P.V otherwise waits on each value chunk's first row, built
+     * in only where it was measured and known to compile: PoCL's CPU device. Some clang-based
+     * implementations reject the intrinsic when the kernel is created (Oclgrind: "Undefined
+     * external function: llvm.prefetch"), so elsewhere the tuner may choose it, after
+     * verifying it. GPUs stage keys and values in local memory instead. */
+    cfg->prefetch = ctx->info.is_cpu && !ctx->info.is_gpu &&
+                    strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
     if (ctx->info.is_gpu) {
         /* The local-memory variant, 64 rows per group, with the largest key tile of 16, 32 or
          * 64 keys (2*keys*d floats) that fits the device; register tiles of one row when none does. */
@@ -60,9 +68,10 @@ iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *
     if (cfg->variant == 1)
         return iha__attention_local_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
                                             kt_packed, vt, o, lse, mask, window, scale);
-    char options[160];
-    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=%d -DATT_KB=%d -DATT_VD=%d", dims->d,
-             cfg->rows, cfg->tiles, cfg->key_block, cfg->vec);
+    char options[192];
+    snprintf(options, sizeof options,
+             "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=%d -DATT_KB=%d -DATT_VD=%d -DATT_PREFETCH=%d", dims->d,
+             cfg->rows, cfg->tiles, cfg->key_block, cfg->vec, cfg->prefetch);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_fwd_f32", &k));
     iha_args a = iha__args_begin(k);

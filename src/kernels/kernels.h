@@ -30,6 +30,7 @@ typedef struct iha_attention_config {
     size_t group;   /* work-items per work-group (variant 1: LOC_ROWS, query rows per group) */
     int variant;    /* 0: register tiles, 1: local-memory tiles */
     int local_keys; /* LOC_KEYS of variant 1: keys per local tile, a multiple of key_block */
+    int prefetch;   /* ATT_PREFETCH of variant 0: 1 prefetches the next key block's values */
 } iha_attention_config;
 
 void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg);

@@ -9,7 +9,7 @@
 #include "tune/buffers.h"
 #include "tune/state.h"
 
-enum { P_ROWS, P_TILES, P_KB, P_VD, P_GROUP, P_VARIANT, P_LOC_KEYS };
+enum { P_ROWS, P_TILES, P_KB, P_VD, P_GROUP, P_VARIANT, P_LOC_KEYS, P_PREFETCH };
 enum { K_MASK, K_WINDOWED, K_BYTES, K_D, K_P, K_T, K_SPAN, K_COUNT };
 
 static const iha_tune_param params[] = {
@@ -20,6 +20,7 @@ static const iha_tune_param params[] = {
     {"group", 4, {1, 16, 64, 128}, NULL},
     {"variant", 2, {0, 1}, NULL},   /* 0: register tiles (attention.cl), 1: local memory (attention_local.cl) */
     {"LOC_KEYS", 3, {16, 32, 64}, NULL},
+    {"ATT_PREFETCH", 2, {0, 1}, NULL}, /* variant 0: prefetch the next key block's values */
 };
 
 /* Kind keys must match; the rest are compared on a log2 scale. span is the number of keys a
@@ -46,7 +47,7 @@ static const iha_tune_constraint constraints[] = {
 static long local_bytes(const long *v) { return v[0] == 1 ? 2 * v[1] * v[2] * (long)sizeof(float) : 0; }
 
 static const iha_tune_space space = {
-    "attention", params, 7, keys, K_COUNT, constraints, 3, local_bytes, {"variant", "LOC_KEYS", "d", NULL},
+    "attention", params, 8, keys, K_COUNT, constraints, 3, local_bytes, {"variant", "LOC_KEYS", "d", NULL},
     {"group", NULL, NULL},
 };
 
@@ -59,6 +60,7 @@ void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *
     cfg->group = (size_t)c->v[P_GROUP];
     cfg->variant = (int)c->v[P_VARIANT];
     cfg->local_keys = (int)c->v[P_LOC_KEYS];
+    cfg->prefetch = (int)c->v[P_PREFETCH];
 }
 
 static void from_kernel_config(const iha_attention_config *cfg, iha_tune_config *c)
@@ -71,6 +73,7 @@ static void from_kernel_config(const iha_attention_config *cfg, iha_tune_config 
     c->v[P_GROUP] = (long)cfg->group;
     c->v[P_VARIANT] = cfg->variant;
     c->v[P_LOC_KEYS] = cfg->local_keys;
+    c->v[P_PREFETCH] = cfg->prefetch;
 }
 
 /* Parameters a variant does not read take one value, so that equal kernels are timed once. */
@@ -83,6 +86,7 @@ static void canonical(const void *problem, iha_tune_config *c)
         c->v[P_ROWS] = 1;
         c->v[P_TILES] = 1;
         c->v[P_VD] = 4;
+        c->v[P_PREFETCH] = 0;
     }
 }
 
@@ -119,7 +123,7 @@ static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_co
 static void safe(const iha_tune_bucket *b, iha_tune_config *c)
 {
     (void)b;
-    const iha_attention_config cfg = {1, 1, 4, 4, 1, 0, 32};
+    const iha_attention_config cfg = {1, 1, 4, 4, 1, 0, 32, 0};
     from_kernel_config(&cfg, c);
 }
 
