@@ -39,10 +39,12 @@
 #define ATT_VD 16
 #endif
 
-/* 1: each key block's loop first asks the cache for the next block's value rows
- * (__builtin_prefetch, a hint that never faults), so P.V of that block finds them in L1 instead
- * of waiting on L2/L3 for each chunk's first row (d = 128: +12% median over 6 alternated runs,
- * BENCHMARKS.md v11). Only clang-based compilers know the builtin; elsewhere it is a no-op. */
+/* 1: each chunk pass of P.V also asks the cache for the same chunk of the next key block's
+ * value rows (__builtin_prefetch, a hint that never faults), so the next block's P.V finds
+ * them in L1 instead of waiting on L2/L3 for each chunk's first touch; spread over the chunk
+ * passes, the hints do not queue up behind each other as one burst per block did (d = 128:
+ * +12% for a burst, +13% more spread; BENCHMARKS.md v11, v12). Only clang-based compilers
+ * know the builtin; elsewhere it is a no-op. */
 #ifndef ATT_PREFETCH
 #define ATT_PREFETCH 0
 #endif
@@ -356,10 +358,8 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         const int j0 = blk * ATT_KB;
         const __global kv_t *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
 #if ATT_PREFETCH && defined(__clang__)
-        if (j0 + 2 * ATT_KB <= T && blk < hi_max / ATT_KB) {
-            const __global char *next = (const __global char *)(vb + (size_t)(j0 + ATT_KB) * HEAD_DIM);
-            for (int b = 0; b < (int)(ATT_KB * HEAD_DIM * sizeof(kv_t)); b += 64) __builtin_prefetch(next + b, 0, 3);
-        }
+        const int prefetch = j0 + 2 * ATT_KB <= T && blk < hi_max / ATT_KB;
+        const __global kv_t *next = vb + (size_t)(j0 + ATT_KB) * HEAD_DIM;
 #endif
         int seen = 0;
         for (int i = 0; i < ATT_TILES; ++i) {
@@ -373,7 +373,13 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         const int clamp = j0 + ATT_KB > T;
         const int last = min(j0 + ATT_KB, T) - 1;
         #pragma unroll 1
-        for (int cv = 0; cv < VCHUNKS; ++cv)
+        for (int cv = 0; cv < VCHUNKS; ++cv) {
+#if ATT_PREFETCH && defined(__clang__)
+            if (prefetch) {
+                #pragma unroll
+                for (int j = 0; j < ATT_KB; ++j) __builtin_prefetch(next + j * HEAD_DIM + cv * ATT_VD, 0, 3);
+            }
+#endif
             for (int i = 0; i < ATT_TILES; ++i)
                 if (seen & (1 << i)) {
                     if (clamp)
@@ -381,6 +387,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
                     else
                         tile_pv_chunk(&tiles[i], pr[i], vb, j0, last, 0, cv);
                 }
+        }
     }
 
     for (int i = 0; i < ATT_TILES; ++i) {
