@@ -153,7 +153,7 @@ __kernel void mix_heads_rows_f32(__global const float *src, ulong src_off, __glo
     }
 }
 
-#if MIX_VEC == 8 && (MIX_KB == 8 || MIX_KB == 16)
+#if (MIX_VEC == 8 || MIX_VEC == 16) && (MIX_KB == 8 || MIX_KB == 16)
 /* Columns [c0, c0 + 8) below `cols` of 8 rows r[0..7] (8 columns each) written as 8-row pieces
  * of the key-block columns: column i goes to out[(c0 + i) * MIX_KB + first, + 8). An 8x8
  * transpose in registers (unpack, shuffle, 128-bit permute, which is what the swizzles below
@@ -200,7 +200,7 @@ __kernel void mix_keys_blocks_f32(__global const float *src, ulong src_off, __gl
     const int cols = use_rope ? d / 2 : d;
     for (int c0 = 0; c0 < cols; c0 += MIX_VEC) {
 #if MIX_TRANSPOSE_IN_REGISTERS
-        float8 r0[MIX_KB], r1[MIX_KB]; /* the block's rows: columns [c0, c0 + 8), and c + cols */
+        floatM r0[MIX_KB], r1[MIX_KB]; /* the block's rows: columns [c0, c0 + MIX_VEC), and c + cols */
 #else
         float lo[MIX_VEC][MIX_KB], hi[MIX_VEC][MIX_KB]; /* [column][row of the block] */
 #endif
@@ -239,8 +239,29 @@ __kernel void mix_keys_blocks_f32(__global const float *src, ulong src_off, __gl
 #if MIX_TRANSPOSE_IN_REGISTERS
         #pragma unroll
         for (int g = 0; g < MIX_KB; g += 8) {
+#if MIX_VEC == 8
             store_transposed8(out, r0 + g, c0, cols, g);
             if (use_rope) store_transposed8(out + (size_t)cols * MIX_KB, r1 + g, c0, cols, g);
+#else
+            /* 16 columns: two 8x8 pieces per group of 8 rows. */
+            float8 a[8], b[8];
+            #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                a[k] = r0[g + k].lo;
+                b[k] = r0[g + k].hi;
+            }
+            store_transposed8(out, a, c0, cols, g);
+            store_transposed8(out, b, c0 + 8, cols, g);
+            if (use_rope) {
+                #pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                    a[k] = r1[g + k].lo;
+                    b[k] = r1[g + k].hi;
+                }
+                store_transposed8(out + (size_t)cols * MIX_KB, a, c0, cols, g);
+                store_transposed8(out + (size_t)cols * MIX_KB, b, c0 + 8, cols, g);
+            }
+#endif
         }
 #else
         for (int i = 0; i < MIX_VEC && c0 + i < cols; ++i) {
