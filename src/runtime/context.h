@@ -58,6 +58,7 @@ struct iha_context {
     char *cache_dir;  /* NULL: disk cache off */
     char *kernel_dir; /* NULL: embedded sources */
     iha_program_cache programs;
+    int tuning; /* 1 while iha_tune's searches run: the programs they build are candidates */
 
     cl_mem workspace[IHA_WS_COUNT];
     size_t workspace_bytes[IHA_WS_COUNT];

@@ -117,6 +117,7 @@ static iha_status program_get(iha_context *ctx, const char *file, const char *ke
     e.key = program_key(ctx, source, options);
     e.program = load_cached(ctx, e.key, options);
     e.on_disk = e.program != NULL;
+    e.candidate = ctx->tuning;
     iha_status st = IHA_OK;
     if (e.program == NULL) st = build_from_source(ctx, file, source, length, options, &e.program);
     free(source);
@@ -181,11 +182,12 @@ void iha__program_cache_flush(iha_context *ctx)
     if (ctx->cache_dir == NULL) return;
     int pending = 0;
     for (size_t i = 0; i < ctx->programs.count; ++i)
-        pending |= ctx->programs.entries[i].launched && !ctx->programs.entries[i].on_disk;
+        pending |= ctx->programs.entries[i].launched && !ctx->programs.entries[i].on_disk &&
+                   !ctx->programs.entries[i].candidate;
     if (!pending || clFinish(ctx->queue) != CL_SUCCESS) return;
     for (size_t i = 0; i < ctx->programs.count; ++i) {
         iha_program_entry *e = &ctx->programs.entries[i];
-        if (e->launched && !e->on_disk) {
+        if (e->launched && !e->on_disk && !e->candidate) {
             write_binary(ctx, e);
             e->on_disk = 1; /* one attempt per process: a failing disk must not cost every call */
         }

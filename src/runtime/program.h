@@ -20,6 +20,9 @@ typedef struct iha_program_entry {
     cl_program program;
     int on_disk;    /* loaded from or already written to the disk cache */
     int launched;   /* a kernel of it was handed out, so PoCL has compiled machine code */
+    int candidate;  /* first built by a tuning search: not written to the disk cache, where
+                       asking PoCL for the binary compiles every kernel of the program (0.1-0.5 s
+                       each), which for a search's hundred candidates ran 40-50% past its budget */
     size_t kernel_count;
     char *kernel_names[IHA_PROGRAM_MAX_KERNELS];
     cl_kernel kernels[IHA_PROGRAM_MAX_KERNELS];

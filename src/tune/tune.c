@@ -130,7 +130,11 @@ iha_status iha__tune_tasks(iha_context *ctx, const iha_tune_run *run)
     cl_command_queue saved = ctx->queue;
     const iha_gemm_config saved_gemm = ctx->gemm; /* candidates set the context's GEMM backend */
     ctx->queue = timed;
+    /* The candidates' programs stay out of the disk cache (program.h); the chosen ones are
+     * compiled and cached by the first process that uses them. */
+    ctx->tuning = 1;
     iha_status st = run_tasks(ctx, run, outcomes);
+    ctx->tuning = 0;
     clFinish(timed);
     ctx->queue = saved;
     ctx->gemm = saved_gemm;
