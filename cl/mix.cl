@@ -181,6 +181,23 @@ static inline void store_transposed8(__global float *out, const float8 *r, int c
         if (c0 + i + 4 < cols) vstore8((float8)(u[i].hi, u[i + 4].hi), 0, out + (size_t)(c0 + i + 4) * MIX_KB + first);
     }
 }
+#if MIX_VEC == 16
+/* 16 columns of 8 rows: two 8x8 pieces. */
+static inline void store_transposed16(__global float *out, const float16 *r, int c0, int cols, int first)
+{
+    float8 lo[8], hi[8];
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        lo[k] = r[k].lo;
+        hi[k] = r[k].hi;
+    }
+    store_transposed8(out, lo, c0, cols, first);
+    store_transposed8(out, hi, c0 + 8, cols, first);
+}
+#define store_transposed store_transposed16
+#else
+#define store_transposed store_transposed8
+#endif
 #define MIX_TRANSPOSE_IN_REGISTERS 1
 #else
 #define MIX_TRANSPOSE_IN_REGISTERS 0
@@ -239,29 +256,8 @@ __kernel void mix_keys_blocks_f32(__global const float *src, ulong src_off, __gl
 #if MIX_TRANSPOSE_IN_REGISTERS
         #pragma unroll
         for (int g = 0; g < MIX_KB; g += 8) {
-#if MIX_VEC == 8
-            store_transposed8(out, r0 + g, c0, cols, g);
-            if (use_rope) store_transposed8(out + (size_t)cols * MIX_KB, r1 + g, c0, cols, g);
-#else
-            /* 16 columns: two 8x8 pieces per group of 8 rows. */
-            float8 a[8], b[8];
-            #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                a[k] = r0[g + k].lo;
-                b[k] = r0[g + k].hi;
-            }
-            store_transposed8(out, a, c0, cols, g);
-            store_transposed8(out, b, c0 + 8, cols, g);
-            if (use_rope) {
-                #pragma unroll
-                for (int k = 0; k < 8; ++k) {
-                    a[k] = r1[g + k].lo;
-                    b[k] = r1[g + k].hi;
-                }
-                store_transposed8(out + (size_t)cols * MIX_KB, a, c0, cols, g);
-                store_transposed8(out + (size_t)cols * MIX_KB, b, c0 + 8, cols, g);
-            }
-#endif
+            store_transposed(out, r0 + g, c0, cols, g);
+            if (use_rope) store_transposed(out + (size_t)cols * MIX_KB, r1 + g, c0, cols, g);
         }
 #else
         for (int i = 0; i < MIX_VEC && c0 + i < cols; ++i) {
