@@ -80,6 +80,36 @@ int bench_ceilings_run(iha_context *ctx, const bench_config *c, int device_is_cp
     if (st != IHA_OK)
         return bench_fail(ctx, st, "peak FMA");
     host_gemms(c, device_is_cpu, out);
+    out->peak_fma_readings[0] = out->peak_fma_gflops;
+    out->clblast_square_readings[0] = out->clblast_square.seconds;
+    out->host_square_readings[0] = out->host_square.seconds;
     out->state = BENCH_RAN;
+    return 0;
+}
+
+static double faster(double a, double b) { return a > 0 && (b <= 0 || a < b) ? a : b; }
+
+int bench_ceilings_recheck(iha_context *ctx, const bench_config *c, bench_ceilings *out)
+{
+    if (out->state != BENCH_RAN)
+        return 0;
+    bench_gemm square = out->clblast_square;
+    if (device_gemm(ctx, 0, c->reps, &square))
+        return -1;
+    double peak = 0;
+    iha_status st = iha_measure_peak_fma(ctx, &peak);
+    if (st != IHA_OK)
+        return bench_fail(ctx, st, "peak FMA");
+    double host = 0;
+    if (out->host_state == BENCH_RAN &&
+        host_sgemm_seconds(out->host_square.m, out->host_square.n, out->host_square.k, c->reps, &host))
+        host = 0; /* the first reading stands */
+    out->rechecked = 1;
+    out->peak_fma_readings[1] = peak;
+    out->clblast_square_readings[1] = square.seconds;
+    out->host_square_readings[1] = host;
+    out->peak_fma_gflops = peak > out->peak_fma_gflops ? peak : out->peak_fma_gflops;
+    out->clblast_square.seconds = faster(square.seconds, out->clblast_square.seconds);
+    out->host_square.seconds = faster(host, out->host_square.seconds);
     return 0;
 }

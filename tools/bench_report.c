@@ -78,6 +78,30 @@ static void cell(double value, int width, int decimals)
         printf(" %*.*f", width, decimals, value);
 }
 
+/* GFLOP/s of a reading of g's shape that took `seconds`; NAN for a reading not taken. */
+static double reading_gflops(const bench_gemm *g, double seconds)
+{
+    bench_gemm one = *g;
+    one.seconds = seconds;
+    return seconds > 0 ? gemm_gflops(&one) : NAN;
+}
+
+/* The two readings of the compute ceilings, "a / b" (see bench_ceilings.rechecked). */
+static void print_readings(const bench_ceilings *c)
+{
+    if (!c->rechecked)
+        return;
+    printf("  compute ceilings read before / after the attention core (the faster is used above): peak FMA "
+           "%.1f / %.1f, CLBlast %zu^3 %.1f / %.1f",
+           c->peak_fma_readings[0], c->peak_fma_readings[1], c->clblast_square.m,
+           reading_gflops(&c->clblast_square, c->clblast_square_readings[0]),
+           reading_gflops(&c->clblast_square, c->clblast_square_readings[1]));
+    if (c->host_state == BENCH_RAN)
+        printf(", host %zu^3 %.1f / %.1f", c->host_square.m, reading_gflops(&c->host_square, c->host_square_readings[0]),
+               reading_gflops(&c->host_square, c->host_square_readings[1]));
+    printf(" GFLOP/s\n");
+}
+
 static void print_ceilings(const bench_results *r)
 {
     const bench_ceilings *c = &r->ceilings;
@@ -103,14 +127,16 @@ static void print_ceilings(const bench_results *r)
     cell(NAN, 9, 1), cell(c->peak_fma_gflops, 9, 1), cell(NAN, 9, 1), printf("\n");
     if (c->host_state != BENCH_RAN) {
         printf("  %-44s %s\n", "host SGEMM (CBLAS)", c->host_note);
-        return;
+    } else {
+        const bench_gemm *host[2] = {&c->host_square, &c->host_projection};
+        for (int i = 0; i < 2; i++) {
+            snprintf(label, sizeof label, "host SGEMM %zux%zux%zu (%.32s)", host[i]->m, host[i]->n, host[i]->k,
+                     c->host_note);
+            printf("  %-44s", label);
+            cell(1e3 * host[i]->seconds, 9, 1), cell(gemm_gflops(host[i]), 9, 1), cell(NAN, 9, 1), printf("\n");
+        }
     }
-    const bench_gemm *host[2] = {&c->host_square, &c->host_projection};
-    for (int i = 0; i < 2; i++) {
-        snprintf(label, sizeof label, "host SGEMM %zux%zux%zu (%.32s)", host[i]->m, host[i]->n, host[i]->k, c->host_note);
-        printf("  %-44s", label);
-        cell(1e3 * host[i]->seconds, 9, 1), cell(gemm_gflops(host[i]), 9, 1), cell(NAN, 9, 1), printf("\n");
-    }
+    print_readings(c);
 }
 
 static void print_core(const bench_config *cfg, const bench_results *r)
@@ -291,6 +317,25 @@ static void json_ceilings(json_writer *w, const bench_results *r)
         json_gemm(w, &c->kernel_row);
         json_end_array(w);
         json_number(w, "peak_fma_gflops", c->peak_fma_gflops);
+        if (c->rechecked) {
+            const double *pf = c->peak_fma_readings;
+            json_begin_object(w, "readings");
+            json_begin_array(w, "peak_fma_gflops");
+            json_number(w, NULL, pf[0]);
+            json_number(w, NULL, pf[1]);
+            json_end_array(w);
+            json_begin_array(w, "clblast_gemm_gflops");
+            for (int i = 0; i < 2; i++)
+                json_number(w, NULL, reading_gflops(&c->clblast_square, c->clblast_square_readings[i]));
+            json_end_array(w);
+            if (c->host_state == BENCH_RAN) {
+                json_begin_array(w, "host_sgemm_gflops");
+                for (int i = 0; i < 2; i++)
+                    json_number(w, NULL, reading_gflops(&c->host_square, c->host_square_readings[i]));
+                json_end_array(w);
+            }
+            json_end_object(w);
+        }
         json_begin_object(w, "host_sgemm");
         json_string(w, "state", state_name(c->host_state));
         json_string(w, c->host_state == BENCH_RAN ? "library" : "note", c->host_note);

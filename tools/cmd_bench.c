@@ -147,6 +147,10 @@ static int measure(const bench_config *c, bench_results *r)
         progress("whole layer");
         failed = bench_layer_run(ctx, c, &r->layer);
     }
+    if (!failed && c->run_ceilings) {
+        progress("compute ceilings again");
+        failed = bench_ceilings_recheck(ctx, c, &r->ceilings);
+    }
     iha_context_free(ctx);
     return failed;
 }

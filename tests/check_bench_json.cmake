@@ -1,0 +1,83 @@
+# "iha bench --json" end to end on a small problem: the exit status, and the report's keys and
+# values that README.md (Benchmarks) documents and other tools read. Times and rates are only
+# checked to be positive and finite: speed belongs to benchmarks, not to tests.
+#   cmake -DIHA=<path to iha> -P check_bench_json.cmake
+cmake_minimum_required(VERSION 3.19) # string(JSON)
+
+execute_process(
+  COMMAND "${IHA}" bench --n 64 --d 16 --heads 2 --p 2 --layer-n 64 --model-dim 64 --reps 1 --no-cold-start --json
+  RESULT_VARIABLE status OUTPUT_VARIABLE report ERROR_VARIABLE errors)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "iha bench exited with ${status}:\n${errors}")
+endif()
+
+# Fails unless the member at the given path exists (string(JSON) stops with its own message
+# otherwise); `out` receives it.
+function(member out)
+  string(JSON value GET "${report}" ${ARGN})
+  set(${out} "${value}" PARENT_SCOPE)
+endfunction()
+
+function(expect_positive)
+  member(value ${ARGN})
+  list(JOIN ARGN "." path)
+  if(NOT value MATCHES "^[0-9.e+-]+$" OR NOT value GREATER 0)
+    message(FATAL_ERROR "${path}: expected a positive number, got '${value}'")
+  endif()
+endfunction()
+
+function(expect_equal expected)
+  member(value ${ARGN})
+  list(JOIN ARGN "." path)
+  if(NOT value STREQUAL expected)
+    message(FATAL_ERROR "${path}: expected '${expected}', got '${value}'")
+  endif()
+endfunction()
+
+# The keys every consumer may rely on (the issue's minimum: device, seconds, gflops).
+member(device device)
+if(device STREQUAL "")
+  message(FATAL_ERROR "device: empty")
+endif()
+expect_positive(seconds)
+expect_positive(gflops)
+
+# The attention core: the problem as asked, its cost over visible pairs, its ratios.
+expect_equal(128 attention t)
+expect_equal(causal attention mask)
+expect_positive(attention flops)
+expect_positive(attention gflops)
+foreach(ratio fraction_of_peak_fma fraction_of_clblast_gemm fraction_of_copy_bandwidth)
+  expect_positive(attention ${ratio})
+endforeach()
+
+# The unfused baseline agrees with the fused kernel.
+expect_equal(ran baseline state)
+expect_positive(baseline speedup)
+member(difference baseline rel_difference)
+if(NOT difference LESS 1e-4)
+  message(FATAL_ERROR "baseline rel_difference ${difference}: the fused and unfused outputs disagree")
+endif()
+
+# The layer, stage by stage.
+expect_equal(ran layer state)
+foreach(stage projections mixing attention collapse output)
+  expect_positive(layer stages ${stage} seconds)
+endforeach()
+expect_positive(layer stages mixing bytes_per_second)
+
+# The ceilings, with both readings of the compute ceilings; the reported one is the faster.
+expect_equal(ran ceilings state)
+expect_positive(ceilings copy_bytes_per_second)
+expect_positive(ceilings peak_fma_gflops)
+member(peak ceilings peak_fma_gflops)
+foreach(i 0 1)
+  expect_positive(ceilings readings peak_fma_gflops ${i})
+  expect_positive(ceilings readings clblast_gemm_gflops ${i})
+  member(reading ceilings readings peak_fma_gflops ${i})
+  if(reading GREATER peak)
+    message(FATAL_ERROR "peak_fma_gflops ${peak} is below its reading ${reading}")
+  endif()
+endforeach()
+
+expect_equal(skipped cold_start state)
