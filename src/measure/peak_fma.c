@@ -16,8 +16,9 @@ typedef struct fma_problem {
 
 /* The kernel's shape: float8 x 12 chains suits AVX2 (16 ymm registers); a GPU has a larger
  * register file and hides latency across warps as well, so the same works there. Measured on
- * the 2-core AVX2 EPYC with PoCL 3.1: float8 x 12, float8 x 8, float16 x 6 and float16 x 4 all
- * reach 86-91 GFLOP/s (a hand-written AVX2 loop on two threads: 81-86); float4 x 16 only 28. */
+ * the 2-core AVX2 EPYC with PoCL 3.1, in one slow phase of that shared machine: float8 x 12,
+ * float8 x 8, float16 x 6 and float16 x 4 all reach 86-91 GFLOP/s (a hand-written AVX2 loop on
+ * two threads: 81-86); float4 x 16 only 28. In its fast phases float8 x 12 reads 177-192. */
 enum { FMA_WIDTH = 8, FMA_CHAINS = 12 };
 
 /* Work-items: enough groups for every compute unit several times over (a GPU needs many
