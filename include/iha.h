@@ -582,6 +582,21 @@ iha_status iha_measure_gemm_kernel(iha_context *ctx, size_t m, size_t n, size_t 
  * median of 5 runs. This is the ceiling for compute-bound kernels; no real kernel reaches it. */
 iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
 
+/* The attention kernel's two inner loops alone, in GFLOP/s (an FMA counts as 2 FLOPs): the
+ * register-tile kernel's (cl/attention.cl) score loop, one tile of query rows against one key
+ * block, and its P.V loop, the tile's probabilities times the block's value rows, each run over
+ * and over on one block that stays in the first-level cache, with the configuration
+ * iha_attention would use for `shape` and `options` (the profile's or the built-in; the same
+ * compiled code), in four work-items per compute unit. Calibrated to about 0.1 s per run, the
+ * median of 5 runs each. Streaming keys and values from memory, masks and the softmax only add
+ * to these loops, so 2 / (1/score + 1/pv) bounds iha_attention's GFLOP/s on this device for
+ * this design: the kernel's ceiling, where iha_measure_peak_fma is the device's. Returns the
+ * argument errors of iha_attention for shape and options, IHA_ERROR_INVALID_ARGUMENT for a NULL
+ * output, IHA_ERROR_UNSUPPORTED when the configuration is the local-memory variant
+ * (cl/attention_local.cl, GPUs' built-in), whose loops differ, IHA_ERROR_BUILD. */
+iha_status iha_measure_attention_loops(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                       double *score_gflops, double *pv_gflops);
+
 /* The device's copy bandwidth: a kernel (cl/measure_copy.cl) copies `bytes` from one device
  * buffer to another with vector loads and stores (float4 on a GPU, float16 on a CPU);
  * *bytes_per_second = 2*bytes / median time of 5 runs (each byte is read once and written

@@ -80,4 +80,18 @@ foreach(i 0 1)
   endif()
 endforeach()
 
+# The attention kernel's loops alone: measured where the configuration has them (register
+# tiles), otherwise a note says why not.
+member(loops ceilings attention_loops state)
+if(loops STREQUAL "ran")
+  foreach(rate score_gflops pv_gflops gflops)
+    expect_positive(ceilings attention_loops ${rate})
+  endforeach()
+  expect_positive(attention fraction_of_attention_loops)
+elseif(loops STREQUAL "not_run")
+  member(note ceilings attention_loops note)
+else()
+  message(FATAL_ERROR "ceilings.attention_loops.state: unexpected '${loops}'")
+endif()
+
 expect_equal(skipped cold_start state)

@@ -5,7 +5,8 @@
  * their shape and offset need (CL_MEM_SIZE), and size_t overflow of the shape's products. Every
  * refused call must leave its output buffer (sentinel-filled, with guards) untouched, and the
  * context must still compute correctly afterwards. Also: iha_context_create with a device spec
- * that matches nothing, and the status name/description table.
+ * that matches nothing, the status name/description table, and iha_measure_attention_loops's
+ * refusals (with its one success, since it shares the shape checks of iha_attention).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -611,6 +612,44 @@ static void status_names_and_descriptions(void **state)
     }
 }
 
+/* The attention loops' measurement refuses what iha_attention refuses. On the register-tile
+ * variant (the CPU built-in) both rates are positive and finite; a device whose configuration is
+ * the local-memory variant (the GPU built-in) gets IHA_ERROR_UNSUPPORTED and says why. */
+static void measure_attention_loops(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    iha_context *ctx = tu_ctx;
+    iha_shape s = {.batch = 1, .tokens = 32, .model_dim = 0, .heads = 2, .head_dim = 24, .pseudo = 2};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    double score = -1.0, pv = -1.0;
+
+    assert_int_equal(iha_measure_attention_loops(NULL, &s, &o, &score, &pv), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(ctx, iha_measure_attention_loops(ctx, &s, &o, NULL, &pv), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(ctx, iha_measure_attention_loops(ctx, &s, &o, &score, NULL), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(ctx, iha_measure_attention_loops(ctx, NULL, &o, &score, &pv), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(ctx, iha_measure_attention_loops(ctx, &s, NULL, &score, &pv), IHA_ERROR_INVALID_ARGUMENT);
+    iha_shape bad = s;
+    bad.head_dim = 0;
+    tu_assert_status(ctx, iha_measure_attention_loops(ctx, &bad, &o, &score, &pv), IHA_ERROR_INVALID_ARGUMENT);
+    bad.head_dim = 257;
+    tu_assert_status(ctx, iha_measure_attention_loops(ctx, &bad, &o, &score, &pv), IHA_ERROR_INVALID_ARGUMENT);
+    iha_attention_options bad_o = o;
+    bad_o.mask = 7;
+    tu_assert_status(ctx, iha_measure_attention_loops(ctx, &s, &bad_o, &score, &pv), IHA_ERROR_INVALID_ARGUMENT);
+    assert_true(score == -1.0 && pv == -1.0); /* refusals write nothing */
+
+    const iha_status st = iha_measure_attention_loops(ctx, &s, &o, &score, &pv);
+    if (st == IHA_ERROR_UNSUPPORTED) {
+        assert_non_null(strstr(iha_context_message(ctx), "local-memory"));
+        return;
+    }
+    tu_assert_status(ctx, st, IHA_OK);
+    assert_true(isfinite(score) && score > 0.0);
+    assert_true(isfinite(pv) && pv > 0.0);
+}
+
 int main(void)
 {
     tu_init_environment();
@@ -629,6 +668,7 @@ int main(void)
         cmocka_unit_test(workspace_beyond_device_limits),
         cmocka_unit_test(context_still_correct_after_errors),
         cmocka_unit_test(context_create_without_match),
+        cmocka_unit_test(measure_attention_loops),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

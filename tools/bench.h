@@ -52,11 +52,18 @@ typedef struct bench_ceilings {
     bench_state host_state; /* BENCH_NOT_RUN when not built with CBLAS or the device is no CPU */
     char host_note[128];
     bench_gemm host_square, host_projection;
+    /* The attention kernel's score and P.V loops alone for the core's shape
+     * (iha_measure_attention_loops): BENCH_NOT_RUN with a note where the device's configuration
+     * has no such loops (the local-memory variant), skipped with --decode. */
+    bench_state loops_state;
+    char loops_note[256];
+    double loops_score_gflops, loops_pv_gflops;
     /* The compute ceilings (peak FMA, CLBlast and host SGEMM 1024^3) are measured again after
      * the attention core and the layer, because a shared machine's neighbours move every rate
      * by 10-30% for minutes at a time and one slow reading made ratios above 1. The fields above
      * keep the faster reading, so ratios are against the best the device showed in this run;
-     * these keep both (before, after; 0 when the second was not taken). */
+     * these keep both (before, after; 0 when the second was not taken). The attention loops
+     * are read twice as well and keep their faster reading. */
     int rechecked;
     double peak_fma_readings[2];                     /* GFLOP/s */
     double clblast_square_readings[2], host_square_readings[2]; /* seconds */

@@ -1,8 +1,8 @@
 /*
  * bench_ceilings.c - what the device can do at all, measured in the same run as the layer:
  * copy bandwidth, CLBlast SGEMM (square and the layer's projection shape), the library's own
- * SGEMM kernel (the projection shape and one row of it), the library's peak-FMA kernel, and on
- * a CPU device the host's SGEMM through CBLAS.
+ * SGEMM kernel (the projection shape and one row of it), the library's peak-FMA kernel, the
+ * attention kernel's own inner loops alone, and on a CPU device the host's SGEMM through CBLAS.
  */
 #include <stdio.h>
 
@@ -31,6 +31,18 @@ static int device_gemm(iha_context *ctx, int kernel, size_t reps, bench_gemm *g)
     char what[96];
     snprintf(what, sizeof what, "%s SGEMM %zux%zux%zu", kernel ? "library" : "CLBlast", g->m, g->n, g->k);
     return bench_fail(ctx, st, what);
+}
+
+/* The fused kernel's own loops for the core's shape: a ceiling of the design, not the device. */
+static int attention_loops(iha_context *ctx, const bench_config *c, double *score, double *pv, bench_ceilings *out)
+{
+    iha_status st = iha_measure_attention_loops(ctx, &c->core, &c->options, score, pv);
+    if (st == IHA_ERROR_UNSUPPORTED) {
+        out->loops_state = BENCH_NOT_RUN;
+        snprintf(out->loops_note, sizeof out->loops_note, "%s", iha_context_message(ctx));
+        return 0;
+    }
+    return st == IHA_OK ? 0 : bench_fail(ctx, st, "attention loops");
 }
 
 static void host_gemms(const bench_config *c, int device_is_cpu, bench_ceilings *out)
@@ -79,6 +91,11 @@ int bench_ceilings_run(iha_context *ctx, const bench_config *c, int device_is_cp
     st = iha_measure_peak_fma(ctx, &out->peak_fma_gflops);
     if (st != IHA_OK)
         return bench_fail(ctx, st, "peak FMA");
+    if (!c->run_decode) {
+        out->loops_state = BENCH_RAN;
+        if (attention_loops(ctx, c, &out->loops_score_gflops, &out->loops_pv_gflops, out))
+            return -1;
+    }
     host_gemms(c, device_is_cpu, out);
     out->peak_fma_readings[0] = out->peak_fma_gflops;
     out->clblast_square_readings[0] = out->clblast_square.seconds;
@@ -100,6 +117,13 @@ int bench_ceilings_recheck(iha_context *ctx, const bench_config *c, bench_ceilin
     iha_status st = iha_measure_peak_fma(ctx, &peak);
     if (st != IHA_OK)
         return bench_fail(ctx, st, "peak FMA");
+    if (out->loops_state == BENCH_RAN) {
+        double score = 0, pv = 0;
+        if (attention_loops(ctx, c, &score, &pv, out))
+            return -1;
+        out->loops_score_gflops = score > out->loops_score_gflops ? score : out->loops_score_gflops;
+        out->loops_pv_gflops = pv > out->loops_pv_gflops ? pv : out->loops_pv_gflops;
+    }
     double host = 0;
     if (out->host_state == BENCH_RAN &&
         host_sgemm_seconds(out->host_square.m, out->host_square.n, out->host_square.k, c->reps, &host))

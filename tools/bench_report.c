@@ -19,6 +19,12 @@ static double gemm_gflops(const bench_gemm *g)
 }
 
 static int ceilings_ran(const bench_results *r) { return r->ceilings.state == BENCH_RAN; }
+static int loops_ran(const bench_results *r) { return ceilings_ran(r) && r->ceilings.loops_state == BENCH_RAN; }
+/* The two loops run one after the other on every key block: their combined rate. */
+static double loops_gflops(const bench_ceilings *c)
+{
+    return 2.0 / (1.0 / c->loops_score_gflops + 1.0 / c->loops_pv_gflops);
+}
 static int host_ran(const bench_results *r) { return ceilings_ran(r) && r->ceilings.host_state == BENCH_RAN; }
 
 /* a / b when the ceiling b was measured, else NaN. */
@@ -125,6 +131,13 @@ static void print_ceilings(const bench_results *r)
     }
     printf("  %-44s", "peak FMA kernel (cl/measure_peak_fma.cl)");
     cell(NAN, 9, 1), cell(c->peak_fma_gflops, 9, 1), cell(NAN, 9, 1), printf("\n");
+    if (c->loops_state == BENCH_RAN) {
+        printf("  %-44s", "attention loops alone: score, P.V, both");
+        printf(" %9s %9.1f %9s  score %.1f, P.V %.1f\n", "-", loops_gflops(c), "-", c->loops_score_gflops,
+               c->loops_pv_gflops);
+    } else if (c->loops_state == BENCH_NOT_RUN) {
+        printf("  %-44s %s\n", "attention loops alone", c->loops_note);
+    }
     if (c->host_state != BENCH_RAN) {
         printf("  %-44s %s\n", "host SGEMM (CBLAS)", c->host_note);
     } else {
@@ -171,6 +184,8 @@ static void print_core(const bench_config *cfg, const bench_results *r)
            k->clblast_square.m, g / (gemm_gflops(&k->clblast_square) * 1e9));
     if (host_ran(r))
         printf(", host SGEMM %zu^3 %.2f", k->host_square.m, g / (gemm_gflops(&k->host_square) * 1e9));
+    if (loops_ran(r))
+        printf(", its loops alone %.2f", g / (loops_gflops(k) * 1e9));
     printf(", copy bandwidth %.3f\n", bw / k->copy_bytes_per_second);
 }
 
@@ -317,6 +332,16 @@ static void json_ceilings(json_writer *w, const bench_results *r)
         json_gemm(w, &c->kernel_row);
         json_end_array(w);
         json_number(w, "peak_fma_gflops", c->peak_fma_gflops);
+        json_begin_object(w, "attention_loops");
+        json_string(w, "state", state_name(c->loops_state));
+        if (c->loops_state == BENCH_NOT_RUN)
+            json_string(w, "note", c->loops_note);
+        if (c->loops_state == BENCH_RAN) {
+            json_number(w, "score_gflops", c->loops_score_gflops);
+            json_number(w, "pv_gflops", c->loops_pv_gflops);
+            json_number(w, "gflops", loops_gflops(c));
+        }
+        json_end_object(w);
         if (c->rechecked) {
             const double *pf = c->peak_fma_readings;
             json_begin_object(w, "readings");
@@ -365,6 +390,7 @@ static void json_core(json_writer *w, const bench_config *cfg, const bench_resul
     json_number(w, "fraction_of_peak_fma", fraction(g, k->peak_fma_gflops * 1e9, ceilings_ran(r)));
     json_number(w, "fraction_of_clblast_gemm", fraction(g, gemm_gflops(&k->clblast_square) * 1e9, ceilings_ran(r)));
     json_number(w, "fraction_of_host_sgemm", fraction(g, gemm_gflops(&k->host_square) * 1e9, host_ran(r)));
+    json_number(w, "fraction_of_attention_loops", fraction(g, loops_gflops(k) * 1e9, loops_ran(r)));
     json_number(w, "fraction_of_copy_bandwidth",
                 fraction(rate(c->bytes, c->seconds), k->copy_bytes_per_second, ceilings_ran(r)));
     json_end_object(w);
