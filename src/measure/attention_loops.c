@@ -32,18 +32,13 @@ static iha_status run_loops(iha_context *ctx, void *arg)
     return iha__launch(ctx, &a, 1, &l->items, &local, "attention_loops_f32");
 }
 
-/* Grows the iteration count until one run takes LOOP_MIN_SECONDS, then takes the median of
- * LOOP_RUNS runs, as iha_measure_peak_fma does. */
+/* A run calibrated to LOOP_MIN_SECONDS, then the median of LOOP_RUNS runs, as
+ * iha_measure_peak_fma does. */
 static iha_status time_loop(iha_context *ctx, loops_problem *l, double *gflops)
 {
     double seconds = 0;
-    for (l->iterations = 16;;) {
-        IHA_FORWARD_IF_ERROR(iha__measure_repeat(ctx, 1, run_loops, l, &seconds));
-        if (seconds >= LOOP_MIN_SECONDS || l->iterations >= (1 << 24)) break;
-        double grow = seconds > 0 ? 1.2 * LOOP_MIN_SECONDS / seconds : 16;
-        grow = grow > 16 ? 16 : grow < 2 ? 2 : grow;
-        l->iterations = (int)(l->iterations * grow);
-    }
+    l->iterations = 16;
+    IHA_FORWARD_IF_ERROR(iha__measure_calibrate(ctx, run_loops, l, &l->iterations, LOOP_MIN_SECONDS));
     IHA_FORWARD_IF_ERROR(iha__measure_repeat(ctx, LOOP_RUNS, run_loops, l, &seconds));
     *gflops = seconds > 0 ? 1e-9 * l->flops_per_iteration * l->iterations * (double)l->items / seconds : 0;
     return IHA_OK;

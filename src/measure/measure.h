@@ -16,6 +16,12 @@ typedef iha_status (*iha_measure_run)(iha_context *ctx, void *arg);
  * after a clFinish to just after the next clFinish; stores the median in *seconds. */
 iha_status iha__measure_repeat(iha_context *ctx, size_t reps, iha_measure_run run, void *arg, double *seconds);
 
+/* Grows *iterations, which `run` reads, from its value on entry until one run takes at least
+ * min_seconds (or *iterations reaches 2^24), so that launch overhead and clock resolution do not
+ * count: each step multiplies it by 2 to 16, aiming 20% past min_seconds. */
+iha_status iha__measure_calibrate(iha_context *ctx, iha_measure_run run, void *arg, int *iterations,
+                                  double min_seconds);
+
 /* A new device buffer of `bytes` (elems floats), refused with IHA_ERROR_SIZE_OVERFLOW or
  * IHA_ERROR_DEVICE_MEMORY before OpenCL is asked when it cannot fit in one allocation. */
 iha_status iha__measure_buffer(iha_context *ctx, size_t elems, cl_mem *out);

@@ -49,21 +49,6 @@ static double flops_of(const fma_problem *f)
     return 2.0 * FMA_WIDTH * FMA_CHAINS * (double)f->iterations * (double)f->global;
 }
 
-/* Grows the iteration count until one run takes FMA_MIN_SECONDS, so that launch overhead and
- * clock resolution do not count. */
-static iha_status calibrate(iha_context *ctx, fma_problem *f)
-{
-    f->iterations = 256;
-    for (;;) {
-        double seconds = 0;
-        IHA_FORWARD_IF_ERROR(iha__measure_repeat(ctx, 1, run_fma, f, &seconds));
-        if (seconds >= FMA_MIN_SECONDS || f->iterations >= (1 << 24)) return IHA_OK;
-        double grow = seconds > 0 ? 1.2 * FMA_MIN_SECONDS / seconds : 16;
-        if (grow > 16) grow = 16;
-        if (grow < 2) grow = 2;
-        f->iterations = (int)(f->iterations * grow);
-    }
-}
 
 static iha_status measure(iha_context *ctx, fma_problem *f, double *gflops)
 {
@@ -72,7 +57,8 @@ static iha_status measure(iha_context *ctx, fma_problem *f, double *gflops)
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "measure_peak_fma.cl", options, "measure_peak_fma_f32", &f->kernel));
     geometry(ctx, &f->global, &f->local);
     IHA_FORWARD_IF_ERROR(iha__measure_buffer(ctx, f->global, &f->out));
-    IHA_FORWARD_IF_ERROR(calibrate(ctx, f));
+    f->iterations = 256;
+    IHA_FORWARD_IF_ERROR(iha__measure_calibrate(ctx, run_fma, f, &f->iterations, FMA_MIN_SECONDS));
     double seconds = 0;
     IHA_FORWARD_IF_ERROR(iha__measure_repeat(ctx, FMA_RUNS, run_fma, f, &seconds));
     *gflops = seconds > 0 ? 1e-9 * flops_of(f) / seconds : 0;

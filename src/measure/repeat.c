@@ -17,6 +17,19 @@ double iha__measure_now(void) { return iha__now_seconds(); }
 
 
 
+iha_status iha__measure_calibrate(iha_context *ctx, iha_measure_run run, void *arg, int *iterations,
+                                  double min_seconds)
+{
+    for (;;) {
+        double seconds = 0;
+        IHA_FORWARD_IF_ERROR(iha__measure_repeat(ctx, 1, run, arg, &seconds));
+        if (seconds >= min_seconds || *iterations >= (1 << 24)) return IHA_OK;
+        double grow = seconds > 0 ? 1.2 * min_seconds / seconds : 16;
+        grow = grow > 16 ? 16 : grow < 2 ? 2 : grow;
+        *iterations = (int)(*iterations * grow);
+    }
+}
+
 iha_status iha__measure_repeat(iha_context *ctx, size_t reps, iha_measure_run run, void *arg, double *seconds)
 {
     IHA_RETURN_ERROR_IF(reps == 0 || reps > 1000, ctx, IHA_ERROR_INVALID_ARGUMENT,
