@@ -259,9 +259,6 @@ static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const 
     for (int cv = 0; cv < VCHUNKS; ++cv) tile_pv_chunk(ts, pr, vb, j0, last, clamp, cv);
 }
 
-/* The scores of one register tile against the key block starting at key j0, and their online
- * softmax: probabilities into pr (row r at r * ATT_KB). Earlier output is rescaled here, when a
- * row's reference point moves: the tile's P.V of earlier blocks has run by then. */
 /* s[r] = the scaled queries of row r against the key block: HEAD_DIM broadcast-FMAs per row. */
 static inline __attribute__((always_inline)) void tile_score_fmas(const tile_state *ts, const __global kv_t *kblk,
                                                                  floatK *s)
@@ -276,6 +273,9 @@ static inline __attribute__((always_inline)) void tile_score_fmas(const tile_sta
     }
 }
 
+/* The scores of one register tile against the key block starting at key j0, and their online
+ * softmax: probabilities into pr (row r at r * ATT_KB). Earlier output is rescaled here, when a
+ * row's reference point moves: the tile's P.V of earlier blocks has run by then. */
 static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0, float *pr)
 {
     floatK s[ATT_ROWS];

@@ -587,10 +587,12 @@ iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
  * block, and its P.V loop, the tile's probabilities times the block's value rows, each run over
  * and over on one block that stays in the first-level cache, with the configuration
  * iha_attention would use for `shape` and `options` (the profile's or the built-in; the same
- * compiled code), in four work-items per compute unit. Calibrated to about 0.1 s per run, the
- * median of 5 runs each. Streaming keys and values from memory, masks and the softmax only add
- * to these loops, so 2 / (1/score + 1/pv) bounds iha_attention's GFLOP/s on this device for
- * this design: the kernel's ceiling, where iha_measure_peak_fma is the device's. Returns the
+ * compiled code), in work-groups of its size, 4 per compute unit on a CPU and 16 on a GPU.
+ * Calibrated to about 0.1 s per run, the median of 5 runs each. Streaming keys and values from
+ * memory, masks and the softmax only add to these loops, so where these work-items keep the
+ * device as busy as iha_attention's do (CPUs), 2 / (1/score + 1/pv) bounds iha_attention's
+ * GFLOP/s for this design: the kernel's ceiling, where iha_measure_peak_fma is the device's. On
+ * a GPU take it as a guide: the fused kernel runs many more work-groups. Returns the
  * argument errors of iha_attention for shape and options, IHA_ERROR_INVALID_ARGUMENT for a NULL
  * output, IHA_ERROR_UNSUPPORTED when the configuration is the local-memory variant
  * (cl/attention_local.cl, GPUs' built-in), whose loops differ, IHA_ERROR_BUILD. */

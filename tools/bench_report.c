@@ -97,7 +97,7 @@ static void print_readings(const bench_ceilings *c)
 {
     if (!c->rechecked)
         return;
-    printf("  compute ceilings read before / after the attention core (the faster is used above): peak FMA "
+    printf("  compute ceilings read at the start / at the end of the run (the faster is used above): peak FMA "
            "%.1f / %.1f, CLBlast %zu^3 %.1f / %.1f",
            c->peak_fma_readings[0], c->peak_fma_readings[1], c->clblast_square.m,
            reading_gflops(&c->clblast_square, c->clblast_square_readings[0]),

@@ -133,7 +133,7 @@ static int measure(const bench_config *c, bench_results *r)
     r->device_is_cpu = device_is_cpu(ctx);
     int failed = 0;
     if (c->run_ceilings) {
-        progress("ceilings (copy, CLBlast SGEMM, peak FMA, host SGEMM)");
+        progress("ceilings (copy, CLBlast SGEMM, peak FMA, attention loops, host SGEMM)");
         failed = bench_ceilings_run(ctx, c, r->device_is_cpu, &r->ceilings);
     }
     if (!failed && c->run_decode) {

@@ -61,6 +61,16 @@ void iha__attention_args(iha_args *a, const iha_dims *dims, iha_ref qt, iha_ref 
     iha__arg_float(a, (cl_float)(scale * 1.4426950408889634)); /* the kernels work in base 2 */
 }
 
+iha_status iha__attention_kernel_get(iha_context *ctx, const iha_attention_config *cfg, size_t head_dim,
+                                     const char *name, cl_kernel *out)
+{
+    char options[192];
+    snprintf(options, sizeof options,
+             "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=%d -DATT_KB=%d -DATT_VD=%d -DATT_PREFETCH=%d", head_dim,
+             cfg->rows, cfg->tiles, cfg->key_block, cfg->vec, cfg->prefetch);
+    return iha__kernel_get(ctx, "attention.cl", options, name, out);
+}
+
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
                                   iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                   size_t window, float scale)
@@ -68,12 +78,8 @@ iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *
     if (cfg->variant == 1)
         return iha__attention_local_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
                                             kt_packed, vt, o, lse, mask, window, scale);
-    char options[192];
-    snprintf(options, sizeof options,
-             "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=%d -DATT_KB=%d -DATT_VD=%d -DATT_PREFETCH=%d", dims->d,
-             cfg->rows, cfg->tiles, cfg->key_block, cfg->vec, cfg->prefetch);
     cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_fwd_f32", &k));
+    IHA_FORWARD_IF_ERROR(iha__attention_kernel_get(ctx, cfg, dims->d, "attention_fwd_f32", &k));
     iha_args a = iha__args_begin(k);
     iha__attention_args(&a, dims, qt, kt_packed, vt, o, lse, mask, window, scale);
     const size_t rows_per_item = (size_t)cfg->rows * (size_t)cfg->tiles;

@@ -1,9 +1,6 @@
 /* iha_measure_attention_loops: the register-tile attention kernel's score and P.V loops alone,
  * on blocks that stay in L1 (cl/attention.cl, attention_loops_f32): the ceiling of the kernel's
  * design on the device, next to the device's own (iha_measure_peak_fma). */
-#include <stdio.h>
-
-#include "common/checked.h"
 #include "kernels/kernels.h"
 #include "layer/plan.h"
 #include "measure/measure.h"
@@ -15,7 +12,7 @@
 typedef struct loops_problem {
     cl_kernel kernel;
     cl_mem blocks, out;
-    size_t items;
+    size_t items, local;
     int iterations, which;
     double flops_per_iteration; /* per work-item: 2 * rows * key block * d, in either loop */
 } loops_problem;
@@ -28,8 +25,7 @@ static iha_status run_loops(iha_context *ctx, void *arg)
     iha__arg_mem(&a, l->out);
     iha__arg_int(&a, l->iterations);
     iha__arg_int(&a, l->which);
-    const size_t local = 1;
-    return iha__launch(ctx, &a, 1, &l->items, &local, "attention_loops_f32");
+    return iha__launch(ctx, &a, 1, &l->items, &l->local, "attention_loops_f32");
 }
 
 /* A run calibrated to LOOP_MIN_SECONDS, then the median of LOOP_RUNS runs, as
@@ -50,15 +46,13 @@ static iha_status measure(iha_context *ctx, const iha_plan *p, loops_problem *l,
     IHA_RETURN_ERROR_IF(cfg->variant != 0, ctx, IHA_ERROR_UNSUPPORTED,
                         "the attention configuration for this shape is the local-memory variant "
                         "(cl/attention_local.cl), which has no register-tile loops to measure");
-    char options[192];
-    snprintf(options, sizeof options,
-             "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=%d -DATT_KB=%d -DATT_VD=%d -DATT_PREFETCH=%d", p->dims.d,
-             cfg->rows, cfg->tiles, cfg->key_block, cfg->vec, cfg->prefetch);
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_loops_f32", &l->kernel));
-    /* Four work-items per compute unit, as the peak-FMA kernel runs, so that every unit is busy
-     * and the units even out. */
+    IHA_FORWARD_IF_ERROR(iha__attention_kernel_get(ctx, cfg, p->dims.d, "attention_loops_f32", &l->kernel));
+    /* Work-groups of the configuration's size, as attention_fwd_f32 runs them, and as many per
+     * compute unit as the peak-FMA kernel runs (4 on a CPU, 16 on a GPU), so that every unit is
+     * busy, a GPU's has warps to switch between, and the units even out. */
     const size_t cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
-    l->items = 4 * cu;
+    l->local = cfg->group ? cfg->group : 1;
+    l->items = cu * (ctx->info.is_gpu ? 16 : 4) * l->local;
     const size_t block = 2 * p->dims.d * (size_t)cfg->key_block; /* a key block and its value rows */
     IHA_FORWARD_IF_ERROR(iha__measure_buffer(ctx, l->items * block, &l->blocks));
     const cl_float fill = 0.01f;

@@ -49,7 +49,6 @@ static double flops_of(const fma_problem *f)
     return 2.0 * FMA_WIDTH * FMA_CHAINS * (double)f->iterations * (double)f->global;
 }
 
-
 static iha_status measure(iha_context *ctx, fma_problem *f, double *gflops)
 {
     char options[64];
