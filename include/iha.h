@@ -583,7 +583,7 @@ iha_status iha_measure_gemm_kernel(iha_context *ctx, size_t m, size_t n, size_t 
 iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
 
 /* The attention kernel's two inner loops alone, in GFLOP/s (an FMA counts as 2 FLOPs): the
- * register-tile kernel's (cl/attention.cl) score loop, one tile of query rows against one key
+ * register-tile kernel's (cl/attention.cl; cl/measure_attention_loops.cl) score loop, one tile of query rows against one key
  * block, and its P.V loop, the tile's probabilities times the block's value rows, each run over
  * and over on one block that stays in the first-level cache, with the configuration
  * iha_attention would use for `shape` and `options` (the profile's or the built-in; the same

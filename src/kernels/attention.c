@@ -62,13 +62,13 @@ void iha__attention_args(iha_args *a, const iha_dims *dims, iha_ref qt, iha_ref 
 }
 
 iha_status iha__attention_kernel_get(iha_context *ctx, const iha_attention_config *cfg, size_t head_dim,
-                                     const char *name, cl_kernel *out)
+                                     const char *file, const char *name, cl_kernel *out)
 {
     char options[192];
     snprintf(options, sizeof options,
              "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=%d -DATT_KB=%d -DATT_VD=%d -DATT_PREFETCH=%d", head_dim,
              cfg->rows, cfg->tiles, cfg->key_block, cfg->vec, cfg->prefetch);
-    return iha__kernel_get(ctx, "attention.cl", options, name, out);
+    return iha__kernel_get(ctx, file, options, name, out);
 }
 
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
@@ -79,7 +79,7 @@ iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *
         return iha__attention_local_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
                                             kt_packed, vt, o, lse, mask, window, scale);
     cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__attention_kernel_get(ctx, cfg, dims->d, "attention_fwd_f32", &k));
+    IHA_FORWARD_IF_ERROR(iha__attention_kernel_get(ctx, cfg, dims->d, "attention.cl", "attention_fwd_f32", &k));
     iha_args a = iha__args_begin(k);
     iha__attention_args(&a, dims, qt, kt_packed, vt, o, lse, mask, window, scale);
     const size_t rows_per_item = (size_t)cfg->rows * (size_t)cfg->tiles;

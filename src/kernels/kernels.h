@@ -63,11 +63,12 @@ iha_status iha__collapse_enqueue(iha_context *ctx, const iha_rows_config *cfg, c
                                  iha_ref r, iha_ref y);
 /* Repacking (cl/pack_keys.cl): keys as rows [B*H][T][d] -> key-block layout. */
 iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src, iha_ref dst, int key_block);
-/* Kernel `name` of cl/attention.cl built for the register-tile configuration cfg (variant 0) and
- * head_dim: attention_fwd_f32, or attention_loops_f32 (iha_measure_attention_loops), which must
- * be the same compiled code. */
+/* Kernel `name` of cl/<file> built with the options of the register-tile configuration cfg
+ * (variant 0) and head_dim: attention_fwd_f32 of attention.cl, or attention_loops_f32 of
+ * measure_attention_loops.cl (iha_measure_attention_loops), which includes attention.cl and must
+ * compile its loops exactly as attention_fwd_f32 does. */
 iha_status iha__attention_kernel_get(iha_context *ctx, const iha_attention_config *cfg, size_t head_dim,
-                                     const char *name, cl_kernel *out);
+                                     const char *file, const char *name, cl_kernel *out);
 /* Attention (cl/attention.cl) over rows qt, vt, o and packed keys; lse.mem may be NULL.
  * window is in tokens (0: global) and already clamped below N. */
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,

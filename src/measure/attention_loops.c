@@ -1,5 +1,5 @@
 /* iha_measure_attention_loops: the register-tile attention kernel's score and P.V loops alone,
- * on blocks that stay in L1 (cl/attention.cl, attention_loops_f32): the ceiling of the kernel's
+ * on blocks that stay in L1 (cl/measure_attention_loops.cl): the ceiling of the kernel's
  * design on the device, next to the device's own (iha_measure_peak_fma). */
 #include "kernels/kernels.h"
 #include "layer/plan.h"
@@ -46,7 +46,8 @@ static iha_status measure(iha_context *ctx, const iha_plan *p, loops_problem *l,
     IHA_RETURN_ERROR_IF(cfg->variant != 0, ctx, IHA_ERROR_UNSUPPORTED,
                         "the attention configuration for this shape is the local-memory variant "
                         "(cl/attention_local.cl), which has no register-tile loops to measure");
-    IHA_FORWARD_IF_ERROR(iha__attention_kernel_get(ctx, cfg, p->dims.d, "attention_loops_f32", &l->kernel));
+    IHA_FORWARD_IF_ERROR(iha__attention_kernel_get(ctx, cfg, p->dims.d, "measure_attention_loops.cl", "attention_loops_f32",
+                                                   &l->kernel));
     /* Work-groups of the configuration's size, as attention_fwd_f32 runs them, and as many per
      * compute unit as the peak-FMA kernel runs (4 on a CPU, 16 on a GPU), so that every unit is
      * busy, a GPU's has warps to switch between, and the units even out. */
