@@ -583,9 +583,10 @@ iha_status iha_measure_gemm_kernel(iha_context *ctx, size_t m, size_t n, size_t 
 iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
 
 /* The attention kernel's two inner loops alone, in GFLOP/s (an FMA counts as 2 FLOPs): the
- * register-tile kernel's (cl/attention.cl; cl/measure_attention_loops.cl) score loop, one tile of query rows against one key
- * block, and its P.V loop, the tile's probabilities times the block's value rows, each run over
- * and over on one block that stays in the first-level cache, with the configuration
+ * register-tile kernel's score loop, one tile of query rows against one key block, and its P.V
+ * loop, the tile's probabilities times the block's value rows (cl/attention.cl's functions,
+ * launched from cl/measure_attention_loops.cl), each run over and over on one block that stays
+ * in the first-level cache, with the configuration
  * iha_attention would use for `shape` and `options` (the profile's or the built-in; the same
  * compiled code), in work-groups of its size, 4 per compute unit on a CPU and 16 on a GPU.
  * Calibrated to about 0.1 s per run, the median of 5 runs each. Streaming keys and values from
