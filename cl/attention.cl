@@ -251,14 +251,6 @@ static inline __attribute__((always_inline)) void tile_pv_chunk(tile_state *ts, 
     for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] = a[r];
 }
 
-/* acc += P V over the whole head dimension for one tile (decoding's single tile). */
-static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const float *pr, const __global kv_t *vb,
-                                                         int j0, int last, int clamp)
-{
-    #pragma unroll
-    for (int cv = 0; cv < VCHUNKS; ++cv) tile_pv_chunk(ts, pr, vb, j0, last, clamp, cv);
-}
-
 /* s[r] = the scaled queries of row r against the key block: HEAD_DIM broadcast-FMAs per row. */
 static inline __attribute__((always_inline)) void tile_score_fmas(const tile_state *ts, const __global kv_t *kblk,
                                                                  floatK *s)
@@ -308,24 +300,6 @@ static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0
         vstoreK(p, r, pr);
         ts->l[r] += p;
     }
-}
-
-/* P.V of a tile whose probabilities tile_scores left in pr, with rows clamped only in a block that
- * runs past T (padding keys have probability 0; clamping their rows keeps the reads in bounds). */
-static inline void tile_values(tile_state *ts, const float *pr, const __global kv_t *vb, int j0, int T)
-{
-    if (j0 + ATT_KB <= T)
-        tile_pv(ts, pr, vb, j0, j0 + ATT_KB - 1, 0);
-    else
-        tile_pv(ts, pr, vb, j0, T - 1, 1);
-}
-
-/* One register tile against the key block starting at key j0 (decoding's single tile). */
-static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __global kv_t *vb, int j0, int T)
-{
-    float pr[ATT_ROWS * ATT_KB];
-    tile_scores(ts, kblk, j0, pr);
-    tile_values(ts, pr, vb, j0, T);
 }
 
 __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */
@@ -410,93 +384,5 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
             if (want_lse)
                 lse[lse_off + (size_t)bh * T + t] = l > 0.0f ? (ts->m[r] + log2(l)) * M_LN2_F : -INFINITY;
         }
-    }
-}
-
-/* ---- Decoding: few query rows against a long cache ----
- * The cache holds keys in the key-block layout above, [B*H][ceil(t_max/KB)][HEAD_DIM][KB], and
- * values in rows [B*H][t_max][HEAD_DIM]. So that a long cache fills the device, the key blocks of
- * each (b, h) are split into ranges of split_blocks blocks, one work-item each, and every
- * work-item keeps a partial softmax (max, sum, unnormalised output) of one ATT_ROWS tile; a
- * second kernel merges the splits. step[b] = (n0, count): sequence b held n0 tokens and appends
- * count; its query rows are [B*H][rows][HEAD_DIM] with rows = k*P, virtual position n0*P + row,
- * and rows past count*P are inactive (written as 0). */
-
-/* Per (b, h), query row and split: HEAD_DIM unnormalised outputs, then the reference point of
- * the exponentials (base 2, at least the split's maximum minus MAX_SLACK) and their sum. */
-#define PART_STRIDE (HEAD_DIM + 2)
-/* Splits a row may have (the merge keeps one weight per split). */
-#define DEC_MAX_SPLITS 64
-
-__kernel void attention_decode_partial_f32(__global const float *q, ulong q_off, __global const kv_t *kc,
-                                           __global const kv_t *vc, __global float *part,
-                                           __global const int *step, int rows, int H, int P, int t_max,
-                                           int splits, int split_blocks, int mask, int window, float scale_log2)
-{
-    const int r0 = get_global_id(0) * ATT_ROWS;
-    const int s = get_global_id(1);
-    const int bh = get_global_id(2);
-    if (r0 >= rows || s >= splits) return;
-    const int b = bh / H;
-    const int n0 = step[2 * b], count = step[2 * b + 1];
-    const int T = (n0 + count) * P; /* the sequence's virtual length after this step */
-    const int active = count * P;
-
-    tile_state ts;
-    int first = T, last = -1; /* key blocks to visit */
-    if (r0 < active) {
-        tile_init(&ts, q + q_off + ((size_t)bh * rows + r0) * HEAD_DIM, n0 * P + r0, active - r0, T, P, mask, window,
-                  scale_log2);
-        first = max(s * split_blocks, ts.lo_min / ATT_KB);
-        last = min((s + 1) * split_blocks - 1, ts.hi_max / ATT_KB);
-    } else {
-        for (int r = 0; r < ATT_ROWS; ++r) {
-            ts.m[r] = -INFINITY;
-            ts.l[r] = (floatK)(0.0f);
-            for (int cv = 0; cv < VCHUNKS; ++cv) ts.acc[r][cv] = (floatV)(0.0f);
-        }
-    }
-    const int t_blocks = (t_max + ATT_KB - 1) / ATT_KB;
-    const __global kv_t *kb = kc + (size_t)bh * t_blocks * HEAD_DIM * ATT_KB;
-    const __global kv_t *vb = vc + (size_t)bh * t_max * HEAD_DIM;
-    for (int blk = first; blk <= last; ++blk)
-        tile_step(&ts, kb + (size_t)blk * HEAD_DIM * ATT_KB, vb, blk * ATT_KB, T);
-
-    for (int r = 0; r < ATT_ROWS && r0 + r < rows; ++r) {
-        __global float *out = part + (((size_t)bh * rows + r0 + r) * splits + s) * PART_STRIDE;
-        float tmp[ATT_VD];
-        for (int cv = 0; cv < VCHUNKS; ++cv) {
-            vstoreV(ts.acc[r][cv], 0, tmp);
-            for (int i = 0; i < ATT_VD && cv * ATT_VD + i < HEAD_DIM; ++i) out[cv * ATT_VD + i] = tmp[i];
-        }
-        out[HEAD_DIM] = ts.m[r];
-        out[HEAD_DIM + 1] = hsum(ts.l[r]);
-    }
-}
-
-/* Merges the splits of each query row into o [B*H][rows][HEAD_DIM]; inactive rows get 0. */
-__kernel void attention_decode_combine_f32(__global const float *part, __global float *o, ulong o_off,
-                                           __global const int *step, int rows, int H, int P, int splits)
-{
-    const int r = get_global_id(0);
-    const int bh = get_global_id(1);
-    if (r >= rows) return;
-    const int active = step[2 * (bh / H) + 1] * P;
-    const __global float *pr = part + ((size_t)bh * rows + r) * splits * PART_STRIDE;
-    __global float *out = o + o_off + ((size_t)bh * rows + r) * HEAD_DIM;
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmax(mx, pr[(size_t)s * PART_STRIDE + HEAD_DIM]);
-    float w[DEC_MAX_SPLITS];
-    float total = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-        const float ms = pr[(size_t)s * PART_STRIDE + HEAD_DIM];
-        w[s] = ms == -INFINITY ? 0.0f : exp2(ms - mx);
-        total += w[s] * pr[(size_t)s * PART_STRIDE + HEAD_DIM + 1];
-    }
-    const float inv = (r < active && total > 0.0f) ? 1.0f / total : 0.0f;
-    for (int c = 0; c < HEAD_DIM; ++c) {
-        float acc = 0.0f;
-        for (int s = 0; s < splits; ++s) acc = fma(w[s], pr[(size_t)s * PART_STRIDE + c], acc);
-        out[c] = acc * inv;
     }
 }

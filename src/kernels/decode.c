@@ -1,11 +1,11 @@
-/* Host side of the decoding kernels: cl/decode_mix.cl, and the decode kernels of
- * cl/attention.cl (which share its register tile, so decoding runs the same micro-kernel). */
+/* Host side of the decoding kernels: cl/decode_mix.cl, and cl/attention_decode.cl, which
+ * includes cl/attention.cl and shares its register tile, so decoding runs the same micro-kernel. */
 #include <stdio.h>
 
 #include "kernels/kernels.h"
 #include "runtime/launch.h"
 
-/* Splits a row may have: DEC_MAX_SPLITS of cl/attention.cl (the merge keeps a weight per split). */
+/* Splits a row may have: DEC_MAX_SPLITS of cl/attention_decode.cl (the merge keeps a weight per split). */
 #define DECODE_MAX_SPLITS 64
 
 void iha__decode_config_default(const iha_context *ctx, size_t head_dim, iha_decode_config *cfg)
@@ -125,7 +125,7 @@ iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims
     const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
 
     cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_decode_partial_f32", &k));
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_decode.cl", options, "attention_decode_partial_f32", &k));
     iha_args a = iha__args_begin(k);
     iha__arg_tensor(&a, q.mem, q.offset);
     iha__arg_mem(&a, keys);
@@ -146,7 +146,7 @@ iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims
     const size_t global[3] = {(rows + tile - 1) / tile, along, dd->B * dd->H}, local[3] = {1, group, 1};
     IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 3, global, group ? local : NULL, "attention_decode_partial_f32"));
 
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention.cl", options, "attention_decode_combine_f32", &k));
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_decode.cl", options, "attention_decode_combine_f32", &k));
     a = iha__args_begin(k);
     iha__arg_mem(&a, partial);
     iha__arg_tensor(&a, o.mem, o.offset);

@@ -1,4 +1,4 @@
-/* The tuning space of the decode kernels of cl/attention.cl (iha_decode_config: tile, vector
+/* The tuning space of the decode kernels (cl/attention_decode.cl; iha_decode_config: tile, vector
  * width, work-group and key-split policy) and its problems: timing on the bucket's step (k new
  * tokens per sequence) against a full cache of the layer's B, H and N, verification on two ragged
  * sequences (one long enough for several splits at every min_split_keys, one short enough to
