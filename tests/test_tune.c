@@ -421,7 +421,8 @@ static void concurrent_writers_leave_a_valid_profile(void **state)
  * kernel called it only when a row's reference maximum moves). */
 static void broken_kernels(const char *dir)
 {
-    static const char *const files[] = {"attention.cl", "masks.clh", "mix.cl", "collapse.cl", "pack_keys.cl", NULL};
+    static const char *const files[] = {"attention.cl", "masks.clh",   "mix.cl",       "mix_common.clh",
+                                        "mix_keys.cl",  "collapse.cl", "pack_keys.cl", NULL};
     for (int i = 0; files[i]; i++) {
         char src[1200], dst[1200];
         snprintf(src, sizeof src, "%s/cl/%s", IHA_TEST_SOURCE_DIR, files[i]);

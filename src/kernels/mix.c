@@ -1,4 +1,4 @@
-/* Host side of cl/mix.cl (head mixing, interleaving, rotary) and cl/pack_keys.cl. */
+/* Host side of cl/mix.cl and cl/mix_keys.cl (head mixing, interleaving, rotary) and cl/pack_keys.cl. */
 #include <stdio.h>
 
 #include "common/checked.h"
@@ -46,14 +46,14 @@ static iha_args mix_args(cl_kernel k, const iha_dims *dims, iha_ref src, iha_ref
     return a;
 }
 
-/* The keys on the per-row (CPU) path: one work-item per key block (see cl/mix.cl). */
+/* The keys on the per-row (CPU) path: one work-item per key block (cl/mix_keys.cl). */
 static iha_status mix_keys_blocks(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref src,
                                   iha_ref alpha, iha_ref dst, cl_mem rope, int key_block)
 {
     char options[64];
     snprintf(options, sizeof options, "-DMIX_VEC=%d -DMIX_KB=%d", cfg->vec, key_block);
     cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "mix.cl", options, "mix_keys_blocks_f32", &k));
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "mix_keys.cl", options, "mix_keys_blocks_f32", &k));
     iha_args a = mix_args(k, dims, src, alpha, dst, rope);
     const size_t blocks = (dims->T + (size_t)key_block - 1) / (size_t)key_block;
     const size_t global[2] = {blocks, dims->B * dims->H};
