@@ -6,7 +6,8 @@
 # its reports to a log (--log) and any non-empty log fails the stage, as does a failed test.
 #   1. tests/test_small_shapes with --data-races: every kernel on small shapes with ragged
 #      tails, every mask, windows, P = 1 and P > 1, odd d, d = 1 and d > 128, in both launch
-#      geometries (GPU and CPU), each output checked against the float64 reference;
+#      geometries (GPU and CPU), each output checked against the float64 reference, and the
+#      copy and attention-loops measurement kernels;
 #   2. tests/test_decode, tests/test_mha, tests/test_errors and tests/test_half (the half
 #      conversions and the half-weight GEMV): the decoding kernels, and
 #      numeric and refusal tests on a second, strict OpenCL implementation (anything passing

@@ -239,6 +239,34 @@ static void measure_copy_kernel(void **state)
     assert_true(bytes_per_second > 0.0);
 }
 
+/* The attention loops' kernel (cl/measure_attention_loops.cl) with the register-tile
+ * configuration of the CPU geometry, which every device can run: on d = 1, a d that no vector
+ * width divides and a d > 128 (2-row tiles), so that Oclgrind sees its loads of a key block and
+ * its value rows at every tail (d = 64 runs in the bench test). The GPU geometry's built-in is
+ * the local-memory variant, which the call refuses. */
+static void measure_attention_loops_kernel(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const size_t dims[] = {1, 19, 136};
+    const int native = tu_ctx->info.is_gpu;
+    tu_ctx->info.is_gpu = 0;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        iha_shape s = {.batch = 1, .tokens = 8, .model_dim = 2 * dims[i], .heads = 2, .head_dim = dims[i], .pseudo = 2};
+        iha_attention_options o;
+        iha_attention_options_init(&o);
+        double score = 0.0, pv = 0.0;
+        print_message("d=%zu\n", dims[i]);
+        const iha_status st = iha_measure_attention_loops(tu_ctx, &s, &o, &score, &pv);
+        tu_ctx->info.is_gpu = native;
+        tu_assert_status(tu_ctx, st, IHA_OK);
+        tu_ctx->info.is_gpu = 0;
+        assert_true(score > 0.0 && isfinite(score));
+        assert_true(pv > 0.0 && isfinite(pv));
+    }
+    tu_ctx->info.is_gpu = native;
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -252,7 +280,7 @@ static int group_setup(void **state)
 int main(void)
 {
     tu_init_environment();
-    struct CMUnitTest tests[CASE_COUNT + 1];
+    struct CMUnitTest tests[CASE_COUNT + 2];
     char names[CASE_COUNT][96];
     static const char *const call_names[] = {"forward", "forward_host", "core", "attention", "unfused"};
     static const char *const mask_names[] = {"causal", "token_causal", "none"};
@@ -263,8 +291,9 @@ int main(void)
         tests[i] = (struct CMUnitTest){names[i], small_case_test, NULL, NULL, (void *)c};
     }
     tests[CASE_COUNT] = (struct CMUnitTest)cmocka_unit_test(measure_copy_kernel);
+    tests[CASE_COUNT + 1] = (struct CMUnitTest)cmocka_unit_test(measure_attention_loops_kernel);
     const char *filter = getenv("IHA_SMALL_SHAPES_FILTER");
     if (filter && filter[0])
         cmocka_set_test_filter(filter);
-    return _cmocka_run_group_tests("small_shapes", tests, CASE_COUNT + 1, group_setup, tu_group_teardown);
+    return _cmocka_run_group_tests("small_shapes", tests, CASE_COUNT + 2, group_setup, tu_group_teardown);
 }
