@@ -180,7 +180,13 @@ void iha_context_options_init(iha_context_options *options);
  * is not NULL, writes a NUL-terminated explanation of at most message_size bytes into it.
  * Returns IHA_ERROR_NO_DEVICE when no device matches, IHA_ERROR_OPENCL when the OpenCL
  * context or queue cannot be made, IHA_ERROR_INVALID_ARGUMENT for a half-given borrow or an
- * out-of-order queue. */
+ * out-of-order queue.
+ * Create one context per device (or per queue) and keep it for the process's life, rather than
+ * one per request: a context builds its programs on first use (from the disk cache when it can)
+ * and shares none with other contexts. On PoCL every program build also parses LLVM bitcode
+ * into PoCL's process-wide LLVM context, whose metadata LLVM never frees, so a process that
+ * creates and frees contexts in a loop grows by ~3 KiB per context that ran a layer
+ * (BENCHMARKS.md, "Soak"); the library itself holds nothing after iha_context_free. */
 iha_status iha_context_create(iha_context **out, const iha_context_options *options, char *message,
                               size_t message_size);
 
