@@ -42,6 +42,21 @@ endif()
 expect_positive(seconds)
 expect_positive(gflops)
 
+# The host's load average, where the host has one (Linux): a number of at least 0 at both ends,
+# and the online CPUs; null elsewhere.
+string(JSON load_type TYPE "${report}" host_load)
+if(load_type STREQUAL "OBJECT")
+  foreach(moment start end)
+    member(load host_load ${moment})
+    if(NOT load MATCHES "^[0-9.e+-]+$" OR load LESS 0)
+      message(FATAL_ERROR "host_load.${moment}: expected a number >= 0, got '${load}'")
+    endif()
+  endforeach()
+  expect_positive(host_load cpus)
+elseif(NOT load_type STREQUAL "NULL")
+  message(FATAL_ERROR "host_load: expected an object or null, got ${load_type}")
+endif()
+
 # The attention core: the problem as asked, its cost over visible pairs, its ratios.
 expect_equal(128 attention t)
 expect_equal(causal attention mask)

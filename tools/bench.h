@@ -121,9 +121,19 @@ typedef struct bench_decode {
     double cache_bytes_per_token;
 } bench_decode;
 
+/* The host's 1-minute load average (/proc/loadavg) when the run started and when it ended, and
+ * its online CPUs: on a shared machine the figures depend on what else runs. known is 0 where
+ * the host has no /proc/loadavg. */
+typedef struct bench_host_load {
+    int known;
+    double start, end;
+    long cpus;
+} bench_host_load;
+
 typedef struct bench_results {
     char device[256];
     int device_is_cpu;
+    bench_host_load load;
     bench_ceilings ceilings;
     bench_core core;
     bench_baseline baseline;

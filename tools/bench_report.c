@@ -275,6 +275,9 @@ void bench_print_table(const bench_config *c, const bench_results *r)
     printf("iha bench (library %s)\n", iha_version_string());
     printf("  device  %s%s\n", r->device, r->device_is_cpu ? " (CPU)" : "");
     printf("  timing  medians of %zu runs after one warm-up run\n", c->reps);
+    if (r->load.known)
+        printf("  load    host load average (1 min) %.2f at the start, %.2f at the end, %ld CPUs online\n",
+               r->load.start, r->load.end, r->load.cpus);
     if (ceilings_ran(r))
         print_ceilings(r);
     else
@@ -486,6 +489,15 @@ void bench_print_json(const bench_config *c, const bench_results *r)
     json_string(&w, "device", r->device);
     json_bool(&w, "device_is_cpu", r->device_is_cpu);
     json_size(&w, "reps", c->reps);
+    if (r->load.known) {
+        json_begin_object(&w, "host_load");
+        json_number(&w, "start", r->load.start);
+        json_number(&w, "end", r->load.end);
+        json_size(&w, "cpus", (size_t)(r->load.cpus > 0 ? r->load.cpus : 0));
+        json_end_object(&w);
+    } else {
+        json_null(&w, "host_load");
+    }
     json_number(&w, "seconds", r->core.seconds);
     json_number(&w, "gflops", rate(1e-9 * r->core.flops, r->core.seconds));
     if (c->run_decode)

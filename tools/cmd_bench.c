@@ -115,6 +115,19 @@ static int device_is_cpu(iha_context *ctx)
            (type & CL_DEVICE_TYPE_CPU);
 }
 
+/* The 1-minute load average, or -1 where /proc/loadavg cannot be read (not Linux). */
+static double load_average(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double load = -1.0;
+    if (f == NULL)
+        return load;
+    if (fscanf(f, "%lf", &load) != 1)
+        load = -1.0;
+    fclose(f);
+    return load;
+}
+
 /* Everything that runs in this process, on one context with stage timing on. */
 static int measure(const bench_config *c, bench_results *r)
 {
@@ -169,12 +182,16 @@ int cmd_bench(int argc, char **argv)
 
     bench_results r;
     memset(&r, 0, sizeof r);
+    r.load.start = load_average();
+    r.load.cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (measure(&c, &r))
         return CLI_EXIT_FAILURE;
     if (c.run_cold_start) {
         progress("cold start in child processes");
         bench_cold_start_run(argc, argv, &r.cold);
     }
+    r.load.end = load_average();
+    r.load.known = r.load.start >= 0.0 && r.load.end >= 0.0;
     if (c.json)
         bench_print_json(&c, &r);
     else
