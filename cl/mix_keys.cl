@@ -1,8 +1,8 @@
 /* The keys' head mixing on CPUs (the contract of cl/mix.cl, key-block output only): one key
- * block per work-item, so that each of the block's columns (MIX_KB consecutive floats of the
- * key-block layout) is written with vector stores after a transpose in registers
- * (store_transposed8); mix_heads_rows_f32 would scatter every element MIX_KB floats apart
- * (measured 4x slower). */
+ * block per work-item: the block's mixed rows are gathered in a private array, then each 8x8
+ * piece is transposed in registers (store_transposed8) so that each of the block's columns
+ * (MIX_KB consecutive floats of the key-block layout) is written with vector stores;
+ * mix_heads_rows_f32 would scatter every element MIX_KB floats apart (measured 4x slower). */
 
 #include "mix_common.clh"
 

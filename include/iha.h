@@ -185,8 +185,10 @@ void iha_context_options_init(iha_context_options *options);
  * one per request: a context builds its programs on first use (from the disk cache when it can)
  * and shares none with other contexts. On PoCL every program build also parses LLVM bitcode
  * into PoCL's process-wide LLVM context, whose metadata LLVM never frees, so a process that
- * creates and frees contexts in a loop grows by ~3 KiB per context that ran a layer
- * (BENCHMARKS.md, "Soak"); the library itself holds nothing after iha_context_free. */
+ * creates and frees contexts in a loop grows by 3-6 KiB per context that ran a layer
+ * (BENCHMARKS.md, "Soak"). The library itself holds nothing after iha_context_free, apart
+ * from CLBlast's program cache (above), emptied when the last context that used CLBlast is
+ * freed. */
 iha_status iha_context_create(iha_context **out, const iha_context_options *options, char *message,
                               size_t message_size);
 

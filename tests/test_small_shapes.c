@@ -207,11 +207,25 @@ static int geometries(void)
     return g && strcmp(g, "native") == 0 ? 1 : g && strcmp(g, "other") == 0 ? 2 : 3;
 }
 
+/* The device's own geometry, saved by group_setup. Tests flip tu_ctx->info.is_gpu to run the
+ * other device type's code paths; restore_geometry, every test's teardown, puts it back, so a
+ * failed assertion (cmocka leaves the test by longjmp) cannot leave later tests in the wrong
+ * geometry. */
+static int native_is_gpu;
+
+static int restore_geometry(void **state)
+{
+    (void)state;
+    if (tu_ctx)
+        tu_ctx->info.is_gpu = native_is_gpu;
+    return 0;
+}
+
 static void small_case_test(void **state)
 {
     const small_case *c = *state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    const int native = tu_ctx->info.is_gpu;
+    const int native = native_is_gpu;
     for (int g = 0; g < 2; g++) {
         if (!(geometries() & (1 << g)))
             continue;
@@ -249,22 +263,17 @@ static void measure_attention_loops_kernel(void **state)
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     static const size_t dims[] = {1, 19, 136};
-    const int native = tu_ctx->info.is_gpu;
-    tu_ctx->info.is_gpu = 0;
+    tu_ctx->info.is_gpu = 0; /* restore_geometry puts it back, also after a failed assertion */
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         iha_shape s = {.batch = 1, .tokens = 8, .model_dim = 2 * dims[i], .heads = 2, .head_dim = dims[i], .pseudo = 2};
         iha_attention_options o;
         iha_attention_options_init(&o);
         double score = 0.0, pv = 0.0;
         print_message("d=%zu\n", dims[i]);
-        const iha_status st = iha_measure_attention_loops(tu_ctx, &s, &o, &score, &pv);
-        tu_ctx->info.is_gpu = native;
-        tu_assert_status(tu_ctx, st, IHA_OK);
-        tu_ctx->info.is_gpu = 0;
+        tu_assert_status(tu_ctx, iha_measure_attention_loops(tu_ctx, &s, &o, &score, &pv), IHA_OK);
         assert_true(score > 0.0 && isfinite(score));
         assert_true(pv > 0.0 && isfinite(pv));
     }
-    tu_ctx->info.is_gpu = native;
 }
 
 static int group_setup(void **state)
@@ -274,7 +283,11 @@ static int group_setup(void **state)
     iha_context_options options;
     iha_context_options_init(&options);
     options.profile = "off";
-    return tu_context_open(&tu_ctx, &options) < 0 ? -1 : 0;
+    if (tu_context_open(&tu_ctx, &options) < 0)
+        return -1;
+    if (tu_ctx)
+        native_is_gpu = tu_ctx->info.is_gpu;
+    return 0;
 }
 
 int main(void)
@@ -288,10 +301,11 @@ int main(void)
         const small_case *c = &kCases[i];
         snprintf(names[i], sizeof names[i], "%s B%zu N%zu H%zu d%zu P%zu %s w%lld%s", call_names[c->call], c->B, c->N,
                  c->H, c->d, c->P, mask_names[c->mask], c->window, c->rope ? " rope" : "");
-        tests[i] = (struct CMUnitTest){names[i], small_case_test, NULL, NULL, (void *)c};
+        tests[i] = (struct CMUnitTest){names[i], small_case_test, NULL, restore_geometry, (void *)c};
     }
-    tests[CASE_COUNT] = (struct CMUnitTest)cmocka_unit_test(measure_copy_kernel);
-    tests[CASE_COUNT + 1] = (struct CMUnitTest)cmocka_unit_test(measure_attention_loops_kernel);
+    tests[CASE_COUNT] = (struct CMUnitTest)cmocka_unit_test_teardown(measure_copy_kernel, restore_geometry);
+    tests[CASE_COUNT + 1] =
+        (struct CMUnitTest)cmocka_unit_test_teardown(measure_attention_loops_kernel, restore_geometry);
     const char *filter = getenv("IHA_SMALL_SHAPES_FILTER");
     if (filter && filter[0])
         cmocka_set_test_filter(filter);

@@ -35,7 +35,7 @@ typedef struct iha_attention_config {
 
 void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg);
 
-/* Variant and vector width of the memory-bound kernels (mix.cl, collapse.cl). */
+/* Variant and vector width of the memory-bound kernels (mix.cl, mix_keys.cl, collapse.cl). */
 typedef struct iha_rows_config {
     int per_row;  /* 1: the *_rows_f32 variant (a row per work-item, explicit vectors; CPUs);
                      0: an element per work-item (coalesced; GPUs) */
@@ -54,7 +54,7 @@ void iha__rows_local_size(const iha_context *ctx, size_t columns, size_t local[3
 /* Elements of the key-block layout for dims (B*H*ceil(T/KB)*KB*d); 0 on overflow. */
 size_t iha__packed_keys_elements(const iha_dims *dims, int key_block);
 
-/* Mixing (cl/mix.cl): src [B][N][H][d] -> dst rows [B][H][T][d], or the key-block layout when
+/* Mixing (cl/mix.cl; the keys on CPUs cl/mix_keys.cl): src [B][N][H][d] -> dst rows [B][H][T][d], or the key-block layout when
  * key_block > 0. alpha.mem NULL means identity (P == 1). rope NULL means no rotary. */
 iha_status iha__mix_enqueue(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref src,
                             iha_ref alpha, iha_ref dst, cl_mem rope, int key_block);

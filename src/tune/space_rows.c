@@ -1,4 +1,4 @@
-/* The tuning space of the memory-bound kernels cl/mix.cl and cl/collapse.cl, which share one
+/* The tuning space of the memory-bound kernels cl/mix.cl, cl/mix_keys.cl and cl/collapse.cl, which share one
  * iha_rows_config in a layer: a candidate is timed on what a layer runs (mixing of Q, K into the
  * key-block layout and V, then the collapse) and checked on a small ragged problem against
  * float64 mixing (with rotary where d is even) and collapse, SPEC.md steps 2, 3 and 5. */
