@@ -17,4 +17,18 @@ cmake --build "$build" -j"$jobs"
 # Programs built by the instrumented library go to a cache of their own; PoCL's cache of
 # machine code (POCL_CACHE_DIR, set by .ci/run) is shared with the release build.
 export IHA_CACHE_DIR="$build/cache/iha"
-ctest --test-dir "$build" --output-on-failure -j"$jobs"
+log="$build/ctest-output.log"
+if ctest --test-dir "$build" --output-on-failure -j"$jobs" 2>&1 | tee "$log"; then
+  exit 0
+fi
+# LeakSanitizer's tracer thread now and then dies while it stops the process's threads for the
+# exit-time leak check ("Tracer caught signal 11", then "LeakSanitizer has encountered a fatal
+# error"), after the test itself passed: a known fault of the sanitizer runtime
+# (google/sanitizers#1353), seen once here in test_small_shapes with PoCL's worker threads alive.
+# Only then are the failed tests run once more, and that run decides; any other failure stands.
+if grep -q "Tracer caught signal" "$log"; then
+  echo "sanitize: LeakSanitizer's tracer crashed at exit; running the failed tests once more"
+  ctest --test-dir "$build" --output-on-failure --rerun-failed
+else
+  exit 1
+fi
