@@ -79,11 +79,15 @@
 #define LOAD_KEYS(p) CAT(vload_half, ATT_KB)(0, (p))
 #define LOAD_V(p) CAT(vload_half, ATT_VD)(0, (p))
 #define LOAD_ONE(p, i) vload_half((i), (p))
+#define LOAD8(p) vload_half8(0, (p))
+#define LOAD4(p) vload_half4(0, (p))
 #else
 #define kv_t float
 #define LOAD_KEYS(p) vloadK(0, (p))
 #define LOAD_V(p) vloadV(0, (p))
 #define LOAD_ONE(p, i) ((p)[(i)])
+#define LOAD8(p) vload8(0, (p))
+#define LOAD4(p) vload4(0, (p))
 #endif
 
 #if ATT_KB == 4
@@ -162,14 +166,28 @@ static inline floatK exp2_bounded(floatK x)
 /* MASK_* and visible_range(t, T, P, mask, window) -> [lo, hi]. */
 #include "masks.clh"
 
-/* Chunk cv of a value row of HEAD_DIM elements, zero beyond the row's end. */
-static inline floatV load_chunk(const __global kv_t *row, int cv)
+/* Elements in the last chunk of a row when ATT_VD does not divide HEAD_DIM (0 when it does). */
+#define VTAIL (HEAD_DIM % ATT_VD)
+
+/* The last chunk of a value row whose width ATT_VD does not divide: its VTAIL elements, zeros
+ * beyond. Whole vector loads for the tails of head widths that are multiples of 4. */
+static inline floatV load_tail(const __global kv_t *row)
 {
-    const int c = cv * ATT_VD;
-    if (c + ATT_VD <= HEAD_DIM) return LOAD_V(row + c);
+    const __global kv_t *t = row + (HEAD_DIM - VTAIL);
+#if ATT_VD == 16 && VTAIL == 8
+    return (floatV)(LOAD8(t), (float8)(0.0f));
+#elif ATT_VD == 16 && VTAIL == 4
+    return (floatV)(LOAD4(t), (float4)(0.0f), (float8)(0.0f));
+#elif ATT_VD == 16 && VTAIL == 12
+    return (floatV)(LOAD8(t), LOAD4(t + 8), (float4)(0.0f));
+#elif ATT_VD == 8 && VTAIL == 4
+    return (floatV)(LOAD4(t), (float4)(0.0f));
+#else
     float tmp[ATT_VD];
-    for (int i = 0; i < ATT_VD; ++i) tmp[i] = c + i < HEAD_DIM ? LOAD_ONE(row, c + i) : 0.0f;
+    #pragma unroll
+    for (int i = 0; i < ATT_VD; ++i) tmp[i] = i < VTAIL ? LOAD_ONE(t, i) : 0.0f;
     return vloadV(0, tmp);
+#endif
 }
 
 static inline void store_chunk(__global float *row, int cv, floatV x)
@@ -223,6 +241,26 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
     }
 }
 
+/* a[r] += P V[:, chunk cv] over the ATT_KB value rows min(j0 + j, last); tail (a constant at
+ * each call): cv is the last chunk of a head width that ATT_VD does not divide. The choice is
+ * made once per chunk, outside the key loop: a per-key branch between the whole and the tail
+ * load made the compiler route every value chunk through the stack (d = 72 ran at half the
+ * rate of d = 64 and 80). */
+static inline __attribute__((always_inline)) void pv_keys(floatV *a, const float *pc, const __global kv_t *vb,
+                                                         int j0, int last, int clamp, int cv, int tail)
+{
+    /* Unclamped, row j is at a constant offset from the block's first row, which folds into the
+     * load's address; int row numbers instead kept 16 row registers live (and spilled). */
+    const __global kv_t *v0 = vb + (size_t)j0 * HEAD_DIM;
+    #pragma unroll
+    for (int j = 0; j < ATT_KB; ++j) {
+        const __global kv_t *row = clamp ? vb + (size_t)min(j0 + j, last) * HEAD_DIM : v0 + j * HEAD_DIM;
+        const floatV vv = tail ? load_tail(row) : LOAD_V(row + cv * ATT_VD);
+        #pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
+    }
+}
+
 /* acc[.][cv] += P V[:, chunk cv] for the ATT_KB value rows min(j0 + j, last): only ATT_ROWS
  * accumulators are live, which fits AVX2's 16 registers where the whole tile would spill. The
  * probabilities are read from pr at an offset of cv * ts->zero (ts->zero is 0 at run time,
@@ -233,20 +271,16 @@ static inline __attribute__((always_inline)) void tile_pv_chunk(tile_state *ts, 
                                                                const __global kv_t *vb, int j0, int last,
                                                                int clamp, int cv)
 {
-    /* Unclamped, row j is at a constant offset from the block's first row, which folds into the
-     * load's address; int row numbers instead kept 16 row registers live (and spilled). */
-    const __global kv_t *v0 = vb + (size_t)j0 * HEAD_DIM;
     const float *pc = pr + cv * ts->zero;
     floatV a[ATT_ROWS];
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv];
-    #pragma unroll
-    for (int j = 0; j < ATT_KB; ++j) {
-        const __global kv_t *row = clamp ? vb + (size_t)min(j0 + j, last) * HEAD_DIM : v0 + j * HEAD_DIM;
-        const floatV vv = load_chunk(row, cv);
-        #pragma unroll
-        for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
-    }
+#if VTAIL
+    if (cv == VCHUNKS - 1)
+        pv_keys(a, pc, vb, j0, last, clamp, cv, 1);
+    else
+#endif
+        pv_keys(a, pc, vb, j0, last, clamp, cv, 0);
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] = a[r];
 }

@@ -57,6 +57,10 @@ static const small_case kCases[] = {
     {ATTENTION,    1,  7,  0, 2,   9, 3, CAUSAL, 2,     0}, /* with LSE */
     {ATTENTION,    2,  9,  0, 1,   3, 2, TOKEN,  0,     0},
     {ATTENTION,    1, 10,  0, 1,  17, 2, NONE,   4,     0},
+    {ATTENTION,    1,  9,  0, 1,  24, 2, CAUSAL, 0,     0}, /* vec 16, an 8-wide tail: vector tail load */
+    {ATTENTION,    1,  7,  0, 1,  28, 3, NONE,   0,     0}, /* vec 16, a 12-wide tail (8 + 4) */
+    {CORE,         1,  6,  0, 2,  20, 2, TOKEN,  2,     1}, /* vec 16, a 4-wide tail, rotary */
+    {CORE,         1,  5,  0, 1,  12, 2, CAUSAL, 0,     0}, /* vec 8, a 4-wide tail */
     {FORWARD,      1,  7, 12, 2,   8, 2, CAUSAL, 3,     1}, /* every stage, tensors at offsets */
     {FORWARD,      2,  5,  9, 3,   3, 1, NONE,   0,     0},
     {FORWARD_HOST, 1,  9, 16, 2,   8, 3, TOKEN,  2,     1},
