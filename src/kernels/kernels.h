@@ -54,8 +54,9 @@ void iha__rows_local_size(const iha_context *ctx, size_t columns, size_t local[3
 /* Elements of the key-block layout for dims (B*H*ceil(T/KB)*KB*d); 0 on overflow. */
 size_t iha__packed_keys_elements(const iha_dims *dims, int key_block);
 
-/* Mixing (cl/mix.cl; the keys on CPUs cl/mix_keys.cl): src [B][N][H][d] -> dst rows [B][H][T][d], or the key-block layout when
- * key_block > 0. alpha.mem NULL means identity (P == 1). rope NULL means no rotary. */
+/* Mixing (cl/mix.cl; the keys on CPUs cl/mix_keys.cl): src [B][N][H][d] -> dst rows
+ * [B][H][T][d], or the key-block layout when key_block > 0. alpha.mem NULL means identity
+ * (P == 1). rope NULL means no rotary. */
 iha_status iha__mix_enqueue(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref src,
                             iha_ref alpha, iha_ref dst, cl_mem rope, int key_block);
 /* Collapse (cl/collapse.cl): o [B][H][T][d] -> y [B][N][H][d]. r.mem NULL means identity. */
