@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels/kernels.h"
 #include "reliability.h"
 #include "runtime/disk_cache.h"
 #include "test_layer.h"
@@ -120,7 +121,7 @@ static long file_size(const char *path)
 
 /* ---- A kernel that fails to build ---- */
 
-#define BROKEN_TEXT "\n#error attention.cl deliberately broken by test_faults\n"
+#define BROKEN_TEXT "\n#error deliberately broken by test_faults\n"
 
 static void one_kernel_fails_to_build(void **state)
 {
@@ -130,9 +131,16 @@ static void one_kernel_fails_to_build(void **state)
     tu_temp_dir(kdir, sizeof kdir);
     tu_temp_dir(cache, sizeof cache);
     assert_true(tu_for_each_file(IHA_TEST_SOURCE_DIR "/cl", copy_into, kdir) > 0);
-    snprintf(from, sizeof from, "%s/cl/attention.cl", IHA_TEST_SOURCE_DIR);
-    snprintf(to, sizeof to, "%s/attention.cl", kdir);
-    copy_file(from, to, BROKEN_TEXT);
+    /* Both attention kernels are broken; the message must name the one this device builds
+     * (the register-tile kernel on CPUs, the local-memory one on GPUs). */
+    static const char *const broken[2] = {"attention.cl", "attention_local.cl"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s/cl/%s", IHA_TEST_SOURCE_DIR, broken[i]);
+        snprintf(to, sizeof to, "%s/%s", kdir, broken[i]);
+        copy_file(from, to, BROKEN_TEXT);
+    }
+    iha_attention_config builtin;
+    iha__attention_config_default(tu_ctx, kSmall.head_dim, &builtin);
 
     iha_context *ctx = open_with(cache, kdir);
     const iha_attention_options o = small_options();
@@ -144,7 +152,7 @@ static void one_kernel_fails_to_build(void **state)
 
     /* The other stages build and are enqueued first; the attention kernel does not build. */
     tu_assert_status(ctx, iha_forward(ctx, &kSmall, &o, &d.weights, d.x, d.z), IHA_ERROR_BUILD);
-    expect_message(ctx, "attention.cl");
+    expect_message(ctx, broken[builtin.variant == 1]);
     expect_message(ctx, "build log");
     expect_message(ctx, "deliberately broken by test_faults"); /* the compiler's own words */
     assert_int_equal(iha_context_cl_error(ctx), CL_BUILD_PROGRAM_FAILURE);
@@ -181,7 +189,11 @@ static void one_kernel_fails_to_build(void **state)
     tu_buffer_release(out);
 
     /* Repaired, the same context builds it on the next call and computes the right z. */
-    copy_file(from, to, NULL);
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s/cl/%s", IHA_TEST_SOURCE_DIR, broken[i]);
+        snprintf(to, sizeof to, "%s/%s", kdir, broken[i]);
+        copy_file(from, to, NULL);
+    }
     double *zref = tu_layer_reference(&l, &o);
     tu_assert_status(ctx, iha_forward(ctx, &kSmall, &o, &d.weights, d.x, d.z), IHA_OK);
     tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
@@ -247,18 +259,13 @@ static void device_refuses_an_allocation(void **state)
     check_small(tu_ctx, TU_API_HOST);
 }
 
-/* Between good calls that grow and reuse the workspace, one whose internal buffers exceed the
- * device: refused, z untouched, no buffer leaked, and the next calls are right. */
-static void workspace_refusal_between_good_calls(void **state)
+/* One iha_forward of `big` (D = 1, so x and z stay small) that must be refused with a
+ * message holding `needle`, leaving z untouched and no buffer behind. */
+static void expect_refused(const iha_shape *big, const char *needle)
 {
-    (void)state;
-    TU_REQUIRE_DEVICE(tu_ctx);
-    check_small(tu_ctx, TU_API_DEVICE);
     cl_context cl = iha_context_cl_context(tu_ctx);
     const unsigned refs = rel_context_refs_quiet(cl);
-
-    const iha_shape big = {1, (size_t)1 << 22, 1, 2, 256, 4}; /* Q alone is 8 GiB */
-    const size_t nx = tu_count_x(&big), nw = tu_count_w(&big), nm = tu_count_mix(&big);
+    const size_t nx = tu_count_x(big), nw = tu_count_w(big), nm = tu_count_mix(big);
     cl_mem x = tu_buffer_guarded(tu_ctx, NULL, 0, 0, nx, TU_SENTINEL);
     cl_mem z = tu_buffer_guarded(tu_ctx, NULL, 0, 0, nx, TU_SENTINEL);
     cl_mem w = tu_buffer_guarded(tu_ctx, NULL, 0, 0, nw, 0.5f), m = tu_buffer_guarded(tu_ctx, NULL, 0, 0, nm, 0.5f);
@@ -266,9 +273,9 @@ static void workspace_refusal_between_good_calls(void **state)
     const iha_layer_weights weights = {wb, wb, wb, wb, mb, mb, mb, mb};
     iha_attention_options o;
     iha_attention_options_init(&o);
-    iha_status st = iha_forward(tu_ctx, &big, &o, &weights, (iha_buffer){x, 0}, (iha_buffer){z, 0});
+    iha_status st = iha_forward(tu_ctx, big, &o, &weights, (iha_buffer){x, 0}, (iha_buffer){z, 0});
     tu_assert_status(tu_ctx, st, IHA_ERROR_DEVICE_MEMORY);
-    expect_message(tu_ctx, "exceeds the device");
+    expect_message(tu_ctx, needle);
     tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     tu_assert_buffer_all(tu_ctx, z, 0, nx, TU_SENTINEL);
     tu_buffer_release(x);
@@ -277,6 +284,38 @@ static void workspace_refusal_between_good_calls(void **state)
     tu_buffer_release(m);
     if (rel_refs_count_objects(tu_ctx))
         assert_true(rel_context_refs_settled(cl, refs) <= refs);
+}
+
+/* Between good calls that grow and reuse the workspace, calls whose internal buffers exceed the
+ * device, sized from its own limits (a fixed size passes on a GPU with 141 GB, which then fails
+ * lazily at the first kernel): one buffer over the largest allocation, then buffers that each fit
+ * it but not the device's memory together. Each is refused before anything is enqueued, z is
+ * untouched, no buffer is leaked, and the next calls are right. */
+static void workspace_refusal_between_good_calls(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    cl_ulong max_alloc = 0, global = 0;
+    cl_device_id dev = iha_context_cl_device(tu_ctx);
+    assert_int_equal(clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL), CL_SUCCESS);
+    assert_int_equal(clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global, NULL), CL_SUCCESS);
+    check_small(tu_ctx, TU_API_DEVICE);
+
+    /* H = 2 heads of d = 256: 2 KiB per token in Q, and P = 4 times that in each pseudo tensor. */
+    const size_t token_bytes = 2 * 256 * sizeof(float), P = 4;
+    /* Q alone is too large (and so, on most devices, are all the buffers together: either refusal
+     * comes first). */
+    const iha_shape one = {1, (size_t)(max_alloc / token_bytes) + 1, 1, 2, 256, P};
+    expect_refused(&one, "the device's");
+    check_small(tu_ctx, TU_API_DEVICE_OFFSETS);
+
+    /* Q, K, V, Y of t bytes and 4 pseudo tensors of P*t (each within the largest allocation): 20t. */
+    const iha_shape together = {1, (size_t)(max_alloc / (P * token_bytes)), 1, 2, 256, P};
+    if ((cl_ulong)together.tokens * token_bytes * (4 + 4 * P) > global)
+        expect_refused(&together, "exceed the device's memory");
+    else
+        printf("the device's largest allocation (%llu bytes) is under a fifth of its memory (%llu): "
+               "no shape fits the one and not the other\n", (unsigned long long)max_alloc, (unsigned long long)global);
     check_small(tu_ctx, TU_API_DEVICE_OFFSETS);
     check_small(tu_ctx, TU_API_HOST);
 }

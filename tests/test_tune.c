@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels/kernels.h"
 #include "test_layer.h"
 #include "test_util.h"
 #include "test_profiles.h"
@@ -416,13 +417,26 @@ static void concurrent_writers_leave_a_valid_profile(void **state)
     tu_remove_tree(dir);
 }
 
-/* Copies cl/ to dir, with attention.cl made wrong when ATT_ROWS is 2: every fma adds 1, which
- * touches every output whatever the kernel's internals (a planted exp2 stopped mattering once the
- * kernel called it only when a row's reference maximum moves). */
+/* The attention variant of the device's built-in for small_shape: 0 register tiles
+ * (cl/attention.cl, CPUs), 1 local memory (cl/attention_local.cl, GPUs). */
+static int builtin_variant(void)
+{
+    iha_attention_config cfg;
+    iha__attention_config_default(tu_ctx, small_shape.head_dim, &cfg);
+    return cfg.variant;
+}
+
+/* Copies cl/ to dir with a planted fault that every fma adds 1, which touches every output
+ * whatever the kernel's internals (a planted exp2 stopped mattering once the kernel called it
+ * only when a row's reference maximum moves). The fault is keyed to a value the tuner's first
+ * sweep around the device's built-in tries: ATT_ROWS 2 in attention.cl where the built-in is
+ * the register-tile kernel; else ATT_KB 8, next to the local-memory kernel's 16, in both
+ * attention files (both variants read ATT_KB, so no correct candidate holds it). */
 static void broken_kernels(const char *dir)
 {
-    static const char *const files[] = {"attention.cl", "masks.clh",   "mix.cl",       "mix_common.clh",
-                                        "mix_keys.cl",  "collapse.cl", "pack_keys.cl", NULL};
+    static const char *const files[] = {"attention.cl", "attention_local.cl", "masks.clh", "mix.cl", "mix_common.clh",
+                                        "mix_keys.cl",  "collapse.cl",        "pack_keys.cl", NULL};
+    const int local = builtin_variant() == 1;
     for (int i = 0; files[i]; i++) {
         char src[1200], dst[1200];
         snprintf(src, sizeof src, "%s/cl/%s", IHA_TEST_SOURCE_DIR, files[i]);
@@ -431,7 +445,10 @@ static void broken_kernels(const char *dir)
         assert_non_null(text);
         FILE *f = fopen(dst, "wb");
         assert_non_null(f);
-        if (strcmp(files[i], "attention.cl") == 0)
+        const int attention = strncmp(files[i], "attention", 9) == 0;
+        if (attention && local)
+            fputs("#if defined(ATT_KB) && ATT_KB == 8\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n", f);
+        else if (strcmp(files[i], "attention.cl") == 0)
             fputs("#if defined(ATT_ROWS) && ATT_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n", f);
         fputs(text, f);
         fclose(f);
@@ -474,8 +491,12 @@ static void wrong_candidate_is_never_stored(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    /* The first sweep tries ATT_ROWS 1, 2 and 8 around the built-in: 2 fails its check. */
-    check_planted_candidate_rejected(broken_kernels, IHA_TUNE_ATTENTION, 20, "ATT_ROWS", 2);
+    /* The first sweep tries ATT_ROWS 1, 2 and 8 around the register-tile built-in, ATT_KB 8 and
+     * 16 around the local-memory one: the planted value fails its check. */
+    if (builtin_variant() == 1)
+        check_planted_candidate_rejected(broken_kernels, IHA_TUNE_ATTENTION, 20, "ATT_KB", 8);
+    else
+        check_planted_candidate_rejected(broken_kernels, IHA_TUNE_ATTENTION, 20, "ATT_ROWS", 2);
 }
 
 /* A kernel directory whose cl/gemm.cl drops the last k of every product when GEMM_MR is 4. */

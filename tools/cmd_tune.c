@@ -145,15 +145,21 @@ static void print_table(const iha_tune_result *r, size_t n)
                    "-", "-", r[i].candidates);
             continue;
         }
+        if (r[i].tuned_s <= 0) {
+            printf("%-9s %-58s %10.3f %10s %7s %6zu  (not stored: the built-in stays)\n", r[i].kernel, r[i].bucket,
+                   1e3 * r[i].default_s, "-", "-", r[i].candidates);
+            continue;
+        }
         printf("%-9s %-58s %10.3f %10.3f %6.2fx %6zu%s\n", r[i].kernel, r[i].bucket, 1e3 * r[i].default_s,
                1e3 * r[i].tuned_s, speedup, r[i].candidates, r[i].stored ? "" : "  (not stored)");
     }
     printf("\nconfigurations:\n");
     for (size_t i = 0; i < n; i++)
         printf("  %s %s\n    before: %s\n    after:  %s\n", r[i].kernel, r[i].bucket, r[i].default_config,
-               r[i].tuned_config[0]  ? r[i].tuned_config
-               : r[i].candidates ? "(no candidate passed verification: the built-in stays)"
-                                 : "(the budget ran out before a candidate: the built-in stays)");
+               r[i].tuned_config[0]                ? r[i].tuned_config
+               : r[i].candidates > r[i].rejected ? "(no verified candidate beat the built-in: it stays)"
+               : r[i].candidates                 ? "(no candidate passed verification: the built-in stays)"
+                                                 : "(the budget ran out before a candidate: the built-in stays)");
 }
 
 /* The spread of each space (first pass: worst, median, best) and the budgeted search's choice

@@ -22,6 +22,10 @@ iha_status iha__call_begin(iha_context *ctx, double *mark)
     iha__message_clear(&ctx->message);
     ctx->cl_error = 0;
     memset(&ctx->stage_times, 0, sizeof ctx->stage_times);
+    if (ctx->workspace_suspect) { /* see context.h: a failed buffer is not reused */
+        iha__workspace_release(ctx);
+        ctx->workspace_suspect = 0;
+    }
     if (ctx->time_stages) IHA_CL_CHECK(ctx, clFinish(ctx->queue), "clFinish");
     *mark = iha__now_seconds();
     return IHA_OK;

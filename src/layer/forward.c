@@ -1,8 +1,10 @@
 /* The public layer calls as thin orchestration of the stages: projections (CLBlast), mixing,
  * attention, collapse, output projection. Half storage is converted at the edges
  * (layer/storage.h); the stages always see float. */
+#include <stdint.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "layer/call.h"
 #include "layer/plan.h"
 #include "layer/storage.h"
@@ -36,6 +38,18 @@ static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_
     return iha__stage_done(ctx, &ctx->stage_times.collapse, mark);
 }
 
+/* Refuses, before any allocation, a call whose float workspace exceeds the device's memory: the
+ * pseudo tensors and packed keys, and with `token_slots` Q, K, V and Y (the layer's projections,
+ * or the core's half inputs converted to float). */
+static iha_status check_workspace(iha_context *ctx, const iha_plan *p, int token_slots)
+{
+    size_t tokens = 0, pseudo = 0, sum = 0, total = SIZE_MAX;
+    if (iha__mul(p->token_elems, token_slots ? 4 : 0, &tokens) && iha__mul(p->virtual_elems, 3, &pseudo) &&
+        iha__add(tokens, pseudo, &sum) && iha__add(sum, p->packed_elems, &sum))
+        total = sum;
+    return iha__workspace_check_total(ctx, total, sizeof(float));
+}
+
 static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                           const iha_layer_weights *w, iha_buffer x, iha_buffer z)
 {
@@ -49,6 +63,7 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, a, "z"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, a, "z", "x"));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
+    IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, 1));
 
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
     cl_mem q, k, v, y;
@@ -92,6 +107,7 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
     static const char *const names[3] = {"q", "k", "v"};
     IHA_FORWARD_IF_ERROR(iha__check_inputs_output(ctx, (iha_buffer[3]){q, k, v}, names, y, "y", n, a));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 0, y, n, "y"));
+    IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, p.act_half));
     iha_ref qf, kf, vf, yf;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, q, n, IHA_WS_Q, &qf));
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, k, n, IHA_WS_K, &kf));

@@ -62,6 +62,10 @@ struct iha_context {
 
     cl_mem workspace[IHA_WS_COUNT];
     size_t workspace_bytes[IHA_WS_COUNT];
+    /* Set by a device-memory failure: the next call starts with no workspace. A lazily
+     * allocating driver (NVIDIA's) accepts clCreateBuffer and fails at the first kernel that
+     * uses the buffer; kept, such a buffer would fail every later call too. */
+    int workspace_suspect;
     iha_rope_key rope_key; /* what IHA_WS_ROPE holds */
 
     int time_stages;
@@ -101,6 +105,9 @@ const char *iha__cl_error_name(cl_int err);
 /* A device buffer of at least `bytes` in workspace slot `slot` (reallocated when too small). */
 iha_status iha__workspace_get(iha_context *ctx, iha_workspace_slot slot, size_t bytes, cl_mem *out);
 void iha__workspace_release(iha_context *ctx);
+/* Refuses a call whose internal buffers need more than the device's memory together, before
+ * anything is allocated or enqueued (each one alone may still fit the largest allocation). */
+iha_status iha__workspace_check_total(iha_context *ctx, size_t elems, size_t elem_bytes);
 
 /* Device selection and description (device.c). */
 iha_status iha__device_describe(cl_platform_id platform, cl_device_id device, unsigned pi, unsigned di,

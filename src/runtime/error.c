@@ -76,5 +76,6 @@ iha_status iha__fail_cl(iha_context *ctx, cl_int err, const char *what)
                             : IHA_ERROR_OPENCL;
     if (ctx == NULL) return status;
     ctx->cl_error = err;
+    if (status == IHA_ERROR_DEVICE_MEMORY) ctx->workspace_suspect = 1;
     return iha__fail(ctx, status, "%s failed: %s (%d)", what, iha__cl_error_name(err), (int)err);
 }

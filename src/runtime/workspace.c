@@ -2,6 +2,8 @@
 #define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
 #include "runtime/context.h"
 
+#include "common/checked.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -69,6 +71,17 @@ iha_status iha__workspace_get(iha_context *ctx, iha_workspace_slot slot, size_t 
     ctx->workspace[slot] = m;
     ctx->workspace_bytes[slot] = bytes;
     *out = m;
+    return IHA_OK;
+}
+
+iha_status iha__workspace_check_total(iha_context *ctx, size_t elems, size_t elem_bytes)
+{
+    size_t bytes = 0;
+    const int fits = iha__mul(elems, elem_bytes, &bytes) && bytes <= ctx->info.global_mem_bytes;
+    IHA_RETURN_ERROR_IF(!fits, ctx, IHA_ERROR_DEVICE_MEMORY,
+                        "the call's internal buffers, %zu elements of %zu bytes together, exceed the device's "
+                        "memory (%llu bytes)",
+                        elems, elem_bytes, (unsigned long long)ctx->info.global_mem_bytes);
     return IHA_OK;
 }
 
