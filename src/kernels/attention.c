@@ -13,8 +13,7 @@ void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_
 {
     /* CPUs: 4 x 16 register tiles (two 256-bit vectors per row on AVX2; 6 rows, 8-key blocks
      * and other tile counts measured no faster, BENCHMARKS.md), one work-item per group so PoCL
-     * does not try to vectorise across work-items. GPUs: one row per work-item keeps private
-     * memory small; a local-memory variant belongs to the tuning work. */
+     * does not try to vectorise across work-items. GPUs: below. */
     cfg->key_block = 16;
     cfg->vec = head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
     cfg->local_keys = 32;
@@ -26,7 +25,16 @@ void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_
      * verifying it. GPUs stage keys and values in local memory instead. */
     cfg->prefetch = ctx->info.is_cpu && !ctx->info.is_gpu &&
                     strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
-    if (ctx->info.is_gpu) {
+    if (ctx->info.is_gpu && head_dim > 64) {
+        /* Wider heads: register tiles of 4 rows, 128 work-items per group. The local-memory
+         * kernel keeps a query row and an output row of d floats per work-item, which past
+         * d = 64 no longer fit a GPU's registers: on an H200 at d = 128 (causal, T = 8192) the
+         * tuner found this 1.85x faster (25.7 against 47.6 ms; BENCHMARKS.md, "GPU"). */
+        cfg->rows = 4;
+        cfg->tiles = 1;
+        cfg->vec = 4;
+        cfg->group = 128;
+    } else if (ctx->info.is_gpu) {
         /* The local-memory variant, 64 rows per group, with the largest key tile of 16, 32 or
          * 64 keys (2*keys*d floats) that fits the device; register tiles of one row when none does. */
         cfg->rows = 1;
