@@ -604,7 +604,7 @@ iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
  * a GPU take it as a guide: the fused kernel runs many more work-groups. Returns the
  * argument errors of iha_attention for shape and options, IHA_ERROR_INVALID_ARGUMENT for a NULL
  * output, IHA_ERROR_UNSUPPORTED when the configuration is the local-memory variant
- * (cl/attention_local.cl, GPUs' built-in), whose loops differ, IHA_ERROR_BUILD. */
+ * (cl/attention_local.cl, GPUs' built-in for d <= 64), whose loops differ, IHA_ERROR_BUILD. */
 iha_status iha_measure_attention_loops(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                        double *score_gflops, double *pv_gflops);
 
