@@ -14,9 +14,13 @@
 #      on PoCL but not here is a portability bug). Memory checks only: with --data-races the
 #      decoding test alone takes 3-5 minutes (its kernels use no local memory, barriers or
 #      atomics);
-#   3. tests/test_gemm with --data-races: the library's SGEMM kernel in every tile of its tuning
+#   3. tests/test_attention_variants with --data-races: every attention variant (register
+#      tiles, local memory, local tiles with register sub-tiles) in several tile
+#      configurations, forced whatever the simulator's built-in (those larger than its local
+#      memory are skipped);
+#   4. tests/test_gemm with --data-races: the library's SGEMM kernel in every tile of its tuning
 #      space on ragged shapes, with buffers that end where their matrices do (~15 s);
-#   4. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
+#   5. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
 #      other kernels it stops on LLVM's `freeze` instruction ("Unsupported instruction"),
 #      crashes on the whole layer, or (built with -cl-opt-disable) loses track of values
 #      passed through vector built-ins and reports every one of them.
@@ -53,6 +57,7 @@ run() {
 
 tests="$build/tests"
 run small_shapes_races --data-races -- "$tests/test_small_shapes"
+run attention_variants_races --data-races -- "$tests/test_attention_variants"
 run decode -- "$tests/test_decode"
 run mha -- "$tests/test_mha"
 run errors -- "$tests/test_errors"

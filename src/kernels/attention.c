@@ -36,7 +36,9 @@ void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_
         cfg->group = 128;
     } else if (ctx->info.is_gpu) {
         /* The local-memory variant, 64 rows per group, with the largest key tile of 16, 32 or
-         * 64 keys (2*keys*d floats) that fits the device; register tiles of one row when none does. */
+         * 64 keys (2*keys*d floats) that fits the device; register tiles of one row when none
+         * does. Variant 2 (cl/attention_local_tiles.cl) is in the tuning space only: it has not
+         * yet run on a GPU (BENCHMARKS.md, "GPU"). */
         cfg->rows = 1;
         cfg->tiles = 1;
         cfg->group = 64;
@@ -83,6 +85,9 @@ iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *
                                   iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                   size_t window, float scale)
 {
+    if (cfg->variant == 2)
+        return iha__attention_tiles_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
+                                            kt_packed, vt, o, lse, mask, window, scale);
     if (cfg->variant == 1)
         return iha__attention_local_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
                                             kt_packed, vt, o, lse, mask, window, scale);

@@ -17,19 +17,22 @@ typedef struct iha_ref {
     size_t offset;
 } iha_ref;
 
-/* Configuration of the attention kernel, chosen per device and bucket. Two variants:
+/* Configuration of the attention kernel, chosen per device and bucket. Three variants:
  *   0: cl/attention.cl's register tiles (CPUs): rows, tiles and vec shape a work-item's tile;
  *   1: cl/attention_local.cl's local-memory tiles (GPUs): `group` work-items, one query row
- *      each, stream tiles of local_keys keys through local memory.
- * key_block is the packed key layout's block for both. */
+ *      each, stream tiles of local_keys keys through local memory;
+ *   2: cl/attention_local_tiles.cl (GPUs): `group` query rows and tiles of local_keys keys in
+ *      local memory, each work-item a 4 x 4 register sub-tile of the scores (group/4 *
+ *      local_keys/4 work-items).
+ * key_block is the packed key layout's block for all. */
 typedef struct iha_attention_config {
     int rows;       /* ATT_ROWS: query rows per register tile */
     int tiles;      /* ATT_TILES: register tiles per work-item, sharing each key block */
     int key_block;  /* ATT_KB: keys per block, 4, 8 or 16 */
     int vec;        /* ATT_VD: vector width over d in P.V, 4, 8 or 16 */
-    size_t group;   /* work-items per work-group (variant 1: LOC_ROWS, query rows per group) */
-    int variant;    /* 0: register tiles, 1: local-memory tiles */
-    int local_keys; /* LOC_KEYS of variant 1: keys per local tile, a multiple of key_block */
+    size_t group;   /* work-items per work-group (variant 1: LOC_ROWS; variant 2: TILE_ROWS, query rows) */
+    int variant;    /* 0: register tiles, 1: local-memory tiles, 2: local tiles with register sub-tiles */
+    int local_keys; /* variants 1 and 2: keys per local tile (LOC_KEYS, TILE_KEYS), a multiple of key_block */
     int prefetch;   /* ATT_PREFETCH of variant 0: 1 prefetches the next key block's values */
 } iha_attention_config;
 
@@ -84,7 +87,16 @@ int iha__attention_local_fits(const iha_context *ctx, size_t head_dim, int rows,
 iha_status iha__attention_local_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
                                         iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                         size_t window, float scale);
-/* The arguments both attention variants take, in their order. */
+/* The local tiles with register sub-tiles (cl/attention_local_tiles.cl, for GPUs): `rows` query
+ * rows per group (a multiple of 4), tiles of `keys` keys (a multiple of 4 and of key_block),
+ * rows/4 * keys/4 work-items. Same inputs and outputs as iha__attention_enqueue;
+ * IHA_ERROR_UNSUPPORTED when the group or its local memory does not fit the device. */
+size_t iha__attention_tiles_bytes(size_t head_dim, int rows, int keys);
+int iha__attention_tiles_fits(const iha_context *ctx, size_t head_dim, int rows, int keys, int key_block);
+iha_status iha__attention_tiles_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
+                                        iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
+                                        size_t window, float scale);
+/* The arguments every attention variant takes, in their order. */
 void iha__attention_args(struct iha_args *a, const iha_dims *dims, iha_ref qt, iha_ref kt_packed, iha_ref vt,
                          iha_ref o, iha_ref lse, int mask, size_t window, float scale);
 /* ---- Decoding (cl/decode_mix.cl and the decode kernels of cl/attention.cl) ---- */

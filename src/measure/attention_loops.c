@@ -44,8 +44,9 @@ static iha_status measure(iha_context *ctx, const iha_plan *p, loops_problem *l,
 {
     const iha_attention_config *cfg = &p->attention;
     IHA_RETURN_ERROR_IF(cfg->variant != 0, ctx, IHA_ERROR_UNSUPPORTED,
-                        "the attention configuration for this shape is the local-memory variant "
-                        "(cl/attention_local.cl), which has no register-tile loops to measure");
+                        "the attention configuration for this shape is a local-memory variant "
+                        "(cl/attention_local.cl or cl/attention_local_tiles.cl), which has no register-tile "
+                        "loops to measure");
     IHA_FORWARD_IF_ERROR(iha__attention_kernel_get(ctx, cfg, p->dims.d, "measure_attention_loops.cl", "attention_loops_f32",
                                                    &l->kernel));
     /* Work-groups of the configuration's size, as attention_fwd_f32 runs them, and as many per

@@ -18,7 +18,9 @@ static const iha_tune_param params[] = {
     {"ATT_KB", 3, {4, 8, 16}, NULL},
     {"ATT_VD", 3, {4, 8, 16}, NULL},
     {"group", 4, {1, 16, 64, 128}, NULL},
-    {"variant", 2, {0, 1}, NULL},   /* 0: register tiles (attention.cl), 1: local memory (attention_local.cl) */
+    /* 0: register tiles (attention.cl), 1: local memory, a row per work-item (attention_local.cl),
+     * 2: local memory with register sub-tiles (attention_local_tiles.cl) */
+    {"variant", 3, {0, 1, 2}, NULL},
     {"LOC_KEYS", 3, {16, 32, 64}, NULL},
     {"ATT_PREFETCH", 2, {0, 1}, NULL}, /* variant 0: prefetch the next key block's values */
 };
@@ -36,18 +38,32 @@ static int vector_fits_head(const long *v) { return v[0] <= (iha__pow2_ceil(v[1]
 
 /* The local tile holds whole key blocks. */
 static int local_tile_whole_blocks(const long *v) { return v[0] == 0 || v[1] % v[2] == 0; }
+/* Variant 2: group query rows (4 per work-item row) and LOC_KEYS keys (4 per column) make
+ * group/4 * LOC_KEYS/4 work-items. */
+static int tiles_group_fits(const long *v)
+{
+    return v[0] != 2 || (v[1] >= 4 && v[1] % 4 == 0 && (v[1] / 4) * (v[2] / 4) <= v[3]);
+}
 
 static const iha_tune_constraint constraints[] = {
     {tile_fits, {"ATT_ROWS", "ATT_TILES", "d", NULL}, "ATT_ROWS*ATT_TILES rows of d floats exceed private memory"},
     {vector_fits_head, {"ATT_VD", "d", NULL, NULL}, "ATT_VD is wider than the head"},
     {local_tile_whole_blocks, {"variant", "LOC_KEYS", "ATT_KB", NULL}, "LOC_KEYS is not a multiple of ATT_KB"},
+    {tiles_group_fits, {"variant", "group", "LOC_KEYS", "max_group"},
+     "variant 2's group/4 x LOC_KEYS/4 work-items exceed the device's work-group"},
 };
 
-/* The local-memory variant stages LOC_KEYS keys and values of d floats each. */
-static long local_bytes(const long *v) { return v[0] == 1 ? 2 * v[1] * v[2] * (long)sizeof(float) : 0; }
+/* Variant 1 stages LOC_KEYS keys and values of d floats each; variant 2 also the query tile,
+ * the probabilities and its reductions (iha__attention_tiles_bytes). */
+static long local_bytes(const long *v)
+{
+    if (v[0] == 1) return 2 * v[1] * v[2] * (long)sizeof(float);
+    if (v[0] == 2) return (long)iha__attention_tiles_bytes((size_t)v[2], (int)v[3], (int)v[1]);
+    return 0;
+}
 
 static const iha_tune_space space = {
-    "attention", params, 8, keys, K_COUNT, constraints, 3, local_bytes, {"variant", "LOC_KEYS", "d", NULL},
+    "attention", params, 8, keys, K_COUNT, constraints, 4, local_bytes, {"variant", "LOC_KEYS", "d", "group", NULL},
     {"group", NULL, NULL},
 };
 

@@ -1,0 +1,200 @@
+/*
+ * test_attention_variants.c - every variant of the attention kernel, in several tile
+ * configurations, on small ragged shapes, whatever the device's built-in: register tiles
+ * (cl/attention.cl), local memory with a row per work-item (cl/attention_local.cl) and local
+ * memory with register sub-tiles (cl/attention_local_tiles.cl). The built-in of a device runs
+ * one of them; the tuner may choose any, and a GPU's built-in differs from a CPU's, so each is
+ * checked here on every device (and under Oclgrind's race detection by .ci/oclgrind.sh).
+ *
+ * A configuration is forced the way an application's tuning profile would: as the profile's
+ * device-wide default for the attention kernel, in a context whose profile is off (nothing is
+ * written). The last call's choice must report it, so a configuration the library refused for
+ * the bucket cannot pass unnoticed; one that does not fit the device (local memory, work-group
+ * size) is skipped with a message.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "reference.h"
+#include "runtime/context.h"
+#include "test_layer.h"
+#include "test_util.h"
+#include "tune/profile.h"
+#include "tune/state.h"
+#include "tune/tunable.h"
+
+enum { CAUSAL = IHA_MASK_CAUSAL, TOKEN = IHA_MASK_TOKEN_CAUSAL, NONE = IHA_MASK_NONE };
+
+typedef struct shape_case {
+    size_t B, N, H, d, P;
+    int mask;
+    long long window;
+} shape_case;
+
+/* T = N*P against the key blocks (4, 8, 16), the local tiles (16-64 keys, 16-128 rows) and the
+ * 4 x 4 sub-tiles; d against the vector widths and the sub-tiles' column sets (d = 1, odd, a
+ * padded d > 128). Few distinct d values: each is a program to build per configuration. */
+static const shape_case kShapes[] = {
+    /* B   N  H    d  P  mask    window */
+    {1,  7, 2,   9, 3, CAUSAL, 2},
+    {2,  5, 2,   1, 1, TOKEN,  0}, /* d = 1, P = 1 */
+    {1, 23, 1,  64, 3, CAUSAL, 0}, /* T = 69: two row tiles of 64, three key tiles of 32 */
+    {1,  6, 1, 130, 1, NONE,   2}, /* d > 128, a window */
+};
+#define SHAPE_COUNT (sizeof kShapes / sizeof kShapes[0])
+
+typedef struct variant_case {
+    const char *name;
+    iha_attention_config cfg; /* rows, tiles, key_block, vec, group, variant, local_keys, prefetch */
+} variant_case;
+
+static const variant_case kVariants[] = {
+    {"register tiles 4x1, 128 work-items (GPUs, d > 64)", {4, 1, 16, 4, 128, 0, 32, 0}},
+    {"local, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 1, 32, 0}},
+    {"local, 16 rows, 16 keys, KB 8", {1, 1, 8, 4, 16, 1, 16, 0}},
+    {"local tiles, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 2, 32, 0}},
+    {"local tiles, 16 rows, 16 keys, KB 4", {1, 1, 4, 4, 16, 2, 16, 0}},
+    {"local tiles, 128 rows, 64 keys, KB 16", {1, 1, 16, 4, 128, 2, 64, 0}},
+};
+#define VARIANT_COUNT (sizeof kVariants / sizeof kVariants[0])
+
+/* The tuning space's form of cfg. */
+static iha_tune_config tune_config(const iha_attention_config *cfg)
+{
+    const iha_tune_space *s = iha__tunable_attention.space;
+    iha_tune_config c;
+    memset(&c, 0, sizeof c);
+    const struct {
+        const char *name;
+        long value;
+    } v[] = {{"ATT_ROWS", cfg->rows},     {"ATT_TILES", cfg->tiles},   {"ATT_KB", cfg->key_block},
+             {"ATT_VD", cfg->vec},        {"group", (long)cfg->group}, {"variant", cfg->variant},
+             {"LOC_KEYS", cfg->local_keys}, {"ATT_PREFETCH", cfg->prefetch}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        const int k = iha__space_param_index(s, v[i].name);
+        assert_true(k >= 0);
+        c.v[k] = v[i].value;
+    }
+    return c;
+}
+
+/* Whether the device can run cfg at head width d at all. */
+static int fits(iha_context *ctx, const iha_attention_config *cfg, size_t d)
+{
+    if (cfg->variant == 1) return iha__attention_local_fits(ctx, d, (int)cfg->group, cfg->local_keys, cfg->key_block);
+    if (cfg->variant == 2) return iha__attention_tiles_fits(ctx, d, (int)cfg->group, cfg->local_keys, cfg->key_block);
+    return cfg->group <= ctx->info.max_work_group_size;
+}
+
+static void check(iha_context *ctx, const char *what, iha_buffer b, size_t n, const double *ref)
+{
+    float *out = tu_malloc(n * sizeof *out);
+    tu_buffer_read(ctx, b.mem, b.offset, out, n);
+    tu_assert_guard(ctx, b.mem, n, b.offset, TU_GUARD, TU_SENTINEL);
+    tu_assert_close(what, out, ref, n, TU_TOL_F32);
+    free(out);
+}
+
+/* iha_attention with LSE on one shape, in the configuration the profile forces. */
+static void run_shape(iha_context *ctx, const shape_case *c, const char *expected_config, uint64_t seed)
+{
+    const iha_shape s = {c->B, c->N, 0, c->H, c->d, c->P};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.mask = c->mask;
+    o.window = c->window;
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    const size_t n = tu_count_virtual(&s), nl = c->B * c->H * c->N * c->P;
+    float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f), *vt = tu_random_array(&rng, n, 1.0f);
+    ref_problem p;
+    memset(&p, 0, sizeof p);
+    p.B = c->B, p.N = c->N, p.H = c->H, p.d = c->d, p.P = c->P, p.mask = c->mask, p.window = c->window;
+    double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(nl * sizeof *lref);
+    assert_int_equal(ref_attention(&p, qt, kt, vt, oref, lref), 0);
+
+    iha_buffer qb = {tu_buffer_guarded(ctx, qt, n, 2, TU_GUARD, TU_SENTINEL), 2};
+    iha_buffer kb = {tu_buffer_guarded(ctx, kt, n, 7, TU_GUARD, TU_SENTINEL), 7};
+    iha_buffer vb = {tu_buffer_guarded(ctx, vt, n, 1, TU_GUARD, TU_SENTINEL), 1};
+    iha_buffer ob = {tu_buffer_guarded(ctx, NULL, n, 4, TU_GUARD, TU_SENTINEL), 4};
+    iha_buffer lb = {tu_buffer_guarded(ctx, NULL, nl, 3, TU_GUARD, TU_SENTINEL), 3};
+    tu_assert_status(ctx, iha_attention(ctx, &s, &o, qb, kb, vb, ob, lb), IHA_OK);
+    tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
+
+    iha_kernel_choice choices[4];
+    size_t count = 0;
+    assert_int_equal(iha_context_last_choices(ctx, choices, 4, &count), IHA_OK);
+    int found = 0;
+    for (size_t i = 0; i < count && i < 4; i++) {
+        if (strcmp(choices[i].kernel, "attention") != 0) continue;
+        found = 1;
+        if (choices[i].source != IHA_CONFIG_PROFILE_DEVICE || strcmp(choices[i].config, expected_config) != 0)
+            fail_msg("the call ran \"%s\" (source %d), not the forced \"%s\"", choices[i].config, choices[i].source,
+                     expected_config);
+    }
+    assert_true(found);
+    check(ctx, "o", ob, n, oref);
+    check(ctx, "lse", lb, nl, lref);
+
+    cl_mem m[5] = {qb.mem, kb.mem, vb.mem, ob.mem, lb.mem};
+    for (int i = 0; i < 5; i++) tu_buffer_release(m[i]);
+    free(oref);
+    free(lref);
+    free(qt);
+    free(kt);
+    free(vt);
+}
+
+static void variant_test(void **state)
+{
+    const variant_case *v = *state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    iha_context_options options;
+    iha_context_options_init(&options);
+    options.profile = "off"; /* the forced entry stays in this context's memory */
+    iha_context *ctx = NULL;
+    char message[1024] = "";
+    if (iha_context_create(&ctx, &options, message, sizeof message) != IHA_OK)
+        fail_msg("iha_context_create: %s", message);
+
+    const iha_tunable *t = &iha__tunable_attention;
+    iha_profile_entry e;
+    memset(&e, 0, sizeof e);
+    e.tunable = t;
+    e.is_default = 1;
+    e.config = tune_config(&v->cfg);
+    assert_true(iha__profile_put(&ctx->tune->profile, &e));
+    char expected[512];
+    assert_int_equal(iha__space_format(t->space, &e.config, expected, sizeof expected), 0);
+
+    size_t ran = 0;
+    for (size_t i = 0; i < SHAPE_COUNT; i++) {
+        if (!fits(ctx, &v->cfg, kShapes[i].d)) {
+            print_message("d=%zu: %s does not fit this device: skipped\n", kShapes[i].d, v->name);
+            continue;
+        }
+        run_shape(ctx, &kShapes[i], expected, 9100 + (uint64_t)i);
+        ++ran;
+    }
+    print_message("%s: %zu of %zu shapes\n", v->name, ran, SHAPE_COUNT);
+    iha_context_free(ctx);
+}
+
+int main(void)
+{
+    struct CMUnitTest tests[VARIANT_COUNT];
+    for (size_t i = 0; i < VARIANT_COUNT; i++) {
+        struct CMUnitTest t = {kVariants[i].name, variant_test, NULL, NULL, (void *)&kVariants[i]};
+        tests[i] = t;
+    }
+    return _cmocka_run_group_tests("attention_variants", tests, VARIANT_COUNT, tu_group_setup, tu_group_teardown);
+}
