@@ -79,6 +79,8 @@ __kernel void mix_keys_blocks_f32(__global const float *src, ulong src_off, __gl
      * rather than once per column chunk (two divisions by P each). */
     size_t src_row[MIX_KB];
     int alpha_col[MIX_KB];
+    /* Floats from a row of sequence b to the end of its rows: src_row[j]'s is seq_end - src_row[j]. */
+    const size_t seq_end = src_off + ((size_t)b + 1) * N * H * d;
     int n = blk * MIX_KB / P, p = blk * MIX_KB % P;
     for (int j = 0; j < MIX_KB; ++j) {
         src_row[j] = src_off + ((size_t)b * N + n) * H * d;
@@ -105,11 +107,14 @@ __kernel void mix_keys_blocks_f32(__global const float *src, ulong src_off, __gl
             if (t < T) {
                 const __global float *row = src + src_row[j];
                 const __global float *a = alpha + alpha_off + alpha_col[j];
-                x0 = mix_cols(row, a, identity, h, H, P, d, c0, cols);
+                const size_t avail = seq_end - src_row[j];
+                x0 = mix_cols(row, a, identity, h, H, P, d, c0, cols, whole_cols(H, d, cols, avail));
                 if (use_rope) {
-                    x1 = mix_cols(row + cols, a, identity, h, H, P, d, c0, cols);
+                    x1 = mix_cols(row + cols, a, identity, h, H, P, d, c0, cols, whole_cols(H, d, cols, avail - cols));
                     const __global float *cs = rope + (size_t)t * d;
-                    const floatM cv = load_cols(cs, c0, cols), sv = load_cols(cs + cols, c0, cols);
+                    const size_t cs_avail = (size_t)(T - t) * d; /* the table has T rows */
+                    const floatM cv = load_cols(cs, c0, cols, whole_cols(1, d, cols, cs_avail));
+                    const floatM sv = load_cols(cs + cols, c0, cols, whole_cols(1, d, cols, cs_avail - cols));
                     const floatM y0 = x0 * cv - x1 * sv;
                     x1 = x1 * cv + x0 * sv;
                     x0 = y0;
