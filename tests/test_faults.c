@@ -508,10 +508,18 @@ static void cache_entries_cut_mid_write(void **state)
         ctx = open_with(cache, NULL);
         check_small(ctx, TU_API_DEVICE);
         iha_context_free(ctx);
+        /* Whole means valid (magic, key, length and checksum), not the first size: a rebuilt
+         * binary can differ from the first (seen in a parallel suite: 290900 bytes against
+         * 260764; PoCL's binary of a program probably carries what its cache, shared by the
+         * suite's processes, has compiled for it by then). */
+        const rel_cache_census after = rel_cache_scan(cache);
+        if (after.valid != saved.count || after.broken != 0)
+            fail_msg("cut at %ld: %zu valid and %zu broken entries, not %zu whole ones", cuts[c], after.valid,
+                     after.broken, saved.count);
         for (size_t i = 0; i < saved.count; i++)
-            if (file_size(saved.items[i].path) != saved.items[i].size)
-                fail_msg("cut at %ld: %s was not rewritten whole (%ld of %ld bytes)", cuts[c], saved.items[i].path,
-                         file_size(saved.items[i].path), saved.items[i].size);
+            if (file_size(saved.items[i].path) <= (cuts[c] >= 0 ? cuts[c] : saved.items[i].size - 1))
+                fail_msg("cut at %ld: %s was not rewritten (%ld bytes)", cuts[c], saved.items[i].path,
+                         file_size(saved.items[i].path));
     }
     rel_cache_census census = rel_cache_scan(cache);
     assert_int_equal(census.valid, saved.count);
