@@ -25,7 +25,11 @@
  * - NULL ctx, shape, options or weights is IHA_ERROR_INVALID_ARGUMENT.
  * - Size limits: a product of dimensions (or offset + count, or its bytes) that overflows size_t
  *   is IHA_ERROR_SIZE_OVERFLOW; T = N*P above INT_MAX/4 is IHA_ERROR_UNSUPPORTED; an internal
- *   buffer larger than the device's largest allocation is IHA_ERROR_DEVICE_MEMORY.
+ *   buffer larger than the device's largest allocation, or a layer call whose internal buffers
+ *   together exceed the device's memory, is IHA_ERROR_DEVICE_MEMORY before anything is
+ *   enqueued. After any IHA_ERROR_DEVICE_MEMORY the context's next call starts with fresh
+ *   internal buffers (some drivers, NVIDIA's among them, accept an allocation and fail only
+ *   when a kernel first uses it), so a smaller call on the same context can succeed.
  * - Work is enqueued on the context's in-order command queue and the call returns once it is
  *   enqueued: the outputs are ready after iha_context_finish() (or clFinish on the queue).
  *   Calls with a "_host" suffix are the exception: they block until results are in host memory.
