@@ -43,32 +43,33 @@ __kernel void collapse_heads_f32(__global const float *o, ulong o_off, /* [B][H]
     y[y_off + (((size_t)b * N + n) * H + h) * d + c] = acc;
 }
 
-static inline floatC load_cols(const __global float *row, int c, int d)
+/* Columns [c, c + COLLAPSE_VEC) of a row, zeros from d on where a whole load is not allowed
+ * (columns [0, whole) may be loaded whole, see collapse_heads_rows_f32). */
+static inline floatC load_cols(const __global float *row, int c, int d, int whole)
 {
-    if (c + COLLAPSE_VEC <= d) return vloadC(0, row + c);
+    if (c + COLLAPSE_VEC <= whole) return vloadC(0, row + c);
     float tmp[COLLAPSE_VEC];
     for (int i = 0; i < COLLAPSE_VEC; ++i) tmp[i] = c + i < d ? row[c + i] : 0.0f;
     return vloadC(0, tmp);
 }
 
-__kernel void collapse_heads_rows_f32(__global const float *o, ulong o_off, __global const float *r, ulong r_off,
-                                      int identity, __global float *y, ulong y_off, int N, int H, int d, int P)
+/* Token n of sequence b, all H output heads, loading columns [0, whole) of each row whole. */
+static inline void collapse_token(const __global float *o, ulong o_off, const __global float *r, ulong r_off,
+                                  int identity, __global float *y, ulong y_off, int N, int H, int d, int P, int n, int b,
+                                  int whole)
 {
-    const int n = get_global_id(0);
-    const int b = get_global_id(1);
-    if (n >= N) return;
     const size_t T = (size_t)N * P;
     for (int h = 0; h < H; ++h) {
         __global float *out = y + y_off + (((size_t)b * N + n) * H + h) * d;
         for (int c = 0; c < d; c += COLLAPSE_VEC) {
             floatC acc = (floatC)(0.0f);
             if (identity) {
-                acc = load_cols(o + o_off + (((size_t)b * H + h) * T + n) * d, c, d);
+                acc = load_cols(o + o_off + (((size_t)b * H + h) * T + n) * d, c, d, whole);
             } else {
                 for (int m = 0; m < H; ++m) {
                     const __global float *om = o + o_off + (((size_t)b * H + m) * T + (size_t)n * P) * d;
                     const __global float *rm = r + r_off + ((size_t)h * H + m) * P;
-                    for (int p = 0; p < P; ++p) acc = fma((floatC)(rm[p]), load_cols(om + (size_t)p * d, c, d), acc);
+                    for (int p = 0; p < P; ++p) acc = fma((floatC)(rm[p]), load_cols(om + (size_t)p * d, c, d, whole), acc);
                 }
             }
             if (c + COLLAPSE_VEC <= d) {
@@ -80,4 +81,26 @@ __kernel void collapse_heads_rows_f32(__global const float *o, ulong o_off, __gl
             }
         }
     }
+}
+
+__kernel void collapse_heads_rows_f32(__global const float *o, ulong o_off, __global const float *r, ulong r_off,
+                                      int identity, __global float *y, ulong y_off, int N, int H, int d, int P)
+{
+    const int n = get_global_id(0);
+    const int b = get_global_id(1);
+    if (n >= N) return;
+    /* The last chunk of a width that COLLAPSE_VEC does not divide is one whole vector load that
+     * runs into the next pseudo-token's row of the same head (the extra lanes are never stored)
+     * rather than one load per element through the stack. Allowed while the chunk of the
+     * token's last row (p = P - 1) ends inside its head's T rows, which end at or before the
+     * tensor does: every token but the last one or few of each sequence, which take the element
+     * path (P = 1 and identity: the same bound on row n). Two calls rather than one with a
+     * run-time `whole`: where whole == d the compiler sees the store's test (c + COLLAPSE_VEC <= d)
+     * in the loads and the code is the old one; a `whole` of its own in every load (one loop, or
+     * whole chunks and the tail in loops of their own) mixed d = 64 and d = 80 10-20% slower. */
+    const int up = (d + COLLAPSE_VEC - 1) / COLLAPSE_VEC * COLLAPSE_VEC;
+    if (up == d || (size_t)up > ((size_t)N * P - (size_t)n * P - (size_t)(P - 1)) * d)
+        collapse_token(o, o_off, r, r_off, identity, y, y_off, N, H, d, P, n, b, d);
+    else
+        collapse_token(o, o_off, r, r_off, identity, y, y_off, N, H, d, P, n, b, up);
 }
