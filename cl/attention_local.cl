@@ -38,16 +38,11 @@
 #if LOC_KEYS % LOC_CHUNK != 0
 #error "LOC_KEYS must be a multiple of LOC_CHUNK"
 #endif
+#include "attention_args.clh"
 #include "masks.clh"
 
 __kernel __attribute__((reqd_work_group_size(LOC_ROWS, 1, 1)))
-void attention_fwd_local_f32(__global const float *q, ulong q_off, /* [B*H][T][HEAD_DIM] */
-                             __global const float *kp, ulong k_off, /* key blocks */
-                             __global const float *v, ulong v_off,  /* [B*H][T][HEAD_DIM] */
-                             __global float *o, ulong o_off,        /* [B*H][T][HEAD_DIM] */
-                             __global float *lse, ulong lse_off,    /* [B*H][T] natural log */
-                             int want_lse, int T, int P, int mask, int window,
-                             float scale_log2) /* score scale * log2(e) */
+void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS)
 {
     __local float ks[LOC_KEYS * HEAD_DIM]; /* the packed layout's blocks, as stored */
     __local float vs[LOC_KEYS * HEAD_DIM]; /* value rows [key][HEAD_DIM] */

@@ -38,16 +38,11 @@
 #define DP ((HEAD_DIM + NX - 1) / NX * NX)         /* head width padded to whole column sets */
 #define CW (DP / NX)                                /* output columns per work-item */
 
+#include "attention_args.clh"
 #include "masks.clh"
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
-void attention_fwd_local_tiles_f32(__global const float *q, ulong q_off, /* [B*H][T][HEAD_DIM] */
-                                   __global const float *kp, ulong k_off, /* key blocks */
-                                   __global const float *v, ulong v_off,  /* [B*H][T][HEAD_DIM] */
-                                   __global float *o, ulong o_off,        /* [B*H][T][HEAD_DIM] */
-                                   __global float *lse, ulong lse_off,    /* [B*H][T] natural log */
-                                   int want_lse, int T, int P, int mask, int window,
-                                   float scale_log2) /* score scale * log2(e) */
+void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS)
 {
     __local float qs[DP * TILE_ROWS];        /* [column][row], scaled: a float4 is 4 rows */
     __local float ks[DP * TILE_KEYS];        /* [column][key]: a float4 is 4 keys */

@@ -6,6 +6,20 @@
 
 #include "runtime/launch.h"
 
+/* Both kernels: a work-group of `threads` work-items per `rows` query rows of one (b, h). */
+static iha_status launch(iha_context *ctx, const char *file, const char *name, const char *options, int rows,
+                         size_t threads, const iha_dims *dims, iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o,
+                         iha_ref lse, int mask, size_t window, float scale)
+{
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, file, options, name, &k));
+    iha_args a = iha__args_begin(k);
+    iha__attention_args(&a, dims, qt, kt_packed, vt, o, lse, mask, window, scale);
+    const size_t global[2] = {(dims->T + (size_t)rows - 1) / (size_t)rows * threads, dims->B * dims->H};
+    const size_t local[2] = {threads, 1};
+    return iha__launch(ctx, &a, 2, global, local, name);
+}
+
 size_t iha__attention_local_bytes(size_t head_dim, int keys)
 {
     return 2 * (size_t)keys * head_dim * sizeof(float);
@@ -29,13 +43,8 @@ iha_status iha__attention_local_enqueue(iha_context *ctx, int rows, int keys, in
     char options[128];
     snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DATT_KB=%d -DLOC_ROWS=%d -DLOC_KEYS=%d", dims->d, key_block,
              rows, keys);
-    cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_local.cl", options, "attention_fwd_local_f32", &k));
-    iha_args a = iha__args_begin(k);
-    iha__attention_args(&a, dims, qt, kt_packed, vt, o, lse, mask, window, scale);
-    const size_t global[2] = {(dims->T + (size_t)rows - 1) / (size_t)rows * (size_t)rows, dims->B * dims->H};
-    const size_t local[2] = {(size_t)rows, 1};
-    return iha__launch(ctx, &a, 2, global, local, "attention_fwd_local_f32");
+    return launch(ctx, "attention_local.cl", "attention_fwd_local_f32", options, rows, (size_t)rows, dims, qt,
+                  kt_packed, vt, o, lse, mask, window, scale);
 }
 
 /* Local memory of attention_local_tiles.cl: the query tile, the key and value tiles (head width
@@ -66,12 +75,6 @@ iha_status iha__attention_tiles_enqueue(iha_context *ctx, int rows, int keys, in
     char options[128];
     snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DATT_KB=%d -DTILE_ROWS=%d -DTILE_KEYS=%d", dims->d, key_block,
              rows, keys);
-    cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_local_tiles.cl", options, "attention_fwd_local_tiles_f32", &k));
-    iha_args a = iha__args_begin(k);
-    iha__attention_args(&a, dims, qt, kt_packed, vt, o, lse, mask, window, scale);
-    const size_t threads = (size_t)(rows / 4) * (size_t)(keys / 4);
-    const size_t global[2] = {(dims->T + (size_t)rows - 1) / (size_t)rows * threads, dims->B * dims->H};
-    const size_t local[2] = {threads, 1};
-    return iha__launch(ctx, &a, 2, global, local, "attention_fwd_local_tiles_f32");
+    return launch(ctx, "attention_local_tiles.cl", "attention_fwd_local_tiles_f32", options, rows,
+                  (size_t)(rows / 4) * (size_t)(keys / 4), dims, qt, kt_packed, vt, o, lse, mask, window, scale);
 }
