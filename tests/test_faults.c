@@ -531,6 +531,66 @@ static void cache_entries_cut_mid_write(void **state)
     tu_remove_tree(cache);
 }
 
+/* Empties the program.bc record of a PoCL binary in the entry at path, keeping the entry itself
+ * valid (length and checksum rewritten): what clGetProgramInfo returned once while another
+ * process rewrote PoCL's cache. Counts the entries changed in *arg. */
+static void empty_program_bc(const char *path, void *arg)
+{
+    const char *name = strrchr(path, '/') + 1;
+    unsigned long long key = 0;
+    if (!strstr(name, ".clbin") || strstr(name, ".tmp.") || sscanf(name, "%16llx", &key) != 1)
+        return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", (int)(name - 1 - path), path);
+    size_t n = 0;
+    unsigned char *b = iha__disk_cache_read(dir, key, &n);
+    assert_non_null(b);
+    static const char record[] = "/program.bc";
+    const size_t rl = sizeof record - 1;
+    for (size_t i = 4; n >= 8 && memcmp(b, "poclbin", 8) == 0 && i + rl + 4 <= n && i < 512; ++i) {
+        if (memcmp(b + i, record, rl) != 0)
+            continue;
+        unsigned char *len = b + i + rl;
+        const size_t content = (size_t)len[0] | (size_t)len[1] << 8 | (size_t)len[2] << 16 | (size_t)len[3] << 24;
+        memmove(len + 4, len + 4 + content, n - (size_t)(len + 4 + content - b));
+        n -= content;
+        memset(len, 0, 4);
+        assert_false(iha__binary_loadable(b, n));
+        assert_int_equal(iha__disk_cache_write(dir, key, b, n), 0);
+        ++*(int *)arg;
+        break;
+    }
+    free(b);
+}
+
+/* Entries whose PoCL binary has an empty program.bc (PoCL asserts and aborts the process when it
+ * loads one): the next process rebuilds those programs from source instead of loading them, its
+ * results are right, and it writes loadable entries in their place. */
+static void cache_entry_pocl_cannot_load(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char cache[4096];
+    tu_temp_dir(cache, sizeof cache);
+    iha_context *ctx = open_with(cache, NULL);
+    check_small(ctx, TU_API_DEVICE);
+    iha_context_free(ctx);
+    int emptied = 0;
+    tu_for_each_file(cache, empty_program_bc, &emptied);
+    if (emptied == 0) {
+        print_message("no PoCL binaries in the cache (another driver): nothing to check\n");
+        tu_remove_tree(cache);
+        return;
+    }
+    ctx = open_with(cache, NULL);
+    check_small(ctx, TU_API_DEVICE);
+    iha_context_free(ctx);
+    int still_empty = 0;
+    tu_for_each_file(cache, empty_program_bc, &still_empty); /* empties them again: count only */
+    assert_int_equal(still_empty, emptied);                  /* each one had been rewritten whole */
+    tu_remove_tree(cache);
+}
+
 /* ---- A tuning profile cut mid-write ---- */
 
 static void profile_cut_mid_write(void **state)
@@ -671,6 +731,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(cache_dir_cannot_be_created),
         cmocka_unit_test(cache_dir_full),
         cmocka_unit_test(cache_entries_cut_mid_write),
+        cmocka_unit_test(cache_entry_pocl_cannot_load),
         cmocka_unit_test(profile_cut_mid_write),
         cmocka_unit_test(free_while_queue_holds_work),
         cmocka_unit_test(trim_while_queue_holds_work),
