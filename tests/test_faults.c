@@ -480,6 +480,15 @@ static void write_prefix(const saved_entry *e, long length)
     assert_int_equal(fclose(f), 0);
 }
 
+/* A fresh cache directory (its path in cache) that one small layer has filled with entries. */
+static void fill_cache(char *cache, size_t capacity)
+{
+    tu_temp_dir(cache, capacity);
+    iha_context *ctx = open_with(cache, NULL);
+    check_small(ctx, TU_API_DEVICE);
+    iha_context_free(ctx);
+}
+
 /* Every entry cut to the same length, at each boundary of "magic | key | length | checksum |
  * binary" and one byte short of whole: each run rebuilds, is right, and writes whole entries
  * again. A dead writer's partial temporary file beside them changes nothing. */
@@ -488,10 +497,8 @@ static void cache_entries_cut_mid_write(void **state)
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     char cache[4096];
-    tu_temp_dir(cache, sizeof cache);
-    iha_context *ctx = open_with(cache, NULL);
-    check_small(ctx, TU_API_DEVICE);
-    iha_context_free(ctx);
+    fill_cache(cache, sizeof cache);
+    iha_context *ctx;
     saved_entries saved = {.count = 0};
     tu_for_each_file(cache, save_entry, &saved);
     assert_true(saved.count > 0);
@@ -571,10 +578,8 @@ static void cache_entry_pocl_cannot_load(void **state)
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     char cache[4096];
-    tu_temp_dir(cache, sizeof cache);
-    iha_context *ctx = open_with(cache, NULL);
-    check_small(ctx, TU_API_DEVICE);
-    iha_context_free(ctx);
+    fill_cache(cache, sizeof cache);
+    iha_context *ctx;
     int emptied = 0;
     tu_for_each_file(cache, empty_program_bc, &emptied);
     if (emptied == 0) {
