@@ -36,12 +36,15 @@ static void put_u64(unsigned char *p, uint64_t v)
     for (int i = 0; i < 8; ++i) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static uint64_t get_u64(const unsigned char *p)
+/* An unsigned little-endian integer of `bytes` bytes at p. */
+static uint64_t get_le(const unsigned char *p, int bytes)
 {
     uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= (uint64_t)p[i] << (8 * i);
+    for (int i = 0; i < bytes; ++i) v |= (uint64_t)p[i] << (8 * i);
     return v;
 }
+
+static uint64_t get_u64(const unsigned char *p) { return get_le(p, 8); }
 
 static int entry_path(char *out, size_t cap, const char *dir, uint64_t key)
 {
@@ -97,6 +100,28 @@ int iha__disk_cache_write(const char *dir, uint64_t key, const unsigned char *bi
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
         return -1;
+    }
+    return 0;
+}
+
+/* Whether a binary is safe to hand to clCreateProgramWithBinary. PoCL (3.1) asserts, and so
+ * aborts the process, when a binary's program.bc record is empty (pocl_binary.c,
+ * pocl_binary_get_kernels_metadata: `len > 0`). clGetProgramInfo can return such a binary while
+ * another process rewrites PoCL's shared cache directory: in CI's sanitize stage test_half
+ * aborted on an entry that another test process had written. So a binary that starts with
+ * PoCL's magic must hold a non-empty "/program.bc" record near its start, or it is neither
+ * stored nor loaded (the program is built from source instead). Other drivers' binaries are
+ * not judged. */
+int iha__binary_loadable(const unsigned char *b, size_t n)
+{
+    static const char pocl_magic[8] = {'p', 'o', 'c', 'l', 'b', 'i', 'n', '\0'};
+    static const char record[] = "/program.bc";
+    const size_t rl = sizeof record - 1, head = n < 512 ? n : 512;
+    if (n < sizeof pocl_magic || memcmp(b, pocl_magic, sizeof pocl_magic) != 0) return 1;
+    for (size_t i = 4; i + rl + 4 <= head; ++i) {
+        if (memcmp(b + i, record, rl) != 0) continue;
+        const uint64_t content = get_le(b + i + rl, 4);
+        if (get_le(b + i - 4, 4) == rl) return content > 0 && content <= n - (i + rl + 4);
     }
     return 0;
 }

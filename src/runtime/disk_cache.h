@@ -18,7 +18,7 @@ int iha__mkdir_p(const char *dir);
 /* Reads the entry for key; on success returns a malloc'd binary and its length (free it). */
 unsigned char *iha__disk_cache_read(const char *dir, uint64_t key, size_t *length);
 /* Whether a program binary may be stored and loaded: PoCL binaries whose program.bc record is
- * empty make PoCL abort when loaded (program.c says why they occur). Others: 1. */
+ * empty make PoCL abort when loaded (disk_cache.c says why they occur). Others: 1. */
 int iha__binary_loadable(const unsigned char *binary, size_t length);
 /* Writes the entry atomically. Returns 0 on success. */
 int iha__disk_cache_write(const char *dir, uint64_t key, const unsigned char *binary, size_t length);

@@ -47,31 +47,6 @@ static iha_status build_log_failure(iha_context *ctx, cl_program program, const 
     return IHA_ERROR_BUILD;
 }
 
-/* Whether a binary is safe to hand to clCreateProgramWithBinary. PoCL (3.1) asserts, and so
- * aborts the process, when a binary's program.bc record is empty (pocl_binary.c,
- * pocl_binary_get_kernels_metadata: `len > 0`). clGetProgramInfo can return such a binary while
- * another process rewrites PoCL's shared cache directory: in CI's sanitize stage test_half
- * aborted on an entry that another test process had written. So a binary that starts with
- * PoCL's magic must hold a non-empty "/program.bc" record near its start, or it is neither
- * stored nor loaded (the program is built from source instead). Other drivers' binaries are
- * not judged. */
-int iha__binary_loadable(const unsigned char *b, size_t n)
-{
-    static const char pocl_magic[8] = {'p', 'o', 'c', 'l', 'b', 'i', 'n', '\0'};
-    static const char record[] = "/program.bc";
-    const size_t rl = sizeof record - 1, head = n < 512 ? n : 512;
-    if (n < sizeof pocl_magic || memcmp(b, pocl_magic, sizeof pocl_magic) != 0) return 1;
-    for (size_t i = 4; i + rl + 4 <= head; ++i) {
-        if (memcmp(b + i, record, rl) != 0) continue;
-        const uint32_t path_len = (uint32_t)b[i - 4] | (uint32_t)b[i - 3] << 8 | (uint32_t)b[i - 2] << 16 |
-                                  (uint32_t)b[i - 1] << 24;
-        const unsigned char *c = b + i + rl;
-        const uint32_t content = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
-        if (path_len == rl) return content > 0 && content <= n - (i + rl + 4);
-    }
-    return 0;
-}
-
 /* Tries the disk cache; returns a built program or NULL. */
 static cl_program load_cached(iha_context *ctx, uint64_t key, const char *options)
 {
