@@ -1,6 +1,7 @@
-# "iha bench --json" end to end on a small problem: the exit status, and the report's keys and
-# values that README.md (Benchmarks) documents and other tools read. Times and rates are only
-# checked to be positive and finite: speed belongs to benchmarks, not to tests.
+# "iha bench --json" end to end on a small problem, then with --decode: the exit status, and the
+# report's keys and values that README.md (Benchmarks) documents and other tools read; and the
+# options that would be ignored, refused with exit status 2. Times and rates are only checked to
+# be positive and finite: speed belongs to benchmarks, not to tests.
 #   cmake -DIHA=<path to iha> -P check_bench_json.cmake
 cmake_minimum_required(VERSION 3.19) # string(JSON)
 
@@ -23,6 +24,14 @@ function(expect_positive)
   list(JOIN ARGN "." path)
   if(NOT value MATCHES "^[0-9.e+-]+$" OR NOT value GREATER 0)
     message(FATAL_ERROR "${path}: expected a positive number, got '${value}'")
+  endif()
+endfunction()
+
+function(expect_type expected)
+  string(JSON type TYPE "${report}" ${ARGN})
+  list(JOIN ARGN "." path)
+  if(NOT type STREQUAL expected)
+    message(FATAL_ERROR "${path}: expected ${expected}, got ${type}")
   endif()
 endfunction()
 
@@ -58,6 +67,7 @@ elseif(NOT load_type STREQUAL "NULL")
 endif()
 
 # The attention core: the problem as asked, its cost over visible pairs, its ratios.
+expect_equal(ran attention state)
 expect_equal(128 attention t)
 expect_equal(causal attention mask)
 expect_positive(attention flops)
@@ -110,3 +120,42 @@ else()
 endif()
 
 expect_equal(skipped cold_start state)
+expect_equal(skipped decode state)
+
+# A decoding step instead of the core, baseline, layer and cold start: those say so, and the
+# top-level seconds and gflops (the core's) are null rather than zeros of a run that never was.
+execute_process(
+  COMMAND "${IHA}" bench --decode --cache-tokens 40 --d 16 --heads 2 --p 2 --model-dim 64 --window 8 --reps 1
+          --no-ceilings --json
+  RESULT_VARIABLE status OUTPUT_VARIABLE report ERROR_VARIABLE errors)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "iha bench --decode exited with ${status}:\n${errors}")
+endif()
+expect_type(NULL seconds)
+expect_type(NULL gflops)
+foreach(section attention baseline layer cold_start ceilings)
+  expect_equal(skipped ${section} state)
+endforeach()
+expect_equal(ran decode state)
+expect_equal(40 decode cached_tokens)
+expect_equal(64 decode model_dim)
+expect_equal(8 decode window)
+expect_equal(OFF decode half)
+foreach(key step_seconds tokens_per_second attention_seconds cache_bytes_read cache_bytes_per_second
+            cache_bytes_per_token)
+  expect_positive(decode ${key})
+endforeach()
+# The window bounds what the new token's queries read: keys and values of W*P pseudo-tokens, for
+# each of B*H = 2 sequences, 4 bytes each.
+expect_equal(4096 decode cache_bytes_read)
+expect_type(NULL decode fraction_of_copy_bandwidth)
+
+# Options the chosen measurement would ignore are usage errors, not silently dropped.
+foreach(arguments "--half" "--half-weights" "--cache-tokens;64" "--decode;--n;64" "--decode;--baseline-reps;2")
+  execute_process(COMMAND "${IHA}" bench ${arguments} --json RESULT_VARIABLE status OUTPUT_VARIABLE report
+                  ERROR_VARIABLE errors)
+  if(NOT status EQUAL 2 OR NOT report STREQUAL "" OR errors STREQUAL "")
+    message(FATAL_ERROR "iha bench ${arguments}: expected a usage error (exit status 2, a message on stderr), "
+                        "got ${status}")
+  endif()
+endforeach()

@@ -1,8 +1,8 @@
 /*
  * bench.h - "iha bench": what it was asked to run (bench_config) and what it measured
- * (bench_results), shared by the measuring (bench_run.c, cold_start.c) and the reporting
- * (bench_report.c) halves. Every time is a median in seconds; every FLOP count follows SPEC's
- * cost model (cost.h).
+ * (bench_results), shared by the measuring (bench_ceilings.c, bench_core.c, bench_layer.c,
+ * bench_decode.c, cold_start.c) and the reporting (bench_report.c) halves. Every time is a
+ * median in seconds; every FLOP count follows SPEC's cost model (cost.h).
  */
 #ifndef IHA_TOOLS_BENCH_H
 #define IHA_TOOLS_BENCH_H
@@ -24,7 +24,7 @@ typedef struct bench_config {
     const char *device;            /* NULL: $IHA_DEVICE or the default */
     int json;
     int run_layer, run_ceilings, run_baseline, run_cold_start;
-    int run_decode;                /* --decode: only the decoding step (and the ceilings) */
+    int run_decode;                /* --decode: only the decoding step (and the ceilings), not the core */
     size_t decode_tokens;          /* tokens already in the cache, per sequence */
     int decode_half;               /* the cache stores half */
     int decode_half_weights;       /* the layer's weights and x, z are stored half */
@@ -69,7 +69,9 @@ typedef struct bench_ceilings {
     double clblast_square_readings[2], host_square_readings[2]; /* seconds */
 } bench_ceilings;
 
+/* Skipped with --decode, which measures a decoding step instead. */
 typedef struct bench_core {
+    bench_state state;
     double flops; /* 4*d per visible pair, B*H sequences */
     double bytes; /* fewest bytes: Qt, Kt, Vt read and O written once, 4*B*H*T*d*4 */
     double seconds;
@@ -145,9 +147,9 @@ typedef struct bench_results {
 /* Prints "iha bench: <what>: <status name>: <context message>" to stderr; returns -1. */
 int bench_fail(iha_context *ctx, iha_status status, const char *what);
 
-/* The measurements, in the order they run (bench_run.c). Each returns 0, or -1 after printing
- * the failure to stderr; a section that cannot run on this device sets BENCH_NOT_RUN and a note
- * instead of failing. */
+/* The measurements, in the order they run (bench_<section>.c). Each returns 0, or -1 after
+ * printing the failure to stderr; a section that cannot run on this device sets BENCH_NOT_RUN
+ * and a note instead of failing. */
 int bench_ceilings_run(iha_context *ctx, const bench_config *c, int device_is_cpu, bench_ceilings *out);
 /* The second reading of the compute ceilings, after everything else in the process ran. */
 int bench_ceilings_recheck(iha_context *ctx, const bench_config *c, bench_ceilings *out);

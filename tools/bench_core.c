@@ -176,6 +176,8 @@ int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, be
     if (st == IHA_OK)
         st = time_fused(ctx, c, &b, &core->seconds);
     int failed = st != IHA_OK ? bench_fail(ctx, st, "attention core") : 0;
+    if (!failed)
+        core->state = BENCH_RAN;
     if (!failed && c->run_baseline)
         failed = run_baseline(ctx, c, &b, baseline);
     release_buffers(&b);

@@ -1,7 +1,8 @@
 /*
  * bench_report.c - "iha bench" results as an aligned table or as one JSON object (the keys
- * are listed in README.md, section "Benchmarks"). A ratio to a ceiling that was not measured
- * is NaN here, "-" in the table and null in JSON.
+ * are listed in README.md, section "Benchmarks"). A ratio to a ceiling that was not measured,
+ * or a reading that failed, is NaN here, "-" in the table and null in JSON. Every JSON section
+ * is present with a "state"; a section that did not run has nothing else but a note saying why.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -84,7 +85,7 @@ static void cell(double value, int width, int decimals)
         printf(" %*.*f", width, decimals, value);
 }
 
-/* GFLOP/s of a reading of g's shape that took `seconds`; NAN for a reading not taken. */
+/* GFLOP/s of a reading of g's shape that took `seconds`; NAN for a reading not taken or failed. */
 static double reading_gflops(const bench_gemm *g, double seconds)
 {
     bench_gemm one = *g;
@@ -92,19 +93,37 @@ static double reading_gflops(const bench_gemm *g, double seconds)
     return seconds > 0 ? gemm_gflops(&one) : NAN;
 }
 
-/* The two readings of the compute ceilings, "a / b" (see bench_ceilings.rechecked). */
+/* A peak-FMA reading: 0 in bench_ceilings when it failed, NAN here like the GEMM readings. */
+static double reading_rate(double gflops) { return gflops > 0 ? gflops : NAN; }
+
+static void print_reading_pair(double first, double second)
+{
+    if (isnan(first))
+        printf("-");
+    else
+        printf("%.1f", first);
+    if (isnan(second))
+        printf(" / -");
+    else
+        printf(" / %.1f", second);
+}
+
+/* The two readings of the compute ceilings, "a / b", "-" for one that failed (see
+ * bench_ceilings.rechecked). */
 static void print_readings(const bench_ceilings *c)
 {
     if (!c->rechecked)
         return;
-    printf("  compute ceilings read at the start / at the end of the run (the faster is used above): peak FMA "
-           "%.1f / %.1f, CLBlast %zu^3 %.1f / %.1f",
-           c->peak_fma_readings[0], c->peak_fma_readings[1], c->clblast_square.m,
-           reading_gflops(&c->clblast_square, c->clblast_square_readings[0]),
-           reading_gflops(&c->clblast_square, c->clblast_square_readings[1]));
-    if (c->host_state == BENCH_RAN)
-        printf(", host %zu^3 %.1f / %.1f", c->host_square.m, reading_gflops(&c->host_square, c->host_square_readings[0]),
-               reading_gflops(&c->host_square, c->host_square_readings[1]));
+    printf("  compute ceilings read at the start / at the end of the run (the faster is used above): peak FMA ");
+    print_reading_pair(reading_rate(c->peak_fma_readings[0]), reading_rate(c->peak_fma_readings[1]));
+    printf(", CLBlast %zu^3 ", c->clblast_square.m);
+    print_reading_pair(reading_gflops(&c->clblast_square, c->clblast_square_readings[0]),
+                       reading_gflops(&c->clblast_square, c->clblast_square_readings[1]));
+    if (c->host_state == BENCH_RAN) {
+        printf(", host %zu^3 ", c->host_square.m);
+        print_reading_pair(reading_gflops(&c->host_square, c->host_square_readings[0]),
+                           reading_gflops(&c->host_square, c->host_square_readings[1]));
+    }
     printf(" GFLOP/s\n");
 }
 
@@ -284,6 +303,7 @@ void bench_print_table(const bench_config *c, const bench_results *r)
         printf("\nceilings\n  skipped (--no-ceilings)\n");
     if (c->run_decode) {
         print_decode(c, r);
+        printf("\nattention core, unfused baseline, layer, cold start: skipped (--decode)\n");
         return;
     }
     print_core(c, r);
@@ -349,8 +369,8 @@ static void json_ceilings(json_writer *w, const bench_results *r)
             const double *pf = c->peak_fma_readings;
             json_begin_object(w, "readings");
             json_begin_array(w, "peak_fma_gflops");
-            json_number(w, NULL, pf[0]);
-            json_number(w, NULL, pf[1]);
+            json_number(w, NULL, reading_rate(pf[0]));
+            json_number(w, NULL, reading_rate(pf[1]));
             json_end_array(w);
             json_begin_array(w, "clblast_gemm_gflops");
             for (int i = 0; i < 2; i++)
@@ -384,18 +404,22 @@ static void json_core(json_writer *w, const bench_config *cfg, const bench_resul
     const bench_ceilings *k = &r->ceilings;
     const double g = rate(c->flops, c->seconds);
     json_begin_object(w, "attention");
-    json_shape(w, &cfg->core, &cfg->options, 0);
-    json_number(w, "flops", c->flops);
-    json_number(w, "bytes", c->bytes);
-    json_number(w, "seconds", c->seconds);
-    json_number(w, "gflops", 1e-9 * g);
-    json_number(w, "bytes_per_second", rate(c->bytes, c->seconds));
-    json_number(w, "fraction_of_peak_fma", fraction(g, k->peak_fma_gflops * 1e9, ceilings_ran(r)));
-    json_number(w, "fraction_of_clblast_gemm", fraction(g, gemm_gflops(&k->clblast_square) * 1e9, ceilings_ran(r)));
-    json_number(w, "fraction_of_host_sgemm", fraction(g, gemm_gflops(&k->host_square) * 1e9, host_ran(r)));
-    json_number(w, "fraction_of_attention_loops", fraction(g, loops_gflops(k) * 1e9, loops_ran(r)));
-    json_number(w, "fraction_of_copy_bandwidth",
-                fraction(rate(c->bytes, c->seconds), k->copy_bytes_per_second, ceilings_ran(r)));
+    json_string(w, "state", state_name(c->state));
+    if (c->state == BENCH_RAN) {
+        json_shape(w, &cfg->core, &cfg->options, 0);
+        json_number(w, "flops", c->flops);
+        json_number(w, "bytes", c->bytes);
+        json_number(w, "seconds", c->seconds);
+        json_number(w, "gflops", 1e-9 * g);
+        json_number(w, "bytes_per_second", rate(c->bytes, c->seconds));
+        json_number(w, "fraction_of_peak_fma", fraction(g, k->peak_fma_gflops * 1e9, ceilings_ran(r)));
+        json_number(w, "fraction_of_clblast_gemm",
+                    fraction(g, gemm_gflops(&k->clblast_square) * 1e9, ceilings_ran(r)));
+        json_number(w, "fraction_of_host_sgemm", fraction(g, gemm_gflops(&k->host_square) * 1e9, host_ran(r)));
+        json_number(w, "fraction_of_attention_loops", fraction(g, loops_gflops(k) * 1e9, loops_ran(r)));
+        json_number(w, "fraction_of_copy_bandwidth",
+                    fraction(rate(c->bytes, c->seconds), k->copy_bytes_per_second, ceilings_ran(r)));
+    }
     json_end_object(w);
 
     const bench_baseline *b = &r->baseline;
@@ -458,23 +482,37 @@ static void json_cold_run(json_writer *w, const char *key, const bench_cold_run 
     json_end_object(w);
 }
 
+/* The decoding step's own shape: the core's B, H, d, P, mask and window with the layer's D; its
+ * sequence length is cached_tokens (+ 1 new token), not the core's N. */
 static void json_decode(json_writer *w, const bench_config *cfg, const bench_results *r)
 {
     const bench_decode *d = &r->decode;
+    const iha_shape *s = &cfg->core;
     json_begin_object(w, "decode");
     json_string(w, "state", state_name(d->state));
-    json_shape(w, &cfg->core, &cfg->options, 0);
-    json_size(w, "cached_tokens", cfg->decode_tokens);
-    json_bool(w, "half", cfg->decode_half);
-    json_bool(w, "half_weights", cfg->decode_half_weights);
+    if (d->state != BENCH_SKIPPED) {
+        json_size(w, "batch", s->batch);
+        json_size(w, "heads", s->heads);
+        json_size(w, "p", s->pseudo);
+        json_size(w, "d", s->head_dim);
+        json_size(w, "model_dim", cfg->layer.model_dim);
+        json_string(w, "mask", mask_names[cfg->options.mask]);
+        json_number(w, "window", (double)cfg->options.window);
+        json_size(w, "cached_tokens", cfg->decode_tokens);
+        json_bool(w, "half", cfg->decode_half);
+        json_bool(w, "half_weights", cfg->decode_half_weights);
+    }
     if (d->state == BENCH_RAN) {
+        const double bandwidth = rate(d->cache_bytes_read, d->attention_seconds);
         json_number(w, "step_seconds", d->step_seconds);
-        json_number(w, "tokens_per_second", rate((double)cfg->core.batch, d->step_seconds));
+        json_number(w, "tokens_per_second", rate((double)s->batch, d->step_seconds));
         json_number(w, "attention_seconds", d->attention_seconds);
         json_number(w, "cache_bytes_read", d->cache_bytes_read);
-        json_number(w, "cache_bytes_per_second", rate(d->cache_bytes_read, d->attention_seconds));
+        json_number(w, "cache_bytes_per_second", bandwidth);
+        json_number(w, "fraction_of_copy_bandwidth",
+                    fraction(bandwidth, r->ceilings.copy_bytes_per_second, ceilings_ran(r)));
         json_number(w, "cache_bytes_per_token", d->cache_bytes_per_token);
-    } else {
+    } else if (d->state == BENCH_NOT_RUN) {
         json_string(w, "note", d->note);
     }
     json_end_object(w);
@@ -498,12 +536,13 @@ void bench_print_json(const bench_config *c, const bench_results *r)
     } else {
         json_null(&w, "host_load");
     }
-    json_number(&w, "seconds", r->core.seconds);
-    json_number(&w, "gflops", rate(1e-9 * r->core.flops, r->core.seconds));
-    if (c->run_decode)
-        json_decode(&w, c, r);
+    /* The attention core's figures, the ones most readers want; null when it did not run. */
+    const int core_ran = r->core.state == BENCH_RAN;
+    json_number(&w, "seconds", core_ran ? r->core.seconds : NAN);
+    json_number(&w, "gflops", core_ran ? rate(1e-9 * r->core.flops, r->core.seconds) : NAN);
     json_core(&w, c, r);
     json_layer(&w, c, r);
+    json_decode(&w, c, r);
     json_ceilings(&w, r);
     json_begin_object(&w, "cold_start");
     json_string(&w, "state", state_name(r->cold.state));

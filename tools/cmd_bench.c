@@ -28,10 +28,10 @@ static cli_option options[] = {
     {"baseline-reps", "R", "timed one-sequence runs of the unfused baseline, scaled by B*H (default: reps)", NULL},
     {"json", NULL, "print one JSON object instead of the table (keys: README.md, Benchmarks)", NULL},
     {"no-layer", NULL, "skip the whole-layer section", NULL},
-    {"no-ceilings", NULL, "skip the ceilings (copy, GEMM, peak FMA, host SGEMM) and the ratios to them", NULL},
+    {"no-ceilings", NULL, "skip the ceilings (copy, CLBlast/library/host SGEMM, peak FMA, attention loops)", NULL},
     {"no-baseline", NULL, "skip the unfused baseline", NULL},
     {"no-cold-start", NULL, "skip the cold-start child processes", NULL},
-    {"decode", NULL, "measure only a decoding step (and the ceilings): one new token per sequence", NULL},
+    {"decode", NULL, "measure a decoding step (one new token per sequence) instead of core, layer, cold start", NULL},
     {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
     {"half", NULL, "with --decode: store the cache in half precision", NULL},
     {"half-weights", NULL, "with --decode: store the weights (and x, z) in half precision", NULL},
@@ -45,12 +45,15 @@ static cli_spec spec = {
     "Measures, in one run: the attention core (iha_attention, default B*H=8, T=N*P=8192, d=64,\n"
     "causal) with GFLOP/s over visible pairs (SPEC's cost model) and bytes moved; a whole layer\n"
     "(iha_forward, default B=1 N=1024 D=512) per stage; the device's ceilings (copy bandwidth,\n"
-    "CLBlast SGEMM, a peak-FMA kernel, and on a CPU device the host's CBLAS SGEMM) with each\n"
-    "result as a fraction of them; the unfused baseline (GEMM, softmax, GEMM) for T <= 8192,\n"
-    "timed on single (b, h) sequences and scaled by B*H, and the fused speed-up over it; and\n"
-    "cold-start costs in child processes with fresh program caches.\n"
-    "With --decode: a decoding step (one token per sequence, the layer's D) against a cache of\n"
-    "--cache-tokens tokens, its cache-read bandwidth next to the copy bandwidth, tokens/s.\n"
+    "CLBlast SGEMM, the library's own SGEMM kernel, a peak-FMA kernel, the attention kernel's\n"
+    "score and P.V loops alone, and on a CPU device the host's CBLAS SGEMM) with each result as\n"
+    "a fraction of them; the unfused baseline (GEMM, softmax, GEMM) for T <= 8192, timed on\n"
+    "single (b, h) sequences and scaled by B*H, and the fused speed-up over it; and cold-start\n"
+    "costs in child processes with fresh program caches.\n"
+    "With --decode, instead of the core, baseline, layer and cold start: a decoding step (one\n"
+    "token per sequence; B, H, d, P, --model-dim, mask and window as given) against a cache of\n"
+    "--cache-tokens tokens, its cache-read bandwidth next to the copy bandwidth, tokens/s;\n"
+    "--cache-tokens, --half and --half-weights need --decode, --n and --baseline-reps refuse it.\n"
     "Exit status: 0 success, 1 failure, 2 usage.",
     options,
 };
@@ -96,6 +99,21 @@ static int read_options(bench_config *c)
     c->decode_tokens = 4096;
     if (cli_get_size(&spec, "cache-tokens", 1, 1 << 22, &c->decode_tokens))
         return -1;
+    /* An option that the chosen measurement would not use is refused rather than ignored: a run
+     * with --half but without --decode would otherwise look like a half-precision result. */
+    static const char *const decode_only[] = {"cache-tokens", "half", "half-weights", NULL};
+    static const char *const core_only[] = {"n", "baseline-reps", NULL};
+    const char *const *unused = c->run_decode ? core_only : decode_only;
+    for (size_t i = 0; unused[i]; i++) {
+        if (!cli_get(&spec, unused[i]))
+            continue;
+        if (c->run_decode)
+            cli_error(&spec, "--%s applies to the attention core, which --decode does not run (--cache-tokens "
+                             "sets the decoding step's cache)", unused[i]);
+        else
+            cli_error(&spec, "--%s sets the decoding step and needs --decode (see 'iha bench --help')", unused[i]);
+        return -1;
+    }
     if (c->run_decode)
         c->run_layer = c->run_baseline = c->run_cold_start = 0;
     return 0;
