@@ -22,18 +22,22 @@ static cli_option options[] = {
     {"kernels", "LIST", "comma-separated attention,rows,gemm,decode (default all)", NULL},
     {"reps", "R", "timed runs per candidate, median taken (default 5)", NULL},
     {"dry-run", NULL, "measure and report, but store nothing", NULL},
-    {"exhaustive", NULL, "benchmark: budgeted search, then every configuration of the space (slow)", NULL},
+    {"exhaustive", NULL, "benchmark: budgeted search, then every configuration (slow); needs --kernels without gemm",
+     NULL},
     {NULL, NULL, NULL, NULL},
 };
 
 static cli_spec spec = {
     "tune",
     "[options]",
-    "Measures candidate configurations of the layer's kernels (attention, mixing/collapse and\n"
-    "CLBlast's SGEMM) on this device, verifies each against a float64 reference on a small\n"
-    "problem, and stores the fastest in the device's tuning profile (`iha profile path`).\n"
-    "Progress goes to stderr; the before/after table to stdout. Times are medians per run of\n"
-    "each kernel's timing problem. Exit status: 0 success, 1 failure, 2 usage.",
+    "Measures candidate configurations of the layer's kernels on this device: attention, mixing and\n"
+    "collapse (rows), the layer's SGEMMs (gemm: which backend runs them, the library's own kernel\n"
+    "cl/gemm.cl or CLBlast, and each one's parameters) and the decoding step's attention (decode).\n"
+    "Each candidate is verified against a float64 reference on a small problem; the fastest goes\n"
+    "into the device's tuning profile (`iha profile path`). Progress goes to stderr; the\n"
+    "before/after table to stdout. Times are medians per run of each kernel's timing problem.\n"
+    "--exhaustive needs --kernels without gemm (the default, all kernels, includes it): CLBlast's\n"
+    "space has millions of configurations. Exit status: 0 success, 1 failure, 2 usage.",
     options,
 };
 
