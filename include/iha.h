@@ -24,8 +24,10 @@
  *   the same cl_mem is refused with IHA_ERROR_INVALID_ARGUMENT.
  * - NULL ctx, shape, options or weights is IHA_ERROR_INVALID_ARGUMENT.
  * - Size limits: a product of dimensions (or offset + count, or its bytes) that overflows size_t
- *   is IHA_ERROR_SIZE_OVERFLOW; T = N*P above INT_MAX/4 is IHA_ERROR_UNSUPPORTED; an internal
- *   buffer larger than the device's largest allocation, or a layer call whose internal buffers
+ *   is IHA_ERROR_SIZE_OVERFLOW. The kernels index with 32-bit integers, so IHA_ERROR_UNSUPPORTED
+ *   refuses T = N*P above INT_MAX/4, H*P above INT_MAX, B*H above UINT32_MAX and N*D above
+ *   8*INT_MAX. An internal buffer larger than the device's largest allocation, or a call
+ *   (iha_forward, iha_attention_core, iha_attention, iha_decode_step) whose internal buffers
  *   together exceed the device's memory, is IHA_ERROR_DEVICE_MEMORY before anything is
  *   enqueued. After any IHA_ERROR_DEVICE_MEMORY the context's next call starts with fresh
  *   internal buffers (some drivers, NVIDIA's among them, accept an allocation and fail only
@@ -44,7 +46,8 @@
  *   its programs on their next use.
  * - Thread safety: different contexts may be used from different threads at the same time.
  *   One context must be used by one thread at a time: to share it, hold your own lock around
- *   every call on it, iha_context_free included, and read iha_context_message before
+ *   every call on it, iha_context_free and the calls on its KV caches (iha_kv_cache_*)
+ *   included, and read iha_context_message before
  *   releasing the lock (the next call clears it). Outside that lock other threads may use the
  *   context's cl_context for their own buffers and queues (OpenCL calls are thread-safe), but
  *   must not write or release a buffer that a call reads or writes until that call's work has
@@ -170,8 +173,10 @@ typedef struct iha_context_options {
     const char *profile;
     /* Opt-in, never the default: nonzero makes a layer call whose kernels have no exact profile
      * entry tune them first (within tune_budget_s seconds per call; 0 means 10) and store the
-     * result. The first such call then takes that long. The GEMM (backend and parameters) is
-     * tuned only by iha_tune. */
+     * result. The first such call then takes that long. Layer calls are iha_forward,
+     * iha_attention_core, iha_attention and iha_decode_step (its decode kernels too); a call
+     * is checked in full first, so a refused call never tunes, and iha_kv_cache_create never
+     * does. The GEMM (backend and parameters) is tuned only by iha_tune. */
     int tune_on_first_use;
     double tune_budget_s;
 } iha_context_options;
@@ -218,7 +223,9 @@ const char *iha_context_device_name(const iha_context *ctx);
 /* Blocks until all work enqueued by the library on this context has finished. */
 iha_status iha_context_finish(iha_context *ctx);
 
-/* Releases internal workspace buffers (they are grown on demand and reused between calls). */
+/* Releases internal workspace buffers (they are grown on demand and reused between calls).
+ * Blocks first until the context's queue has finished, as iha_context_finish (on a borrowed
+ * queue that includes the application's own work on it). */
 void iha_context_trim(iha_context *ctx);
 
 /* Wall-clock seconds per stage of the last layer call, when options.time_stages was set
@@ -399,8 +406,9 @@ typedef struct iha_kernel_choice {
     char source_bucket[160]; /* the profile entry's bucket for sources 1 and 2, "" otherwise */
 } iha_kernel_choice;
 
-/* The configurations of the last layer call on ctx (iha_forward, iha_attention_core,
- * iha_attention): up to `capacity` entries into out (NULL when capacity is 0), the number
+/* The configurations of the last layer call on ctx whose arguments passed their checks
+ * (iha_forward, iha_attention_core, iha_attention, iha_decode_step, which adds a "decode"
+ * entry; a refused call changes nothing): up to `capacity` entries into out (NULL when capacity is 0), the number
  * available in *count. The GEMM entry reports the context's GEMM configuration (its backend,
  * and the parameters applied to CLBlast when that is the backend). */
 iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *out, size_t capacity, size_t *count);
@@ -455,12 +463,14 @@ typedef struct iha_tune_progress {
 } iha_tune_progress;
 
 typedef struct iha_tune_options {
-    double budget_s;     /* wall-clock budget of the whole call; 0 means 40 s */
+    double budget_s;     /* wall-clock budget of the whole call; 0 means 40 s; negative or NaN
+                            is IHA_ERROR_INVALID_ARGUMENT */
     unsigned kernels;    /* IHA_TUNE_* bits; 0 means all */
     int exhaustive;      /* nonzero: every valid configuration, ignoring the budget (for
-                            benchmarks: it takes minutes to hours; not for IHA_TUNE_GEMM,
-                            whose space holds hundreds of millions) */
-    int reps;            /* timed runs per candidate (median); 0 means 5 */
+                            benchmarks: it takes minutes to hours). kernels must then leave
+                            out IHA_TUNE_GEMM (0 includes it), whose space holds hundreds of
+                            millions: IHA_ERROR_INVALID_ARGUMENT otherwise */
+    int reps;            /* timed runs per candidate (median); 0 means 5, at most 64 */
     int dry_run;         /* nonzero: measure and report, but do not store or apply */
     void (*progress)(const iha_tune_progress *progress, void *user); /* may be NULL */
     void *user;
@@ -496,8 +506,12 @@ typedef struct iha_tune_result {
  * The GEMM shapes are those of the first call: X W_Q/K/V and Y W_O.
  * Writes up to `capacity` results (one per task) and the number of tasks in *result_count
  * (results may be NULL when capacity is 0). Blocks; uses the context's queue. Returns
- * IHA_ERROR_INVALID_ARGUMENT for NULL shapes/options or count 0, IHA_ERROR_IO when the profile
- * cannot be written, and the failure of any call that is not a candidate's own. */
+ * IHA_ERROR_INVALID_ARGUMENT for NULL shapes/options or count 0, an invalid option (above), a
+ * shape with a zero dimension or head_dim above 256, an unknown mask or negative window, or
+ * shapes that make more than 64 distinct (kernel, bucket) tasks (tune them in several calls);
+ * IHA_ERROR_UNSUPPORTED for a shape beyond what tuning supports (tokens above 2^22, pseudo
+ * above 256, heads above 1024, batch above 4096, model_dim above 65536); IHA_ERROR_IO when the
+ * profile cannot be written; and the failure of any call that is not a candidate's own. */
 iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attention_options *options, size_t count,
                     const iha_tune_options *tune_options, iha_tune_result *results, size_t capacity,
                     size_t *result_count);
@@ -510,16 +524,23 @@ iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attenti
 
 /* The cache of one layer: pseudo-keys and pseudo-values after mixing and rotary,
  * [batch][heads][max_tokens*pseudo][head_dim] each, and the current length of every sequence.
- * Owned by the application (create/free); it keeps a reference to the context's cl_context
- * and must be used only with the context that created it. */
+ * Owned by the application (create/free) and used only with the context that created it.
+ * Its device buffers keep that context's cl_context alive until iha_kv_cache_free. A cache may
+ * outlive its context: iha_context_free detaches it, after which iha_kv_cache_free, _reset,
+ * _truncate, _length and _bytes still work (without messages, as there is no context) and
+ * iha_decode_step refuses it with IHA_ERROR_INVALID_ARGUMENT. For thread safety the cache's
+ * calls are calls on its context (see the top of this file). */
 typedef struct iha_kv_cache iha_kv_cache;
 
 /* Creates an empty cache for shape->batch sequences of up to shape->tokens tokens, with
  * shape->heads, shape->head_dim and shape->pseudo (shape->model_dim is ignored). Device memory:
  * 2 * B * H * tokens * P * d elements of `storage`, the keys' virtual length rounded up to the
- * attention kernel's key block (16). */
+ * attention kernel's key block (ATT_KB of the configuration chosen for the shape: 4, 8 or
+ * 16; iha_kv_cache_bytes gives the exact figure). Shape errors as iha_forward's; a key buffer
+ * larger than the device's largest allocation is IHA_ERROR_DEVICE_MEMORY. */
 iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_storage storage, iha_kv_cache **out);
-/* Releases the cache's device memory (after the context's queue finishes). NULL is allowed. */
+/* Releases the cache's device memory, after the context's queue has finished (while the
+ * context lives). NULL is allowed. */
 void iha_kv_cache_free(iha_kv_cache *cache);
 /* Forgets every sequence's tokens (lengths back to 0). */
 void iha_kv_cache_reset(iha_kv_cache *cache);

@@ -314,6 +314,49 @@ static void refusals(void **state)
     tu_layer_free(&l);
 }
 
+/* A cache may outlive its context: freeing the context detaches it, its host-side calls still
+ * work, a step with another context is refused, and freeing it afterwards touches nothing of
+ * the freed context (AddressSanitizer's use-after-free check in CI's sanitize stage). */
+static void cache_outlives_its_context(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape full = {2, 4, 8, 2, 8, 2};
+    iha_context *own = NULL;
+    assert_int_equal(tu_context_open(&own, NULL), 0);
+    iha_kv_cache *kept = NULL, *freed_first = NULL;
+    tu_assert_status(own, iha_kv_cache_create(own, &full, IHA_STORAGE_F32, &kept), IHA_OK);
+    tu_assert_status(own, iha_kv_cache_create(own, &full, IHA_STORAGE_F16, &freed_first), IHA_OK);
+    const size_t bytes = iha_kv_cache_bytes(kept);
+    iha_kv_cache_free(freed_first); /* unlinks itself from the context's list */
+    iha_context_free(own);
+
+    assert_int_equal(iha_kv_cache_bytes(kept), bytes);
+    assert_int_equal(iha_kv_cache_length(kept, 1), 0);
+    assert_int_equal(iha_kv_cache_truncate(kept, 0, 0), IHA_OK);
+    assert_int_equal(iha_kv_cache_truncate(kept, 0, 1), IHA_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(iha_kv_cache_truncate(kept, 2, 0), IHA_ERROR_INVALID_ARGUMENT);
+    iha_kv_cache_reset(kept);
+
+    tu_layer l;
+    tu_layer_init(&l, &full, 7);
+    tu_device_layer dev;
+    tu_device_layer_upload(tu_ctx, &l, 0, &dev);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    const iha_shape step = {2, 1, 8, 2, 8, 2};
+    cl_mem xs = tu_buffer_new(tu_ctx, 16), zs = tu_buffer_new(tu_ctx, 16);
+    iha_status st = iha_decode_step(tu_ctx, kept, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0},
+                                    (iha_buffer){zs, 0});
+    tu_assert_status(tu_ctx, st, IHA_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(iha_context_message(tu_ctx), "freed"));
+    iha_kv_cache_free(kept);
+    tu_buffer_release(xs);
+    tu_buffer_release(zs);
+    tu_device_layer_release(&dev);
+    tu_layer_free(&l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +371,7 @@ int main(void)
         cmocka_unit_test(half_storage_halves_bytes),
         cmocka_unit_test(step_with_nothing_to_append),
         cmocka_unit_test(refusals),
+        cmocka_unit_test(cache_outlives_its_context),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -552,6 +552,56 @@ static void tuning_on_first_use_only_when_asked(void **state)
     }
 }
 
+/* A call that is refused (here for too small an output) neither tunes nor writes the profile,
+ * even when the context tunes on first use; the same call with a big enough output then does. */
+static void refused_call_does_not_tune(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "refused.json");
+    remove(path);
+    iha_context *ctx = open_with_profile(path, 1);
+    const iha_attention_options o = causal(0);
+    const size_t n = tu_count_virtual(&small_shape);
+    cl_mem in = tu_buffer_guarded(ctx, NULL, n, 0, 0, 0), small = tu_buffer_guarded(ctx, NULL, n - 1, 0, 0, 0);
+    iha_status st = iha_attention(ctx, &small_shape, &o, (iha_buffer){in, 0}, (iha_buffer){in, 0},
+                                  (iha_buffer){in, 0}, (iha_buffer){small, 0}, (iha_buffer){NULL, 0});
+    tu_assert_status(ctx, st, IHA_ERROR_BUFFER_TOO_SMALL);
+    assert_false(file_exists(path)); /* a first-use tune stores its result */
+    tu_buffer_release(in), tu_buffer_release(small);
+    check_attention(ctx, &small_shape, &o);
+    assert_true(file_exists(path));
+    assert_int_equal(tp_choice_of(ctx, "attention").source, IHA_CONFIG_PROFILE_EXACT);
+    iha_context_free(ctx);
+}
+
+/* Options iha_tune refuses before it measures anything: an exhaustive search that includes the
+ * GEMM (explicitly or through kernels = 0), reps beyond 64, a NaN or negative budget. */
+static void bad_tune_options_refused(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "refused-options.json");
+    remove(path);
+    iha_context *ctx = open_with_profile(path, 0);
+    const iha_attention_options o = causal(0);
+    iha_tune_options bad[5];
+    for (int i = 0; i < 5; i++) iha_tune_options_init(&bad[i]);
+    bad[0].exhaustive = 1;
+    bad[1].exhaustive = 1, bad[1].kernels = IHA_TUNE_ATTENTION | IHA_TUNE_GEMM;
+    bad[2].reps = 65;
+    bad[3].budget_s = NAN;
+    bad[4].budget_s = -1.0;
+    for (int i = 0; i < 5; i++) {
+        tu_assert_status(ctx, iha_tune(ctx, &small_shape, &o, 1, &bad[i], NULL, 0, NULL), IHA_ERROR_INVALID_ARGUMENT);
+        assert_true(strlen(iha_context_message(ctx)) > 0);
+    }
+    assert_false(file_exists(path));
+    iha_context_free(ctx);
+}
+
 /* A profile with a GEMM entry: `config` ("NAME=value ...") with the library kernel's tile
  * replaced by rows x vec, unrolling 2 and groups of 4. */
 static void write_gemm_entry(const char *path, const char *config, long rows, long vec)
@@ -674,6 +724,8 @@ int main(void)
         cmocka_unit_test(wrong_candidate_is_never_stored),
         cmocka_unit_test(wrong_gemm_tile_is_never_stored),
         cmocka_unit_test(tuning_on_first_use_only_when_asked),
+        cmocka_unit_test(refused_call_does_not_tune),
+        cmocka_unit_test(bad_tune_options_refused),
         cmocka_unit_test(gemm_entry_names_the_backend),
         cmocka_unit_test(clear_removes_the_profile),
     };

@@ -11,7 +11,8 @@
 #include "tune/choose.h"
 
 struct iha_kv_cache {
-    iha_context *ctx;
+    iha_context *ctx;    /* NULL once the context is freed (detach_all) */
+    iha_kv_cache *prev, *next; /* the context's list of live caches */
     size_t B, max_tokens, H, d, P, t_max;
     iha_storage storage;
     int key_block;       /* keys per block of the keys' layout */
@@ -20,6 +21,38 @@ struct iha_kv_cache {
     size_t *length;      /* tokens per sequence */
     cl_int *step;        /* staging of the per-sequence (n0, count) pairs */
 };
+
+/* iha_context_free's hook, after its queue has finished: the caches keep their buffers (and
+ * through them the cl_context) until iha_kv_cache_free, and forget the context. */
+static void detach_all(iha_context *ctx)
+{
+    for (iha_kv_cache *c = ctx->kv_caches, *next; c != NULL; c = next) {
+        next = c->next;
+        c->ctx = NULL;
+        c->prev = c->next = NULL;
+    }
+    ctx->kv_caches = NULL;
+}
+
+static void link_cache(iha_kv_cache *c)
+{
+    iha_context *ctx = c->ctx;
+    c->next = ctx->kv_caches;
+    if (c->next) c->next->prev = c;
+    ctx->kv_caches = c;
+    ctx->detach_kv_caches = detach_all;
+}
+
+static void unlink_cache(iha_kv_cache *c)
+{
+    if (c->ctx == NULL) return;
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (c->ctx->kv_caches == c)
+        c->ctx->kv_caches = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
 
 iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_storage storage, iha_kv_cache **out)
 {
@@ -67,6 +100,7 @@ iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_sto
         iha_kv_cache_free(c);
         return st;
     }
+    link_cache(c);
     *out = c;
     return IHA_OK;
 }
@@ -74,7 +108,9 @@ iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_sto
 void iha_kv_cache_free(iha_kv_cache *cache)
 {
     if (cache == NULL) return;
+    /* Steps enqueued on the context may still use the buffers. */
     if (cache->ctx && cache->ctx->queue) clFinish(cache->ctx->queue);
+    unlink_cache(cache);
     if (cache->keys) clReleaseMemObject(cache->keys);
     if (cache->values) clReleaseMemObject(cache->values);
     free(cache->length);
@@ -90,12 +126,19 @@ void iha_kv_cache_reset(iha_kv_cache *cache)
 iha_status iha_kv_cache_truncate(iha_kv_cache *cache, size_t b, size_t tokens)
 {
     if (cache == NULL) return IHA_ERROR_INVALID_ARGUMENT;
+    /* Host state only, so it also works on a cache whose context is gone (which then gets no
+     * message). */
     iha_context *ctx = cache->ctx;
-    iha__message_clear(&ctx->message);
-    IHA_RETURN_ERROR_IF(b >= cache->B, ctx, IHA_ERROR_INVALID_ARGUMENT, "sequence %zu is out of range (batch %zu)", b,
-                        cache->B);
-    IHA_RETURN_ERROR_IF(tokens > cache->length[b], ctx, IHA_ERROR_INVALID_ARGUMENT,
-                        "cannot truncate sequence %zu to %zu tokens: it holds %zu", b, tokens, cache->length[b]);
+    if (ctx) iha__message_clear(&ctx->message);
+    if (b >= cache->B)
+        return ctx ? iha__fail(ctx, IHA_ERROR_INVALID_ARGUMENT, "sequence %zu is out of range (batch %zu)", b,
+                               cache->B)
+                   : IHA_ERROR_INVALID_ARGUMENT;
+    if (tokens > cache->length[b])
+        return ctx ? iha__fail(ctx, IHA_ERROR_INVALID_ARGUMENT,
+                               "cannot truncate sequence %zu to %zu tokens: it holds %zu", b, tokens,
+                               cache->length[b])
+                   : IHA_ERROR_INVALID_ARGUMENT;
     cache->length[b] = tokens;
     return IHA_OK;
 }
@@ -112,6 +155,8 @@ size_t iha_kv_cache_bytes(const iha_kv_cache *cache) { return cache ? cache->byt
 static iha_status check_step(iha_context *ctx, iha_kv_cache *c, const iha_plan *p, const uint32_t *counts,
                              size_t *t_cur)
 {
+    IHA_RETURN_ERROR_IF(c->ctx == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "the cache's context was freed: a cache serves only the context that created it");
     IHA_RETURN_ERROR_IF(c->ctx != ctx, ctx, IHA_ERROR_INVALID_ARGUMENT, "the cache belongs to another context");
     IHA_RETURN_ERROR_IF(p->dims.B != c->B || p->dims.H != c->H || p->dims.d != c->d || p->dims.P != c->P, ctx,
                         IHA_ERROR_INVALID_ARGUMENT,
@@ -136,6 +181,18 @@ static iha_status check_step(iha_context *ctx, iha_kv_cache *c, const iha_plan *
     return IHA_OK;
 }
 
+/* Refuses, before any allocation, a step whose float workspace exceeds the device's memory:
+ * Q, K, V and Y of the new tokens, their pseudo-queries and pseudo-outputs, and the split-key
+ * partial results. */
+static iha_status check_workspace(iha_context *ctx, const iha_plan *p, const iha_decode_dims *dd)
+{
+    size_t tokens = 0, pseudo = 0, sum = 0, total = SIZE_MAX;
+    if (iha__mul(p->token_elems, 4, &tokens) && iha__mul(p->virtual_elems, 2, &pseudo) &&
+        iha__add(tokens, pseudo, &sum) && iha__add(sum, iha__decode_partial_elements(ctx, dd), &sum))
+        total = sum;
+    return iha__workspace_check_total(ctx, total, sizeof(float));
+}
+
 static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
                               const iha_attention_options *options, const iha_layer_weights *w,
                               const uint32_t *counts, iha_buffer x, iha_buffer z)
@@ -152,10 +209,13 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, p.act_bytes, "z"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, p.act_bytes, "z", "x"));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
-    iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, 0, c->storage == IHA_STORAGE_F16, p.attention, {0}};
+    size_t t_cur = 0;
+    IHA_FORWARD_IF_ERROR(check_step(ctx, c, &p, counts, &t_cur));
+    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
+    iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, t_cur, c->storage == IHA_STORAGE_F16, p.attention, {0}};
     dd.cfg.key_block = c->key_block; /* fixed by the cache's layout */
-    IHA_FORWARD_IF_ERROR(check_step(ctx, c, &p, counts, &dd.t_cur));
     IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &dd, p.mask, p.window));
+    IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, &dd));
 
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
     cl_mem q, k, v, qt, o, y, partial, step, rope = NULL;

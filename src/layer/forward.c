@@ -63,6 +63,7 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, a, "z"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, a, "z", "x"));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
+    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
     IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, 1));
 
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
@@ -107,6 +108,7 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
     static const char *const names[3] = {"q", "k", "v"};
     IHA_FORWARD_IF_ERROR(iha__check_inputs_output(ctx, (iha_buffer[3]){q, k, v}, names, y, "y", n, a));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 0, y, n, "y"));
+    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
     IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, p.act_half));
     iha_ref qf, kf, vf, yf;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, q, n, IHA_WS_Q, &qf));
@@ -146,6 +148,11 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
         for (int i = 0; i < 4; ++i)
             IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, lse, p.lse_elems, f, others[i], n, a, "lse", names[i]));
     }
+    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
+    /* Workspace: the packed keys, and float copies of half inputs and output. */
+    size_t total = SIZE_MAX, copies;
+    if (iha__mul(n, p.act_half ? 4 : 0, &copies)) iha__add(copies, p.packed_elems, &total);
+    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
     iha_ref qf, kf, vf, of;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, qt, n, IHA_WS_QT, &qf));
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, kt, n, IHA_WS_X, &kf));

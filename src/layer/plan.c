@@ -44,6 +44,15 @@ static iha_status check_options(iha_context *ctx, const iha_attention_options *o
     return IHA_OK;
 }
 
+/* The packed keys' size depends on the chosen key block. */
+static iha_status size_packed_keys(iha_context *ctx, iha_plan *p)
+{
+    p->packed_elems = iha__packed_keys_elements(&p->dims, p->attention.key_block);
+    IHA_RETURN_ERROR_IF(p->packed_elems == 0 || p->packed_elems > SIZE_MAX / 8, ctx, IHA_ERROR_SIZE_OVERFLOW,
+                        "the packed key buffer's size overflows size_t");
+    return IHA_OK;
+}
+
 iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                           int with_model_dim, iha_plan *p)
 {
@@ -77,17 +86,27 @@ iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_at
                         "model_dim=%zu)",
                         B, N, H, d, P, shape->model_dim);
     /* Kernels index within one sequence with int and multiply by at most 2T. */
-    IHA_RETURN_ERROR_IF(T > INT_MAX / 4 || HP > INT_MAX || B * H > UINT32_MAX || N * D > INT_MAX * (size_t)8, ctx, IHA_ERROR_UNSUPPORTED,
-                        "the virtual sequence (T=N*P=%zu) or head count is too large for this library's kernels", T);
+    IHA_RETURN_ERROR_IF(T > INT_MAX / 4, ctx, IHA_ERROR_UNSUPPORTED,
+                        "the virtual sequence T = N*P = %zu exceeds the kernels' limit of %d", T, INT_MAX / 4);
+    IHA_RETURN_ERROR_IF(HP > INT_MAX || B * H > UINT32_MAX, ctx, IHA_ERROR_UNSUPPORTED,
+                        "heads*pseudo = %zu or batch*heads = %zu exceeds the kernels' 32-bit indexing", HP, B * H);
+    IHA_RETURN_ERROR_IF(N * D > INT_MAX * (size_t)8, ctx, IHA_ERROR_UNSUPPORTED,
+                        "tokens*model_dim = %zu exceeds the kernels' limit of %zu", N * D, INT_MAX * (size_t)8);
 
     p->dims = (iha_dims){B, N, H, d, P, T};
     p->D = D;
     IHA_FORWARD_IF_ERROR(check_options(ctx, options, p));
-    IHA_FORWARD_IF_ERROR(iha__tune_choose(ctx, shape, options, &p->attention, &p->rows));
-    p->packed_elems = iha__packed_keys_elements(&p->dims, p->attention.key_block);
-    IHA_RETURN_ERROR_IF(p->packed_elems == 0 || p->packed_elems > SIZE_MAX / 8, ctx, IHA_ERROR_SIZE_OVERFLOW,
-                        "the packed key buffer's size overflows size_t");
-    return IHA_OK;
+    /* Looked up only: tuning waits until the call's buffers have passed (iha__plan_choose). */
+    IHA_FORWARD_IF_ERROR(iha__tune_choose(ctx, shape, options, &p->attention, &p->rows, 0));
+    return size_packed_keys(ctx, p);
+}
+
+iha_status iha__plan_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                            iha_plan *p)
+{
+    IHA_FORWARD_IF_ERROR(
+        iha__tune_choose(ctx, shape, options, &p->attention, &p->rows, IHA_CHOOSE_TUNE | IHA_CHOOSE_RECORD));
+    return size_packed_keys(ctx, p);
 }
 
 iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, size_t elem_bytes, const char *name)

@@ -27,9 +27,16 @@ typedef struct iha_plan {
     float rope_base;
 } iha_plan;
 
-/* Checks shape and options; with_model_dim also checks and sizes D. */
+/* Checks shape and options; with_model_dim also checks and sizes D. The kernels'
+ * configurations are looked up (profile, then built-ins), never tuned, and not recorded. */
 iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                           int with_model_dim, iha_plan *plan);
+/* For a layer call once every check of its arguments has passed, before its workspace check:
+ * chooses the configurations again, tuning them first when the context opted into tuning on
+ * first use, and records them for iha_context_last_choices. A refused call therefore never
+ * tunes. */
+iha_status iha__plan_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                            iha_plan *plan);
 /* Checks that buf holds `elems` elements of elem_bytes each from its offset (against
  * CL_MEM_SIZE), and that it belongs to the context. */
 iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, size_t elem_bytes, const char *name);

@@ -134,6 +134,7 @@ void iha_context_free(iha_context *ctx)
         iha__program_cache_flush(ctx);
         clFinish(ctx->queue);
     }
+    if (ctx->detach_kv_caches) ctx->detach_kv_caches(ctx);
     if (ctx->release_gemm) ctx->release_gemm(ctx);
     iha__workspace_release(ctx);
     iha__tune_context_free(ctx);

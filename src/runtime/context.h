@@ -77,6 +77,13 @@ struct iha_context {
     /* Set by src/gemm at the context's first CLBlast call; iha_context_free calls it after the
      * queue has finished (so the runtime needs no knowledge of CLBlast). */
     void (*release_gemm)(struct iha_context *ctx);
+
+    /* The KV caches created on this context and not yet freed (src/layer/decode.c). A cache may
+     * outlive its context: iha_context_free calls detach_kv_caches after the queue has
+     * finished, which leaves each cache's own device buffers (they keep the cl_context alive)
+     * and clears its pointer to the context. */
+    struct iha_kv_cache *kv_caches;
+    void (*detach_kv_caches)(struct iha_context *ctx);
 };
 
 /* Records a failure and returns `status`, for `return iha__fail(ctx, ...)`. */

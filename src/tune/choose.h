@@ -3,11 +3,17 @@
 #define IHA_TUNE_CHOOSE_H
 #include "kernels/kernels.h"
 
+/* What iha__tune_choose may do beyond looking configurations up. */
+enum {
+    IHA_CHOOSE_TUNE = 1,  /* tune them first when the context opted into tuning on first use: only
+                             for a layer call whose every check has passed */
+    IHA_CHOOSE_RECORD = 2 /* a layer call: the choices become iha_context_last_choices */
+};
+
 /* Chooses attention's and the mixing/collapse kernels' configurations for a validated call,
- * through the profile's fallback order, tuning them first when the context opted into tuning on
- * first use. Records the choices for iha_context_last_choices. */
+ * through the profile's fallback order; flags are IHA_CHOOSE_* bits. */
 iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                            iha_attention_config *attention, iha_rows_config *rows);
+                            iha_attention_config *attention, iha_rows_config *rows, int flags);
 
 /* Sets up the GEMM backend this context's layer calls use (the profile's, or the device type's
  * built-in), once per context, as the first layer call does; for measurements that should see

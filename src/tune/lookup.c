@@ -153,14 +153,16 @@ static int already_attempted(iha_tune_state *s, const iha_tune_task *task)
     return 0;
 }
 
-/* Chooses the configuration of a task's bucket, tuning it first when the context asked for it. */
-static iha_status choose_task(iha_context *ctx, iha_tune_task *task, iha_tune_config *out, iha_kernel_choice *choice)
+/* Chooses the configuration of a task's bucket, tuning it first when may_tune and the context
+ * asked for it. */
+static iha_status choose_task(iha_context *ctx, iha_tune_task *task, int may_tune, iha_tune_config *out,
+                              iha_kernel_choice *choice)
 {
     const iha_tunable *t = task->tunable;
     int source;
     const iha_profile_entry *e;
     iha__tune_lookup(ctx, t, &task->bucket, out, &source, &e);
-    if (source != IHA_CONFIG_PROFILE_EXACT && ctx->tune->first_use && !already_attempted(ctx->tune, task)) {
+    if (may_tune && source != IHA_CONFIG_PROFILE_EXACT && ctx->tune->first_use && !already_attempted(ctx->tune, task)) {
         const iha_tune_run run = {task, 1, ctx->tune->first_use_budget_s, 0, 5, 0, NULL, NULL, NULL};
         IHA_FORWARD_IF_ERROR(iha__tune_tasks(ctx, &run));
         iha__tune_lookup(ctx, t, &task->bucket, out, &source, &e);
@@ -170,11 +172,12 @@ static iha_status choose_task(iha_context *ctx, iha_tune_task *task, iha_tune_co
 }
 
 static iha_status choose_one(iha_context *ctx, const iha_tunable *t, const iha_shape *shape,
-                             const iha_attention_options *options, iha_tune_config *out, iha_kernel_choice *choice)
+                             const iha_attention_options *options, int may_tune, iha_tune_config *out,
+                             iha_kernel_choice *choice)
 {
     iha_tune_task task = {t, {0, {0}}, *shape, *options};
     t->bucket_of(ctx, shape, options, &task.bucket);
-    return choose_task(ctx, &task, out, choice);
+    return choose_task(ctx, &task, may_tune, out, choice);
 }
 
 void iha__tune_gemm_ready(iha_context *ctx)
@@ -202,19 +205,22 @@ void iha__tune_gemm_own_tile(iha_context *ctx, iha_gemm_config *out)
 }
 
 iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                            iha_attention_config *attention, iha_rows_config *rows)
+                            iha_attention_config *attention, iha_rows_config *rows, int flags)
 {
     iha_tune_state *s = ctx->tune;
     iha_tune_config c;
-    s->choice_count = 0;
+    const int may_tune = (flags & IHA_CHOOSE_TUNE) != 0, record = (flags & IHA_CHOOSE_RECORD) != 0;
+    iha_kernel_choice scratch[2];
+    iha_kernel_choice *choices = record ? s->choices : scratch;
+    if (record) s->choice_count = 0;
     /* CLBlast's parameters are the one thing a profile sets beyond this context. A failure to
      * set them leaves CLBlast's own in charge; it is not the call's failure. */
     iha__tune_gemm_ready(ctx);
-    IHA_FORWARD_IF_ERROR(choose_one(ctx, &iha__tunable_attention, shape, options, &c, &s->choices[0]));
+    IHA_FORWARD_IF_ERROR(choose_one(ctx, &iha__tunable_attention, shape, options, may_tune, &c, &choices[0]));
     iha__tune_attention_config(&c, attention);
-    IHA_FORWARD_IF_ERROR(choose_one(ctx, &iha__tunable_rows, shape, options, &c, &s->choices[1]));
+    IHA_FORWARD_IF_ERROR(choose_one(ctx, &iha__tunable_rows, shape, options, may_tune, &c, &choices[1]));
     iha__tune_rows_config(&c, rows);
-    s->choice_count = 2;
+    if (record) s->choice_count = 2;
     return IHA_OK;
 }
 
@@ -230,7 +236,7 @@ iha_status iha__tune_choose_decode(iha_context *ctx, iha_decode_dims *dd, int ma
     iha__tune_decode_bucket(dd, mask, window, &task.bucket);
     iha_tune_config c;
     iha_kernel_choice choice;
-    IHA_FORWARD_IF_ERROR(choose_task(ctx, &task, &c, &choice));
+    IHA_FORWARD_IF_ERROR(choose_task(ctx, &task, 1, &c, &choice));
     iha__tune_decode_config(&c, &dd->tune);
     if (s->choice_count < IHA_TUNE_CHOICES) s->choices[s->choice_count++] = choice;
     return IHA_OK;

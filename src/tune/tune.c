@@ -188,6 +188,8 @@ static iha_status check_call(iha_context *ctx, const iha_shape *s, const iha_att
 
 #define MAX_TASKS 64
 
+/* The distinct (kernel, bucket) tasks of the shapes into tasks[MAX_TASKS]; returns their number,
+ * or MAX_TASKS + 1 when there are more. */
 static size_t collect_tasks(iha_context *ctx, const iha_shape *shapes, const iha_attention_options *options,
                             size_t count, unsigned kernels, iha_tune_task *tasks)
 {
@@ -199,17 +201,19 @@ static size_t collect_tasks(iha_context *ctx, const iha_shape *shapes, const iha
                              : t == &iha__tunable_decode    ? IHA_TUNE_DECODE
                                                             : IHA_TUNE_ROWS;
         if (kernels != 0 && !(kernels & bit)) continue;
-        for (size_t i = 0; i < count && n < MAX_TASKS; ++i) {
+        for (size_t i = 0; i < count; ++i) {
             /* A decoding shape stands for a float and a half cache. */
             iha_tune_bucket buckets[2];
             const int m = t == &iha__tunable_decode ? iha__tune_decode_buckets(&shapes[i], &options[i], buckets, 2)
                                                     : t->bucket_of(ctx, &shapes[i], &options[i], &buckets[0]);
-            for (int v = 0; v < m && n < MAX_TASKS; ++v) {
+            for (int v = 0; v < m; ++v) {
                 const iha_tune_task task = {t, buckets[v], shapes[i], options[i]};
                 int dup = 0;
                 for (size_t j = 0; j < n; ++j)
                     dup |= tasks[j].tunable == t && iha__bucket_distance(t->space, &tasks[j].bucket, &task.bucket) == 0.0;
-                if (!dup) tasks[n++] = task;
+                if (dup) continue;
+                if (n == MAX_TASKS) return MAX_TASKS + 1;
+                tasks[n++] = task;
             }
         }
     }
@@ -232,10 +236,16 @@ iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attenti
     IHA_RETURN_ERROR_IF(!(to->budget_s >= 0.0) || to->reps < 0 || to->reps > 64, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "budget_s must be >= 0 and reps from 0 to 64");
     for (size_t i = 0; i < count; ++i) IHA_FORWARD_IF_ERROR(check_call(ctx, &shapes[i], &options[i]));
+    /* Every configuration of the GEMM's space would take years: only its budgeted search runs. */
+    IHA_RETURN_ERROR_IF(to->exhaustive && (to->kernels == 0 || (to->kernels & IHA_TUNE_GEMM)), ctx,
+                        IHA_ERROR_INVALID_ARGUMENT,
+                        "an exhaustive tune must leave out the GEMM (kernels without IHA_TUNE_GEMM; 0 means all)");
 
     iha_tune_task tasks[MAX_TASKS];
     iha_tune_result all[MAX_TASKS];
     const size_t n = collect_tasks(ctx, shapes, options, count, to->kernels, tasks);
+    IHA_RETURN_ERROR_IF(n > MAX_TASKS, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "the shapes make more than %d (kernel, bucket) tasks: tune them in several calls", MAX_TASKS);
     if (result_count) *result_count = n;
     const iha_tune_run run = {tasks, n, to->budget_s > 0.0 ? to->budget_s : DEFAULT_BUDGET_S, to->exhaustive,
                               to->reps ? to->reps : DEFAULT_REPS, to->dry_run, to->progress, to->user, all};
