@@ -20,7 +20,9 @@
 #      memory are skipped);
 #   4. tests/test_gemm with --data-races: the library's SGEMM kernel in every tile of its tuning
 #      space on ragged shapes, with buffers that end where their matrices do (~15 s);
-#   5. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
+#   5. tests/test_backward with --data-races: the attention backward kernels on ragged shapes
+#      under every mask, windows, P = 1, d = 1 to 256 (~10 s);
+#   6. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
 #      other kernels it stops on LLVM's `freeze` instruction ("Unsupported instruction"),
 #      crashes on the whole layer, or (built with -cl-opt-disable) loses track of values
 #      passed through vector built-ins and reports every one of them.
@@ -63,6 +65,7 @@ run mha -- "$tests/test_mha"
 run errors -- "$tests/test_errors"
 run half -- "$tests/test_half"
 run gemm_races --data-races -- "$tests/test_gemm"
+run backward_races --data-races -- "$tests/test_backward"
 IHA_SMALL_SHAPES_FILTER='unfused*' run unfused_uninitialized --uninitialized -- "$tests/test_small_shapes"
 [ $failed -eq 0 ] && echo "oclgrind: all clean; logs in $logs"
 exit $failed

@@ -339,6 +339,23 @@ iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, const ih
 iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                          iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse);
 
+/* The gradients of iha_attention (SPEC "The backward pass", the attention step), for training:
+ *   inputs   qt, kt, vt, o, dout  [batch][heads][tokens*pseudo][head_dim]
+ *            lse                  [batch][heads][tokens*pseudo]
+ *   outputs  dqt, dkt, dvt        [batch][heads][tokens*pseudo][head_dim]
+ * where o and lse are what iha_attention wrote for qt, kt, vt with the same shape and options
+ * (lse is required here), and dout = dLoss/do. FlashAttention-2 style: the probabilities are
+ * recomputed from lse, so the extra memory is B*H*T floats, never a T x T matrix. The same
+ * options as iha_attention (mask, window, scale; rope must be 0), with float32 storage only
+ * (IHA_ERROR_UNSUPPORTED for half). Each output must not overlap any input or another output
+ * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. The other steps of the layer's
+ * backward pass (collapse, mixing, rotary, projections) are not in the library yet. This first
+ * version walks one row per work-item (BENCHMARKS.md, "Backward"); it is correct on every
+ * device and shape, and several times slower than the forward kernel per FLOP. */
+iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                  iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
+                                  iha_buffer dout, iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
+
 /* Host-memory convenience for applications without OpenCL code: the same as iha_forward,
  * with every tensor in host memory (same shapes; alpha/r may be NULL under the same identity
  * rule). Copies in, runs, copies z out, and blocks until done. Host arrays are always float;

@@ -344,3 +344,60 @@ done:
     free(scores);
     return rc;
 }
+
+int ref_attention_backward(const ref_problem *p, const float *qt, const float *kt, const float *vt,
+                           const float *dout, double *dqt, double *dkt, double *dvt)
+{
+    ref_dims g;
+    if (ref_dims_init(p, 0, &g) != 0 || !qt || !kt || !vt || !dout || !dqt || !dkt || !dvt)
+        return -1;
+    const size_t slab = g.T * g.d, d = g.d;
+    int rc = -1;
+    double *q = malloc(slab * sizeof *q), *k = malloc(slab * sizeof *k), *v = malloc(slab * sizeof *v);
+    double *go = malloc(slab * sizeof *go), *o = malloc(d * sizeof *o), *scores = malloc(g.T * sizeof *scores);
+    if (!q || !k || !v || !go || !o || !scores)
+        goto done;
+    for (size_t i = 0; i < g.B * g.H * slab; i++)
+        dqt[i] = dkt[i] = dvt[i] = 0.0;
+    for (size_t bh = 0; bh < g.B * g.H; bh++) {
+        for (size_t i = 0; i < slab; i++) {
+            q[i] = qt[bh * slab + i];
+            k[i] = kt[bh * slab + i];
+            v[i] = vt[bh * slab + i];
+            go[i] = dout[bh * slab + i];
+        }
+        double *dq = dqt + bh * slab, *dk = dkt + bh * slab, *dv = dvt + bh * slab;
+        for (size_t t = 0; t < g.T; t++) {
+            double lse;
+            ref_attend_row(p, &g, q + t * d, k, v, t, scores, o, &lse);
+            if (lse == -INFINITY)
+                continue;
+            double delta = 0.0; /* Dt[t] = dO[t] . O[t] */
+            for (size_t c = 0; c < d; c++)
+                delta += go[t * d + c] * o[c];
+            for (size_t u = 0; u < g.T; u++) {
+                if (!ref_visible(p, t, u))
+                    continue;
+                const double pr = exp(scores[u] - lse);
+                double dp = 0.0;
+                for (size_t c = 0; c < d; c++)
+                    dp += go[t * d + c] * v[u * d + c];
+                const double ds = pr * (dp - delta);
+                for (size_t c = 0; c < d; c++) {
+                    dq[t * d + c] += g.scale * ds * k[u * d + c];
+                    dk[u * d + c] += g.scale * ds * q[t * d + c];
+                    dv[u * d + c] += pr * go[t * d + c];
+                }
+            }
+        }
+    }
+    rc = 0;
+done:
+    free(q);
+    free(k);
+    free(v);
+    free(go);
+    free(o);
+    free(scores);
+    return rc;
+}

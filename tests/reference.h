@@ -1,5 +1,6 @@
 /*
- * reference.h - a float64 reference of SPEC.md's forward pass, in plain loops.
+ * reference.h - a float64 reference of SPEC.md's forward pass (and of attention's backward
+ * pass), in plain loops.
  * Written from SPEC.md alone (not from the kernels): the tests and `iha demo` compare the
  * library against it. It depends on nothing but libc and libm.
  */
@@ -37,5 +38,11 @@ int ref_attention_core(const ref_problem *p, const float *q, const float *k, con
  * with the three masks) gets o = 0 and lse = -infinity. Returns 0 or -1 as ref_forward. */
 int ref_attention(const ref_problem *p, const float *qt, const float *kt, const float *vt, double *o,
                   double *lse);
+
+/* The backward pass of stage 4 (SPEC "The backward pass", attention): given qt, kt, vt and
+ * dout = dLoss/dO, all [B][H][T][d], writes dqt, dkt, dvt [B][H][T][d] (double), recomputing
+ * the forward's scores and LSE itself. Same parameters and return as ref_attention. */
+int ref_attention_backward(const ref_problem *p, const float *qt, const float *kt, const float *vt,
+                           const float *dout, double *dqt, double *dkt, double *dvt);
 
 #endif /* IHA_TESTS_REFERENCE_H */

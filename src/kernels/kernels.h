@@ -78,6 +78,12 @@ iha_status iha__attention_kernel_get(iha_context *ctx, const iha_attention_confi
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
                                   iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                   size_t window, float scale);
+/* The backward pass of attention (cl/attention_backward.cl): from qt, kt, vt, o, lse (natural
+ * log) and dout, all [B][H][T][d] except lse [B][H][T], writes dqt, dkt and dvt. delta is
+ * workspace of B*H*T floats. Every output element is written. */
+iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref qt, iha_ref kt, iha_ref vt,
+                                           iha_ref o, iha_ref lse, iha_ref dout, cl_mem delta, iha_ref dqt,
+                                           iha_ref dkt, iha_ref dvt, int mask, size_t window, float scale);
 /* The local-memory variant (cl/attention_local.cl, for GPUs): `rows` work-items per group, one
  * query row each, and tiles of `keys` keys (a multiple of key_block) staged in local memory.
  * Same inputs and outputs as iha__attention_enqueue. IHA_ERROR_UNSUPPORTED when the group or

@@ -26,6 +26,7 @@ typedef enum iha_workspace_slot {
     IHA_WS_WEIGHT,  /* half weights: one projection matrix converted to float [D][H*d] */
     IHA_WS_MIXING,  /* half weights: alpha_q, alpha_k, alpha_v and r converted to float */
     IHA_WS_GEMM_B,  /* the library's SGEMM: B packed in panels (src/gemm/microkernel.c) */
+    IHA_WS_DELTA,   /* attention backward: Dt = dO . O per virtual row [B][H][T] */
     IHA_WS_COUNT
 } iha_workspace_slot;
 

@@ -1,0 +1,54 @@
+/* iha_attention_backward: the gradients of iha_attention (SPEC "The backward pass", attention),
+ * validated like the forward calls before anything is enqueued. */
+#include <stdint.h>
+
+#include "common/checked.h"
+#include "layer/call.h"
+#include "layer/plan.h"
+
+static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                     const iha_buffer in[6], const iha_buffer out[3])
+{
+    static const char *const in_names[6] = {"qt", "kt", "vt", "o", "lse", "dout"};
+    static const char *const out_names[3] = {"dqt", "dkt", "dvt"};
+    double mark;
+    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
+    iha_plan p;
+    IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
+    IHA_RETURN_ERROR_IF(p.rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "iha_attention_backward takes already rotated inputs: options->rope must be 0");
+    IHA_RETURN_ERROR_IF(p.act_half || p.weight_half, ctx, IHA_ERROR_UNSUPPORTED,
+                        "iha_attention_backward supports float32 storage only");
+    const size_t f = sizeof(float), n = p.virtual_elems;
+    size_t elems[6];
+    for (int i = 0; i < 6; ++i) {
+        elems[i] = i == 4 ? p.lse_elems : n;
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, in[i], elems[i], f, in_names[i]));
+    }
+    for (int j = 0; j < 3; ++j) {
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, out[j], n, f, out_names[j]));
+        for (int i = 0; i < 6; ++i)
+            IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[j], n, f, in[i], elems[i], f, out_names[j], in_names[i]));
+        for (int i = 0; i < j; ++i)
+            IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, out[j], n, out[i], n, f, out_names[j], out_names[i]));
+    }
+    /* Workspace: Dt, one float per virtual row. */
+    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, p.lse_elems, f));
+    cl_mem delta;
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &delta));
+    IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(
+        ctx, &p.dims, iha__ref_of(in[0]), iha__ref_of(in[1]), iha__ref_of(in[2]), iha__ref_of(in[3]),
+        iha__ref_of(in[4]), iha__ref_of(in[5]), delta, iha__ref_of(out[0]), iha__ref_of(out[1]), iha__ref_of(out[2]),
+        p.mask, p.window, p.scale));
+    return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
+}
+
+iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                  iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
+                                  iha_buffer dout, iha_buffer dqt, iha_buffer dkt, iha_buffer dvt)
+{
+    const iha_buffer in[6] = {qt, kt, vt, o, lse, dout}, out[3] = {dqt, dkt, dvt};
+    iha_status st = attention_backward(ctx, shape, options, in, out);
+    if (st == IHA_OK) iha__program_cache_flush(ctx);
+    return st;
+}

@@ -1,0 +1,227 @@
+/*
+ * test_backward.c - iha_attention_backward against the float64 reference of SPEC's backward
+ * pass, on ragged shapes under every mask, windows, P = 1 and odd head widths; the reference
+ * itself against finite differences of the reference forward; and the refusals.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "test_util.h"
+
+#define GUARD 37 /* floats of sentinel after each output, and OFFSET before it */
+#define OFFSET 5
+
+typedef struct bwd_case {
+    size_t B, N, H, d, P;
+    int mask;
+    int64_t window;
+} bwd_case;
+
+static ref_problem problem_of(const bwd_case *c)
+{
+    ref_problem p = {.B = c->B, .N = c->N, .H = c->H, .d = c->d, .P = c->P, .mask = c->mask, .window = c->window};
+    return p;
+}
+
+/* Forward on the device (o and lse as iha_attention writes them), then the backward, checked
+ * against the reference; outputs sit at an offset inside guarded buffers poisoned with NaN. */
+static void run_case(const bwd_case *c, uint64_t seed)
+{
+    const iha_shape s = {c->B, c->N, 1, c->H, c->d, c->P};
+    const size_t n = c->B * c->H * c->N * c->P * c->d, rows = c->B * c->H * c->N * c->P;
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    float *q = tu_random_array(&rng, n, 1.0f), *k = tu_random_array(&rng, n, 1.0f);
+    float *v = tu_random_array(&rng, n, 1.0f), *g = tu_random_array(&rng, n, 1.0f);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.mask = c->mask;
+    o.window = c->window;
+
+    cl_mem bq = tu_buffer_guarded(tu_ctx, q, n, 0, 0, 0), bk = tu_buffer_guarded(tu_ctx, k, n, 0, 0, 0);
+    cl_mem bv = tu_buffer_guarded(tu_ctx, v, n, 0, 0, 0), bg = tu_buffer_guarded(tu_ctx, g, n, 0, 0, 0);
+    cl_mem bo = tu_buffer_guarded(tu_ctx, NULL, n, 0, 0, 0), bl = tu_buffer_guarded(tu_ctx, NULL, rows, 0, 0, 0);
+    tu_assert_status(tu_ctx,
+                     iha_attention(tu_ctx, &s, &o, (iha_buffer){bq, 0}, (iha_buffer){bk, 0}, (iha_buffer){bv, 0},
+                                   (iha_buffer){bo, 0}, (iha_buffer){bl, 0}),
+                     IHA_OK);
+    cl_mem out[3];
+    for (int i = 0; i < 3; i++) out[i] = tu_buffer_guarded(tu_ctx, NULL, n, OFFSET, GUARD, -7.0f);
+    tu_assert_status(tu_ctx,
+                     iha_attention_backward(tu_ctx, &s, &o, (iha_buffer){bq, 0}, (iha_buffer){bk, 0},
+                                            (iha_buffer){bv, 0}, (iha_buffer){bo, 0}, (iha_buffer){bl, 0},
+                                            (iha_buffer){bg, 0}, (iha_buffer){out[0], OFFSET},
+                                            (iha_buffer){out[1], OFFSET}, (iha_buffer){out[2], OFFSET}),
+                     IHA_OK);
+
+    double *ref[3];
+    for (int i = 0; i < 3; i++) ref[i] = tu_malloc(n * sizeof(double));
+    const ref_problem p = problem_of(c);
+    assert_int_equal(ref_attention_backward(&p, q, k, v, g, ref[0], ref[1], ref[2]), 0);
+    static const char *const names[3] = {"dqt", "dkt", "dvt"};
+    float *got = tu_malloc(n * sizeof *got);
+    for (int i = 0; i < 3; i++) {
+        tu_buffer_read(tu_ctx, out[i], OFFSET, got, n);
+        tu_assert_close(names[i], got, ref[i], n, TU_TOL_F32);
+        tu_assert_guard(tu_ctx, out[i], n, OFFSET, GUARD, -7.0f);
+        tu_buffer_release(out[i]);
+        free(ref[i]);
+    }
+    free(got);
+    tu_buffer_release(bq), tu_buffer_release(bk), tu_buffer_release(bv), tu_buffer_release(bg);
+    tu_buffer_release(bo), tu_buffer_release(bl);
+    free(q), free(k), free(v), free(g);
+}
+
+static void every_mask_ragged(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const bwd_case cases[] = {
+        {1, 7, 2, 8, 3, IHA_MASK_CAUSAL, 0},       {2, 5, 1, 17, 2, IHA_MASK_TOKEN_CAUSAL, 0},
+        {1, 6, 2, 9, 1, IHA_MASK_NONE, 0},         {1, 9, 1, 16, 2, IHA_MASK_CAUSAL, 2},
+        {1, 8, 2, 6, 3, IHA_MASK_TOKEN_CAUSAL, 3}, {2, 7, 1, 5, 2, IHA_MASK_NONE, 2},
+        {1, 5, 1, 1, 4, IHA_MASK_CAUSAL, 0},       {1, 4, 1, 3, 1, IHA_MASK_NONE, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 100 + i);
+}
+
+/* Widths of the demo layer and beyond, with more rows than a work-group. */
+static void wide_heads(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const bwd_case cases[] = {
+        {1, 40, 1, 64, 2, IHA_MASK_CAUSAL, 0},
+        {1, 33, 1, 130, 2, IHA_MASK_CAUSAL, 5},
+        {1, 20, 2, 256, 1, IHA_MASK_NONE, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 200 + i);
+}
+
+/* sum(dout * O) as a function of one input element, in double through the reference forward. */
+static double loss_of(const ref_problem *p, const float *q, const float *k, const float *v, const float *g,
+                      size_t n)
+{
+    double *o = tu_malloc(n * sizeof *o);
+    assert_int_equal(ref_attention(p, q, k, v, o, NULL), 0);
+    double loss = 0.0;
+    for (size_t i = 0; i < n; i++) loss += (double)g[i] * o[i];
+    free(o);
+    return loss;
+}
+
+/* The reference backward against central differences of the reference forward, so the
+ * device is checked against formulas that are themselves checked. Inputs are floats, so the
+ * step is large (2^-8) and the tolerance loose; a wrong term (a sign, a missing scale, the
+ * Dt correction) is off by far more. */
+static void reference_matches_finite_differences(void **state)
+{
+    (void)state;
+    static const bwd_case cases[] = {
+        {1, 4, 1, 3, 2, IHA_MASK_CAUSAL, 0},
+        {1, 3, 1, 2, 2, IHA_MASK_TOKEN_CAUSAL, 2},
+        {1, 3, 1, 2, 2, IHA_MASK_NONE, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const bwd_case *c = &cases[ci];
+        const size_t n = c->B * c->H * c->N * c->P * c->d;
+        tu_rng rng;
+        tu_rng_seed(&rng, 300 + ci);
+        float *in[3] = {tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f)};
+        float *g = tu_random_array(&rng, n, 1.0f);
+        const ref_problem p = problem_of(c);
+        double *grad[3];
+        for (int i = 0; i < 3; i++) grad[i] = tu_malloc(n * sizeof(double));
+        assert_int_equal(ref_attention_backward(&p, in[0], in[1], in[2], g, grad[0], grad[1], grad[2]), 0);
+        const float h = 1.0f / 256.0f;
+        for (int which = 0; which < 3; which++)
+            for (size_t e = 0; e < n; e++) {
+                const float keep = in[which][e];
+                in[which][e] = keep + h;
+                const double up = loss_of(&p, in[0], in[1], in[2], g, n);
+                in[which][e] = keep - h;
+                const double down = loss_of(&p, in[0], in[1], in[2], g, n);
+                in[which][e] = keep;
+                const double fd = (up - down) / (2.0 * (double)h);
+                if (fabs(fd - grad[which][e]) > 2e-3 * (1.0 + fabs(fd)))
+                    fail_msg("case %zu, input %d, element %zu: finite difference %.6g, reference %.6g", ci, which, e,
+                             fd, grad[which][e]);
+            }
+        for (int i = 0; i < 3; i++) free(in[i]), free(grad[i]);
+        free(g);
+    }
+}
+
+/* Refusals write nothing: the outputs keep their sentinel. */
+static void refusals(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = {1, 4, 1, 2, 8, 2};
+    const size_t n = 1 * 2 * 8 * 8, rows = 2 * 8;
+    cl_mem in = tu_buffer_guarded(tu_ctx, NULL, n, 0, 0, 0), lse = tu_buffer_guarded(tu_ctx, NULL, rows, 0, 0, 0);
+    cl_mem out = tu_buffer_guarded(tu_ctx, NULL, 3 * n, 0, 0, 3.0f);
+    float *three = tu_malloc(3 * n * sizeof *three);
+    tu_fill_value(three, 3 * n, 3.0f);
+    tu_buffer_write(tu_ctx, out, 0, three, 3 * n);
+    const iha_buffer b = {in, 0}, l = {lse, 0}, none = {NULL, 0};
+    const iha_buffer d0 = {out, 0}, d1 = {out, n}, d2 = {out, 2 * n};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+
+    /* No lse: it is required here. */
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, &s, &o, b, b, b, b, none, b, d0, d1, d2),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    /* Outputs that overlap each other, or an input. */
+    tu_assert_status(tu_ctx,
+                     iha_attention_backward(tu_ctx, &s, &o, b, b, b, b, l, b, d0, (iha_buffer){out, n - 1}, d2),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, &s, &o, b, b, b, b, l, d1, d0, d1, d2),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    /* An output one float short of its tensor. */
+    tu_assert_status(tu_ctx,
+                     iha_attention_backward(tu_ctx, &s, &o, b, b, b, b, l, b, d0, d1, (iha_buffer){out, 2 * n + 1}),
+                     IHA_ERROR_BUFFER_TOO_SMALL);
+    /* Rotary and half storage. */
+    iha_attention_options bad = o;
+    bad.rope = 1;
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, &s, &bad, b, b, b, b, l, b, d0, d1, d2),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    bad = o;
+    bad.storage = IHA_STORAGE_F16;
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, &s, &bad, b, b, b, b, l, b, d0, d1, d2),
+                     IHA_ERROR_UNSUPPORTED);
+    bad = o;
+    bad.mask = 9;
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, &s, &bad, b, b, b, b, l, b, d0, d1, d2),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, NULL, &o, b, b, b, b, l, b, d0, d1, d2),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(iha_attention_backward(NULL, &s, &o, b, b, b, b, l, b, d0, d1, d2), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
+    tu_assert_buffer_all(tu_ctx, out, 0, 3 * n, 3.0f);
+    free(three);
+    tu_buffer_release(in), tu_buffer_release(lse), tu_buffer_release(out);
+}
+
+int main(void)
+{
+    tu_init_environment();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reference_matches_finite_differences),
+        cmocka_unit_test(every_mask_ragged),
+        cmocka_unit_test(wide_heads),
+        cmocka_unit_test(refusals),
+    };
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+}
