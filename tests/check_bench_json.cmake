@@ -1,6 +1,6 @@
-# "iha bench --json" end to end on a small problem, then with --decode: the exit status, and the
-# report's keys and values that README.md (Benchmarks) documents and other tools read; and the
-# options that would be ignored, refused with exit status 2. Times and rates are only checked to
+# "iha bench --json" end to end on a small problem, then with --decode and with --backward: the
+# exit status, and the report's keys and values that README.md (Benchmarks) documents and other
+# tools read; and the options that would be ignored, refused with exit status 2. Times and rates are only checked to
 # be positive and finite: speed belongs to benchmarks, not to tests.
 #   cmake -DIHA=<path to iha> -P check_bench_json.cmake
 cmake_minimum_required(VERSION 3.19) # string(JSON)
@@ -121,6 +121,7 @@ endif()
 
 expect_equal(skipped cold_start state)
 expect_equal(skipped decode state)
+expect_equal(skipped backward state) # only with --backward
 
 # A decoding step instead of the core, baseline, layer and cold start: those say so, and the
 # top-level seconds and gflops (the core's) are null rather than zeros of a run that never was.
@@ -133,7 +134,7 @@ if(NOT status EQUAL 0)
 endif()
 expect_type(NULL seconds)
 expect_type(NULL gflops)
-foreach(section attention baseline layer cold_start ceilings)
+foreach(section attention baseline backward layer cold_start ceilings)
   expect_equal(skipped ${section} state)
 endforeach()
 expect_equal(ran decode state)
@@ -150,8 +151,30 @@ endforeach()
 expect_equal(4096 decode cache_bytes_read)
 expect_type(NULL decode fraction_of_copy_bandwidth)
 
+# The backward pass on the core's problem and inputs, beside the core it is compared with.
+execute_process(
+  COMMAND "${IHA}" bench --backward --n 64 --reps 1 --no-layer --no-baseline --no-cold-start --no-ceilings --json
+  RESULT_VARIABLE status OUTPUT_VARIABLE report ERROR_VARIABLE errors)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "iha bench --backward exited with ${status}:\n${errors}")
+endif()
+expect_equal(ran attention state)
+expect_equal(ran backward state)
+foreach(key seconds flops gflops forward_seconds backward_over_forward)
+  expect_positive(backward ${key})
+endforeach()
+# FlashAttention-2's count: 10*d per visible pair, 2.5 times the forward's 4*d (exact integers
+# in the report), and the forward it is compared with is the core of the same run.
+member(forward_flops attention flops)
+math(EXPR expected_flops "${forward_flops} * 5 / 2")
+expect_equal(${expected_flops} backward flops)
+member(forward_seconds attention seconds)
+expect_equal(${forward_seconds} backward forward_seconds)
+expect_type(NULL backward fraction_of_peak_fma) # --no-ceilings
+
 # Options the chosen measurement would ignore are usage errors, not silently dropped.
-foreach(arguments "--half" "--half-weights" "--cache-tokens;64" "--decode;--n;64" "--decode;--baseline-reps;2")
+foreach(arguments "--half" "--half-weights" "--cache-tokens;64" "--decode;--n;64" "--decode;--baseline-reps;2"
+                  "--backward;--decode")
   execute_process(COMMAND "${IHA}" bench ${arguments} --json RESULT_VARIABLE status OUTPUT_VARIABLE report
                   ERROR_VARIABLE errors)
   if(NOT status EQUAL 2 OR NOT report STREQUAL "" OR errors STREQUAL "")

@@ -1,8 +1,9 @@
 /*
  * bench.h - "iha bench": what it was asked to run (bench_config) and what it measured
- * (bench_results), shared by the measuring (bench_ceilings.c, bench_core.c, bench_layer.c,
- * bench_decode.c, cold_start.c) and the reporting (bench_report.c) halves. Every time is a
- * median in seconds; every FLOP count follows SPEC's cost model (cost.h).
+ * (bench_results), shared by the measuring (bench_ceilings.c, bench_core.c with the backward
+ * pass, bench_layer.c, bench_decode.c, cold_start.c) and the reporting (bench_report.c) halves.
+ * Every time is a median in seconds; every FLOP count follows SPEC's cost model (cost.h), the
+ * backward pass's FlashAttention-2's convention (bench_backward).
  */
 #ifndef IHA_TOOLS_BENCH_H
 #define IHA_TOOLS_BENCH_H
@@ -24,6 +25,7 @@ typedef struct bench_config {
     const char *device;            /* NULL: $IHA_DEVICE or the default */
     int json;
     int run_layer, run_ceilings, run_baseline, run_cold_start;
+    int run_backward;              /* --backward: also the core's gradients (slow; off by default) */
     int run_decode;                /* --decode: only the decoding step (and the ceilings), not the core */
     size_t decode_tokens;          /* tokens already in the cache, per sequence */
     int decode_half;               /* the cache stores half */
@@ -87,6 +89,17 @@ typedef struct bench_baseline {
     double rel_difference;   /* ||fused - unfused|| / ||unfused|| over those sequences' outputs */
 } bench_baseline;
 
+/* iha_attention_backward on the core's problem, its o and lse from one iha_attention call
+ * (bench_core.c). FLOPs follow FlashAttention-2's convention: five T x T products (S recomputed,
+ * dP, dV, dQ, dK), 10*d per visible pair, 2.5 times the forward's 4*d. The library's kernels do
+ * more (its dq and dk/dv kernels each recompute S and dP: 14*d), which the count leaves out. */
+typedef struct bench_backward {
+    bench_state state; /* skipped without --backward; never BENCH_NOT_RUN (a failure fails the run) */
+    double flops;           /* 10*d per visible pair, B*H sequences */
+    double seconds;
+    double forward_seconds; /* the core's fused iha_attention in the same run */
+} bench_backward;
+
 /* Bytes each memory-bound stage must move at least (float32, every tensor touched once):
  *   mixing   reads Q, K, V (3*B*N*H*d) and alpha_Q/K/V (3*H*H*P), writes Qt, Kt, Vt (3*B*H*T*d);
  *   collapse reads O (B*H*T*d) and R (H*H*P), writes Y (B*N*H*d). */
@@ -139,6 +152,7 @@ typedef struct bench_results {
     bench_ceilings ceilings;
     bench_core core;
     bench_baseline baseline;
+    bench_backward backward;
     bench_layer layer;
     bench_cold_start cold;
     bench_decode decode;
@@ -153,7 +167,9 @@ int bench_fail(iha_context *ctx, iha_status status, const char *what);
 int bench_ceilings_run(iha_context *ctx, const bench_config *c, int device_is_cpu, bench_ceilings *out);
 /* The second reading of the compute ceilings, after everything else in the process ran. */
 int bench_ceilings_recheck(iha_context *ctx, const bench_config *c, bench_ceilings *out);
-int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, bench_baseline *baseline);
+/* The core, then the baseline and the backward pass where the config asks for them. */
+int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, bench_baseline *baseline,
+                   bench_backward *backward);
 int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out);
 int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out);
 

@@ -1,6 +1,7 @@
 /*
  * bench_core.c - the attention core alone (iha_attention on device buffers of mixed
- * sequences) and the unfused baseline on the same inputs, with a check that both agree.
+ * sequences), the unfused baseline on the same inputs with a check that both agree, and with
+ * --backward the core's gradients (iha_attention_backward) from the same inputs.
  */
 #include <math.h>
 #include <stdio.h>
@@ -10,15 +11,17 @@
 #include "rng.h"
 #include "timer.h"
 
-/* Qt, Kt, Vt and the two outputs, each [B][H][T][d]. */
+/* Qt, Kt, Vt and the two outputs, each [B][H][T][d]; with --backward also the gradient of the
+ * output dO (random, like the inputs), the gradients dQt, dKt, dVt, and the log-sum-exp [B][H][T]. */
 typedef struct core_buffers {
     size_t elems;
     cl_mem qt, kt, vt, fused, unfused;
+    cl_mem dout, dqt, dkt, dvt, lse;
 } core_buffers;
 
 static void release_buffers(core_buffers *b)
 {
-    cl_mem *all[] = {&b->qt, &b->kt, &b->vt, &b->fused, &b->unfused};
+    cl_mem *all[] = {&b->qt, &b->kt, &b->vt, &b->fused, &b->unfused, &b->dout, &b->dqt, &b->dkt, &b->dvt, &b->lse};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         if (*all[i])
             clReleaseMemObject(*all[i]);
@@ -26,8 +29,9 @@ static void release_buffers(core_buffers *b)
     }
 }
 
-static int create_buffers(iha_context *ctx, const iha_shape *s, core_buffers *b)
+static int create_buffers(iha_context *ctx, const bench_config *c, core_buffers *b)
 {
+    const iha_shape *s = &c->core;
     b->elems = s->batch * s->heads * s->tokens * s->pseudo * s->head_dim; /* bounded by the option caps */
     float *host = malloc(b->elems * sizeof *host);
     if (!host) {
@@ -35,20 +39,22 @@ static int create_buffers(iha_context *ctx, const iha_shape *s, core_buffers *b)
         return -1;
     }
     cl_context cl = iha_context_cl_context(ctx);
-    cl_mem *inputs[] = {&b->qt, &b->kt, &b->vt};
+    cl_mem *inputs[] = {&b->qt, &b->kt, &b->vt, &b->dout};
+    cl_mem *outputs[] = {&b->fused, &b->unfused, &b->dqt, &b->dkt, &b->dvt};
+    const int n_inputs = c->run_backward ? 4 : 3, n_outputs = c->run_backward ? 5 : 2;
     cl_int err = CL_SUCCESS;
     rng g = {7};
-    for (int i = 0; i < 3 && err == CL_SUCCESS; i++) {
+    for (int i = 0; i < n_inputs && err == CL_SUCCESS; i++) {
         rng_fill(&g, host, b->elems, 1.0f);
         *inputs[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, b->elems * sizeof *host, host, &err);
     }
     free(host);
-    if (err == CL_SUCCESS)
-        b->fused = clCreateBuffer(cl, CL_MEM_READ_WRITE, b->elems * sizeof(float), NULL, &err);
-    if (err == CL_SUCCESS)
-        b->unfused = clCreateBuffer(cl, CL_MEM_READ_WRITE, b->elems * sizeof(float), NULL, &err);
+    for (int i = 0; i < n_outputs && err == CL_SUCCESS; i++)
+        *outputs[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE, b->elems * sizeof(float), NULL, &err);
+    if (err == CL_SUCCESS && c->run_backward)
+        b->lse = clCreateBuffer(cl, CL_MEM_READ_WRITE, b->elems / s->head_dim * sizeof(float), NULL, &err);
     if (err != CL_SUCCESS) {
-        fprintf(stderr, "iha bench: clCreateBuffer for the attention inputs failed with OpenCL error %d\n", (int)err);
+        fprintf(stderr, "iha bench: clCreateBuffer for the attention core failed with OpenCL error %d\n", (int)err);
         release_buffers(b);
         return -1;
     }
@@ -57,15 +63,26 @@ static int create_buffers(iha_context *ctx, const iha_shape *s, core_buffers *b)
 
 static iha_buffer at(cl_mem m) { return (iha_buffer){m, 0}; }
 
-static iha_status fused_once(iha_context *ctx, const iha_shape *s, const iha_attention_options *o,
-                             const core_buffers *b)
+/* One call of what is timed, until it has finished on the device. */
+typedef iha_status (*core_call)(iha_context *ctx, const bench_config *c, const core_buffers *b);
+
+static iha_status fused_once(iha_context *ctx, const bench_config *c, const core_buffers *b)
 {
-    iha_status st = iha_attention(ctx, s, o, at(b->qt), at(b->kt), at(b->vt), at(b->fused), (iha_buffer){NULL, 0});
+    iha_status st = iha_attention(ctx, &c->core, &c->options, at(b->qt), at(b->kt), at(b->vt), at(b->fused),
+                                  (iha_buffer){NULL, 0});
     return st == IHA_OK ? iha_context_finish(ctx) : st;
 }
 
-/* The median of `reps` timed fused runs; the caller has warmed up. */
-static iha_status time_fused(iha_context *ctx, const bench_config *c, const core_buffers *b, double *seconds)
+static iha_status backward_once(iha_context *ctx, const bench_config *c, const core_buffers *b)
+{
+    iha_status st = iha_attention_backward(ctx, &c->core, &c->options, at(b->qt), at(b->kt), at(b->vt), at(b->fused),
+                                           at(b->lse), at(b->dout), at(b->dqt), at(b->dkt), at(b->dvt));
+    return st == IHA_OK ? iha_context_finish(ctx) : st;
+}
+
+/* The median of `reps` timed runs of `call`; the caller has warmed up. */
+static iha_status time_call(iha_context *ctx, const bench_config *c, const core_buffers *b, core_call call,
+                            double *seconds)
 {
     double *samples = malloc(c->reps * sizeof *samples);
     if (!samples)
@@ -73,7 +90,7 @@ static iha_status time_fused(iha_context *ctx, const bench_config *c, const core
     iha_status st = IHA_OK;
     for (size_t i = 0; i < c->reps && st == IHA_OK; i++) {
         double start = timer_seconds();
-        st = fused_once(ctx, &c->core, &c->options, b);
+        st = call(ctx, c, b);
         samples[i] = timer_seconds() - start;
     }
     if (st == IHA_OK)
@@ -163,23 +180,50 @@ static int run_baseline(iha_context *ctx, const bench_config *c, const core_buff
     return 0;
 }
 
-int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, bench_baseline *baseline)
+/* The gradients need the forward's o and its log-sum-exp, which the timed core runs do not
+ * write: one more forward call writes both, then the backward is warmed up and timed like the
+ * core. dO is random: the time does not depend on its values. */
+static int run_backward(iha_context *ctx, const bench_config *c, const core_buffers *b, bench_backward *out)
+{
+    const iha_shape *s = &c->core;
+    iha_status st = iha_attention(ctx, s, &c->options, at(b->qt), at(b->kt), at(b->vt), at(b->fused), at(b->lse));
+    if (st == IHA_OK)
+        st = iha_context_finish(ctx);
+    if (st != IHA_OK)
+        return bench_fail(ctx, st, "attention core with log-sum-exp, for the backward pass");
+    st = backward_once(ctx, c, b); /* warm-up: builds the kernels */
+    if (st == IHA_OK)
+        st = time_call(ctx, c, b, backward_once, &out->seconds);
+    if (st != IHA_OK)
+        return bench_fail(ctx, st, "attention backward");
+    out->state = BENCH_RAN;
+    return 0;
+}
+
+int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, bench_baseline *baseline,
+                   bench_backward *backward)
 {
     const iha_shape *s = &c->core;
     const double d = (double)s->head_dim, bh = (double)(s->batch * s->heads);
-    core->flops = 4 * d * bh * cost_visible_pairs(s, &c->options);
+    const double pairs = bh * cost_visible_pairs(s, &c->options); /* over all B*H sequences */
+    core->flops = 4 * d * pairs;
+    backward->flops = 10 * d * pairs; /* FlashAttention-2's convention (bench.h) */
     core->bytes = 4 * bh * (double)(s->tokens * s->pseudo) * d * sizeof(float);
-    core_buffers b = {0, NULL, NULL, NULL, NULL, NULL};
-    if (create_buffers(ctx, s, &b))
+    core_buffers b = {0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    if (create_buffers(ctx, c, &b))
         return -1;
-    iha_status st = fused_once(ctx, s, &c->options, &b); /* warm-up: builds the kernels */
+    iha_status st = fused_once(ctx, c, &b); /* warm-up: builds the kernels */
     if (st == IHA_OK)
-        st = time_fused(ctx, c, &b, &core->seconds);
+        st = time_call(ctx, c, &b, fused_once, &core->seconds);
     int failed = st != IHA_OK ? bench_fail(ctx, st, "attention core") : 0;
     if (!failed)
         core->state = BENCH_RAN;
     if (!failed && c->run_baseline)
         failed = run_baseline(ctx, c, &b, baseline);
+    if (!failed && c->run_backward) {
+        backward->forward_seconds = core->seconds;
+        failed = run_backward(ctx, c, &b, backward);
+    }
     release_buffers(&b);
     return failed;
 }

@@ -208,6 +208,27 @@ static void print_core(const bench_config *cfg, const bench_results *r)
     printf(", copy bandwidth %.3f\n", bw / k->copy_bytes_per_second);
 }
 
+static void print_backward(const bench_results *r)
+{
+    const bench_backward *b = &r->backward;
+    printf("\nattention backward: the core's problem (iha_attention_backward, from one iha_attention call's o, lse)\n");
+    if (b->state != BENCH_RAN) {
+        printf("  skipped (run with --backward)\n");
+        return;
+    }
+    printf("  %-34s %9s %9s %9s\n", "kernel", "ms", "GFLOP", "GFLOP/s");
+    printf("  %-34s", "backward (dQt, dKt, dVt)");
+    cell(1e3 * b->seconds, 9, 1), cell(1e-9 * b->flops, 9, 2), cell(rate(1e-9 * b->flops, b->seconds), 9, 1);
+    printf("\n  FLOPs: 10*d per visible pair, FlashAttention-2's five products (S recomputed, dP, dV, dQ, dK),\n"
+           "  2.5x the forward's 4*d\n");
+    printf("  backward / forward time: %.2f (forward: the fused core above, %.1f ms)",
+           rate(b->seconds, b->forward_seconds), 1e3 * b->forward_seconds);
+    if (ceilings_ran(r))
+        printf("; backward as a fraction of peak FMA %.3f",
+               rate(b->flops, b->seconds) / (r->ceilings.peak_fma_gflops * 1e9));
+    printf("\n");
+}
+
 static void print_layer(const bench_config *cfg, const bench_results *r)
 {
     const iha_shape *s = &cfg->layer;
@@ -307,6 +328,7 @@ void bench_print_table(const bench_config *c, const bench_results *r)
         return;
     }
     print_core(c, r);
+    print_backward(r);
     print_layer(c, r);
     print_cold(r);
 }
@@ -439,6 +461,23 @@ static void json_core(json_writer *w, const bench_config *cfg, const bench_resul
     json_end_object(w);
 }
 
+static void json_backward(json_writer *w, const bench_results *r)
+{
+    const bench_backward *b = &r->backward;
+    const double g = rate(b->flops, b->seconds);
+    json_begin_object(w, "backward");
+    json_string(w, "state", state_name(b->state));
+    if (b->state == BENCH_RAN) {
+        json_number(w, "flops", b->flops);
+        json_number(w, "seconds", b->seconds);
+        json_number(w, "gflops", 1e-9 * g);
+        json_number(w, "forward_seconds", b->forward_seconds);
+        json_number(w, "backward_over_forward", rate(b->seconds, b->forward_seconds));
+        json_number(w, "fraction_of_peak_fma", fraction(g, r->ceilings.peak_fma_gflops * 1e9, ceilings_ran(r)));
+    }
+    json_end_object(w);
+}
+
 static void json_layer(json_writer *w, const bench_config *cfg, const bench_results *r)
 {
     const bench_layer *l = &r->layer;
@@ -541,6 +580,7 @@ void bench_print_json(const bench_config *c, const bench_results *r)
     json_number(&w, "seconds", core_ran ? r->core.seconds : NAN);
     json_number(&w, "gflops", core_ran ? rate(1e-9 * r->core.flops, r->core.seconds) : NAN);
     json_core(&w, c, r);
+    json_backward(&w, r);
     json_layer(&w, c, r);
     json_decode(&w, c, r);
     json_ceilings(&w, r);

@@ -31,6 +31,7 @@ static cli_option options[] = {
     {"no-ceilings", NULL, "skip the ceilings (copy, CLBlast/library/host SGEMM, peak FMA, attention loops)", NULL},
     {"no-baseline", NULL, "skip the unfused baseline", NULL},
     {"no-cold-start", NULL, "skip the cold-start child processes", NULL},
+    {"backward", NULL, "also time iha_attention_backward on the core's problem, against the core's time", NULL},
     {"decode", NULL, "measure a decoding step (one new token per sequence) instead of core, layer, cold start", NULL},
     {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
     {"half", NULL, "with --decode: store the cache in half precision", NULL},
@@ -50,10 +51,15 @@ static cli_spec spec = {
     "a fraction of them; the unfused baseline (GEMM, softmax, GEMM) for T <= 8192, timed on\n"
     "single (b, h) sequences and scaled by B*H, and the fused speed-up over it; and cold-start\n"
     "costs in child processes with fresh program caches.\n"
+    "With --backward, also the core's gradients (iha_attention_backward, from one iha_attention\n"
+    "call's o and lse; off by default, as the first backward kernel is slow): GFLOP/s counting\n"
+    "10*d FLOPs per visible pair (FlashAttention-2's five products, 2.5x the forward's 4*d) and\n"
+    "the ratio of its time to the core's in the same run.\n"
     "With --decode, instead of the core, baseline, layer and cold start: a decoding step (one\n"
     "token per sequence; B, H, d, P, --model-dim, mask and window as given) against a cache of\n"
     "--cache-tokens tokens, its cache-read bandwidth next to the copy bandwidth, tokens/s;\n"
-    "--cache-tokens, --half and --half-weights need --decode, --n and --baseline-reps refuse it.\n"
+    "--cache-tokens, --half and --half-weights need --decode; --n, --baseline-reps and --backward\n"
+    "refuse it.\n"
     "Exit status: 0 success, 1 failure, 2 usage.",
     options,
 };
@@ -94,6 +100,7 @@ static int read_options(bench_config *c)
     c->run_baseline = !cli_get(&spec, "no-baseline");
     c->run_cold_start = !cli_get(&spec, "no-cold-start");
     c->run_decode = cli_get(&spec, "decode") != NULL;
+    c->run_backward = cli_get(&spec, "backward") != NULL;
     c->decode_half = cli_get(&spec, "half") != NULL;
     c->decode_half_weights = cli_get(&spec, "half-weights") != NULL;
     c->decode_tokens = 4096;
@@ -102,7 +109,7 @@ static int read_options(bench_config *c)
     /* An option that the chosen measurement would not use is refused rather than ignored: a run
      * with --half but without --decode would otherwise look like a half-precision result. */
     static const char *const decode_only[] = {"cache-tokens", "half", "half-weights", NULL};
-    static const char *const core_only[] = {"n", "baseline-reps", NULL};
+    static const char *const core_only[] = {"n", "baseline-reps", "backward", NULL};
     const char *const *unused = c->run_decode ? core_only : decode_only;
     for (size_t i = 0; unused[i]; i++) {
         if (!cli_get(&spec, unused[i]))
@@ -171,8 +178,11 @@ static int measure(const bench_config *c, bench_results *r)
         progress("decoding step");
         failed = bench_decode_run(ctx, c, &r->decode);
     } else if (!failed) {
-        progress(c->run_baseline ? "attention core and unfused baseline" : "attention core");
-        failed = bench_core_run(ctx, c, &r->core, &r->baseline);
+        char what[64];
+        snprintf(what, sizeof what, "attention core%s%s", c->run_baseline ? ", unfused baseline" : "",
+                 c->run_backward ? ", backward pass" : "");
+        progress(what);
+        failed = bench_core_run(ctx, c, &r->core, &r->baseline, &r->backward);
     }
     if (!failed && c->run_layer) {
         progress("whole layer");
