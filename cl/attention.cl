@@ -135,27 +135,10 @@ static inline float hsum(floatK v)
  * stay below 2^MAX_SLACK before normalisation. */
 #define MAX_SLACK 8.0f
 
-/* 2^x for x <= MAX_SLACK (scores minus their reference point), -inf included. x = n + f with
- * n = round(x) and f in [-1/2, 1/2]: adding 1.5 * 2^23 rounds to an integer whose low bits hold
- * n, so the reduction costs two additions (no floor, which PoCL emulates in ~17 instructions per
- * vector on AVX2), 2^n goes straight into the exponent bits and 2^f is a degree-6 polynomial
- * fitted for relative error (7.9e-8 in float for f in [-1/2, 1/2], so over all of
- * [-126, MAX_SLACK]). Results below 2^-126, and -inf, become 0 through the mask: the
- * probabilities they stand for are negligible. */
-static inline floatK exp2_bounded(floatK x)
-{
-    const floatK t = x + (floatK)(12582912.0f);
-    const floatK f = x - (t - (floatK)(12582912.0f));
-    floatK p = (floatK)(1.534566254e-04f);
-    p = fma(p, f, (floatK)(1.339992275e-03f));
-    p = fma(p, f, (floatK)(9.618489072e-03f));
-    p = fma(p, f, (floatK)(5.550328642e-02f));
-    p = fma(p, f, (floatK)(2.402264625e-01f));
-    p = fma(p, f, (floatK)(6.931471825e-01f));
-    p = fma(p, f, (floatK)(1.0f));
-    const intK r = as_intK(p) + (as_intK(t) << 23);
-    return as_floatK(r & (x >= (floatK)(-126.0f)));
-}
+/* exp2_bounded(floatK x): 2^x for x <= MAX_SLACK (scores minus their reference point), -inf
+ * included; see the header. */
+#include "exp2_bounded.clh"
+IHA_DEFINE_EXP2_BOUNDED(exp2_bounded, floatK, intK)
 
 #if ATT_FAST_EXP
 #define EXP2_SCORES exp2_bounded

@@ -9,14 +9,14 @@
  * every output row has one writer and no atomics are needed. Each work-item keeps its rows in
  * private float4 arrays of HEAD_DIM (a compile-time constant) and walks the other side's rows
  * in order, which streams them through the cache. This is the straightforward form of the
- * algorithm, right on every device; tiled variants like the forward kernels' are future work
- * (BENCHMARKS.md, "Backward"). */
+ * algorithm, right on every device and head width: GPUs run it, and CPUs for widths that 16
+ * does not divide; other CPUs run cl/attention_backward_tiles.cl (BENCHMARKS.md, "Backward"). */
 
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined by the host"
 #endif
 
-/* MASK_* and visible_range(t, T, P, mask, window) -> [lo, hi]. */
+/* MASK_*, visible_range(t, ...) -> visible keys, seeing_queries(u, ...) -> queries that see u. */
 #include "masks.clh"
 
 /* Head-dimension chunks of 4; the last one zero-padded when 4 does not divide HEAD_DIM. */
@@ -79,25 +79,6 @@ static inline void axpy_row(float4 *acc, float w, const __global float *row)
             if (4 * c + 2 < HEAD_DIM) acc[c].z = fma(w, row[4 * c + 2], acc[c].z);
         }
     }
-}
-
-/* The virtual queries that see key u: [lo, hi], the inverse of visible_range (whose ends are
- * non-decreasing in t, so the set is an interval). */
-static inline int2 seeing_queries(int u, int T, int P, int mask, int window)
-{
-    const int m = u / P;
-    int lo, hi;
-    if (mask == MASK_CAUSAL) {
-        lo = u;
-        hi = window > 0 ? min(T - 1, u + window * P - 1) : T - 1;
-    } else if (mask == MASK_TOKEN_CAUSAL) {
-        lo = m * P;
-        hi = window > 0 ? min(T - 1, (m + window) * P - 1) : T - 1;
-    } else {
-        lo = window > 0 ? max(0, m - window + 1) * P : 0;
-        hi = window > 0 ? min(T - 1, (m + window) * P - 1) : T - 1;
-    }
-    return (int2)(lo, hi);
 }
 
 /* Dt[bh][t] = dO[t] . O[t]. One work-item per row. */

@@ -348,10 +348,13 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
  * recomputed from lse, so the extra memory is B*H*T floats, never a T x T matrix. The same
  * options as iha_attention (mask, window, scale; rope must be 0), with float32 storage only
  * (IHA_ERROR_UNSUPPORTED for half). Each output must not overlap any input or another output
- * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. The other steps of the layer's
- * backward pass (collapse, mixing, rotary, projections) are not in the library yet. This first
- * version walks one row per work-item (BENCHMARKS.md, "Backward"); it is correct on every
- * device and shape, and several times slower than the forward kernel per FLOP. */
+ * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. Internal workspace: B*H*T
+ * floats, and on CPUs with d a multiple of 16 four packed copies of the inputs (4*B*H*T*d
+ * floats), counted against the device's memory before anything is enqueued. On such CPUs it
+ * runs register-tile kernels like the forward's; elsewhere (GPUs, other widths) simpler
+ * row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward"). The other steps
+ * of the layer's backward pass (collapse, mixing, rotary, projections) are not in the library
+ * yet. */
 iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                   iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
                                   iha_buffer dout, iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "reference.h"
 #include "test_util.h"
 
@@ -95,17 +96,77 @@ static void every_mask_ragged(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 100 + i);
 }
 
-/* Widths of the demo layer and beyond, with more rows than a work-group. */
+/* Widths of the demo layer and beyond, with more rows than a work-group. On CPUs widths that
+ * 16 divides take the register-tile kernels, the others the row kernels; ragged T (not a
+ * multiple of the tiles' 4 rows or 16 columns) under every mask. */
 static void wide_heads(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     static const bwd_case cases[] = {
-        {1, 40, 1, 64, 2, IHA_MASK_CAUSAL, 0},
-        {1, 33, 1, 130, 2, IHA_MASK_CAUSAL, 5},
-        {1, 20, 2, 256, 1, IHA_MASK_NONE, 0},
+        {1, 40, 1, 64, 2, IHA_MASK_CAUSAL, 0},         {1, 33, 1, 130, 2, IHA_MASK_CAUSAL, 5},
+        {1, 20, 2, 256, 1, IHA_MASK_NONE, 0},          {1, 7, 1, 48, 3, IHA_MASK_CAUSAL, 0},
+        {2, 9, 2, 32, 3, IHA_MASK_TOKEN_CAUSAL, 2},    {1, 21, 1, 16, 3, IHA_MASK_TOKEN_CAUSAL, 0},
+        {1, 13, 1, 32, 3, IHA_MASK_NONE, 3},           {1, 30, 1, 64, 2, IHA_MASK_CAUSAL, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 200 + i);
+}
+
+/* The register-tile kernels forced through the internal enqueue (packed buffers given), whatever
+ * the device would choose: Oclgrind (a GPU to the library) runs them too in CI. Inputs and
+ * outputs end exactly where their tensors do. */
+static void tile_kernels_forced(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const bwd_case cases[] = {
+        {1, 7, 1, 16, 3, IHA_MASK_CAUSAL, 0},
+        {1, 9, 2, 32, 2, IHA_MASK_TOKEN_CAUSAL, 3},
+        {2, 5, 1, 16, 3, IHA_MASK_NONE, 2},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const bwd_case *c = &cases[ci];
+        const size_t T = c->N * c->P, n = c->B * c->H * T * c->d, rows = c->B * c->H * T;
+        const iha_dims dims = {c->B, c->N, c->H, c->d, c->P, T};
+        tu_rng rng;
+        tu_rng_seed(&rng, 400 + ci);
+        float *in[4] = {tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f),
+                        tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f)};
+        const ref_problem p = problem_of(c);
+        double *o = tu_malloc(n * sizeof *o), *lse = tu_malloc(rows * sizeof *lse);
+        assert_int_equal(ref_attention(&p, in[0], in[1], in[2], o, lse), 0);
+        float *of = tu_malloc(n * sizeof *of), *lf = tu_malloc(rows * sizeof *lf);
+        for (size_t i = 0; i < n; i++) of[i] = (float)o[i];
+        for (size_t i = 0; i < rows; i++) lf[i] = (float)lse[i];
+        cl_mem b[6], out[3], packed[4], delta = tu_buffer_new(tu_ctx, rows);
+        for (int i = 0; i < 3; i++) b[i] = tu_buffer_guarded(tu_ctx, in[i], n, 0, 0, 0);
+        b[3] = tu_buffer_guarded(tu_ctx, of, n, 0, 0, 0);
+        b[4] = tu_buffer_guarded(tu_ctx, lf, rows, 0, 0, 0);
+        b[5] = tu_buffer_guarded(tu_ctx, in[3], n, 0, 0, 0);
+        for (int i = 0; i < 3; i++) out[i] = tu_buffer_guarded(tu_ctx, NULL, n, 0, 0, 0);
+        for (int i = 0; i < 4; i++) packed[i] = tu_buffer_new(tu_ctx, iha__packed_keys_elements(&dims, 16));
+        iha_backward_refs r = {{b[0], 0}, {b[1], 0}, {b[2], 0}, {b[3], 0}, {b[4], 0}, {b[5], 0},
+                               {out[0], 0}, {out[1], 0}, {out[2], 0}, delta, {packed[0], packed[1], packed[2], packed[3]}};
+        tu_assert_status(tu_ctx,
+                         iha__attention_backward_enqueue(tu_ctx, &dims, &r, c->mask, (size_t)c->window,
+                                                         1.0f / sqrtf((float)c->d)),
+                         IHA_OK);
+        double *ref[3];
+        for (int i = 0; i < 3; i++) ref[i] = tu_malloc(n * sizeof(double));
+        assert_int_equal(ref_attention_backward(&p, in[0], in[1], in[2], in[3], ref[0], ref[1], ref[2]), 0);
+        float *got = tu_malloc(n * sizeof *got);
+        static const char *const names[3] = {"dqt (tiles)", "dkt (tiles)", "dvt (tiles)"};
+        for (int i = 0; i < 3; i++) {
+            tu_buffer_read(tu_ctx, out[i], 0, got, n);
+            tu_assert_close(names[i], got, ref[i], n, TU_TOL_F32);
+            free(ref[i]);
+        }
+        free(got), free(o), free(lse), free(of), free(lf);
+        for (int i = 0; i < 4; i++) free(in[i]), tu_buffer_release(packed[i]);
+        for (int i = 0; i < 6; i++) tu_buffer_release(b[i]);
+        for (int i = 0; i < 3; i++) tu_buffer_release(out[i]);
+        tu_buffer_release(delta);
+    }
 }
 
 /* sum(dout * O) as a function of one input element, in double through the reference forward. */
@@ -221,6 +282,7 @@ int main(void)
         cmocka_unit_test(reference_matches_finite_differences),
         cmocka_unit_test(every_mask_ragged),
         cmocka_unit_test(wide_heads),
+        cmocka_unit_test(tile_kernels_forced),
         cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);

@@ -1,52 +1,104 @@
-/* Host side of cl/attention_backward.cl: the row dots, then dq per query row, then dk and dv
- * per key row, all on the context's in-order queue. */
+/* Host side of the attention backward kernels: the row dots Dt, then dq, then dk and dv, all on
+ * the context's in-order queue. CPUs with head widths that 16 divides take the register-tile
+ * kernels of cl/attention_backward_tiles.cl (on packed copies of K, V, Q and dO); everything
+ * else the row-per-work-item kernels of cl/attention_backward.cl. */
 #include "kernels/kernels.h"
 
 #include <stdio.h>
 
 #include "runtime/launch.h"
 
-iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref qt, iha_ref kt, iha_ref vt,
-                                           iha_ref o, iha_ref lse, iha_ref dout, cl_mem delta, iha_ref dqt,
-                                           iha_ref dkt, iha_ref dvt, int mask, size_t window, float scale)
+/* Rows per work-item of the tile kernels. */
+#define BW_ROWS 4
+
+int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
 {
-    char options[32];
+    /* The tiles keep 2 * BW_ROWS rows of d floats per work-item in private memory: CPU caches
+     * hold them, a GPU's registers do not. */
+    return !ctx->info.is_gpu && head_dim % 16 == 0;
+}
+
+static void arg_ref(iha_args *a, iha_ref r) { iha__arg_tensor(a, r.mem, r.offset); }
+
+static void arg_mask(iha_args *a, const iha_dims *dims, int mask, size_t window, float scale)
+{
+    iha__arg_int(a, (cl_int)dims->T);
+    iha__arg_int(a, (cl_int)dims->P);
+    iha__arg_int(a, mask);
+    iha__arg_int(a, (cl_int)window);
+    iha__arg_float(a, scale);
+}
+
+iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r,
+                                           int mask, size_t window, float scale)
+{
+    char options[48];
     snprintf(options, sizeof options, "-DHEAD_DIM=%zu", dims->d);
-    const size_t global[2] = {dims->T, dims->B * dims->H};
+    const size_t rows[2] = {dims->T, dims->B * dims->H};
     cl_kernel k;
 
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_rowdot_f32", &k));
     iha_args a = iha__args_begin(k);
-    iha__arg_tensor(&a, o.mem, o.offset);
-    iha__arg_tensor(&a, dout.mem, dout.offset);
-    iha__arg_mem(&a, delta);
+    arg_ref(&a, r->o);
+    arg_ref(&a, r->dout);
+    iha__arg_mem(&a, r->delta);
     iha__arg_int(&a, (cl_int)dims->T);
-    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, global, NULL, "attention_bwd_rowdot_f32"));
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_rowdot_f32"));
 
-    /* The inputs every gradient kernel reads, in the kernels' order. */
-    const iha_ref inputs[5] = {qt, kt, vt, dout, lse};
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dq_f32", &k));
-    a = iha__args_begin(k);
-    for (int i = 0; i < 5; ++i) iha__arg_tensor(&a, inputs[i].mem, inputs[i].offset);
-    iha__arg_mem(&a, delta);
-    iha__arg_tensor(&a, dqt.mem, dqt.offset);
-    iha__arg_int(&a, (cl_int)dims->T);
-    iha__arg_int(&a, (cl_int)dims->P);
-    iha__arg_int(&a, mask);
-    iha__arg_int(&a, (cl_int)window);
-    iha__arg_float(&a, scale);
-    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, global, NULL, "attention_bwd_dq_f32"));
+    if (r->packed[0] == NULL) {
+        const iha_ref inputs[5] = {r->qt, r->kt, r->vt, r->dout, r->lse};
+        IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dq_f32", &k));
+        a = iha__args_begin(k);
+        for (int i = 0; i < 5; ++i) arg_ref(&a, inputs[i]);
+        iha__arg_mem(&a, r->delta);
+        arg_ref(&a, r->dqt);
+        arg_mask(&a, dims, mask, window, scale);
+        IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dq_f32"));
 
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dkv_f32", &k));
+        IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dkv_f32", &k));
+        a = iha__args_begin(k);
+        for (int i = 0; i < 5; ++i) arg_ref(&a, inputs[i]);
+        iha__arg_mem(&a, r->delta);
+        arg_ref(&a, r->dkt);
+        arg_ref(&a, r->dvt);
+        arg_mask(&a, dims, mask, window, scale);
+        return iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dkv_f32");
+    }
+
+    /* K, V, Q and dO in 16-column blocks [B*H][T/16][d][16], zero-padded. */
+    const iha_ref sources[4] = {r->kt, r->vt, r->qt, r->dout};
+    for (int i = 0; i < 4; ++i)
+        IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, dims, sources[i], (iha_ref){r->packed[i], 0}, 16));
+    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DBW_ROWS=%d", dims->d, BW_ROWS);
+    const size_t tiles[2] = {(dims->T + BW_ROWS - 1) / BW_ROWS, dims->B * dims->H}, one[2] = {1, 1};
+
+    IHA_FORWARD_IF_ERROR(
+        iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_dq_tiles_f32", &k));
     a = iha__args_begin(k);
-    for (int i = 0; i < 5; ++i) iha__arg_tensor(&a, inputs[i].mem, inputs[i].offset);
-    iha__arg_mem(&a, delta);
-    iha__arg_tensor(&a, dkt.mem, dkt.offset);
-    iha__arg_tensor(&a, dvt.mem, dvt.offset);
-    iha__arg_int(&a, (cl_int)dims->T);
-    iha__arg_int(&a, (cl_int)dims->P);
-    iha__arg_int(&a, mask);
-    iha__arg_int(&a, (cl_int)window);
-    iha__arg_float(&a, scale);
-    return iha__launch(ctx, &a, 2, global, NULL, "attention_bwd_dkv_f32");
+    arg_ref(&a, r->qt);
+    iha__arg_tensor(&a, r->packed[0], 0);
+    iha__arg_tensor(&a, r->packed[1], 0);
+    arg_ref(&a, r->kt);
+    arg_ref(&a, r->dout);
+    arg_ref(&a, r->lse);
+    iha__arg_mem(&a, r->delta);
+    arg_ref(&a, r->dqt);
+    arg_mask(&a, dims, mask, window, scale);
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, tiles, one, "attention_bwd_dq_tiles_f32"));
+
+    IHA_FORWARD_IF_ERROR(
+        iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_dkv_tiles_f32", &k));
+    a = iha__args_begin(k);
+    iha__arg_tensor(&a, r->packed[2], 0);
+    iha__arg_tensor(&a, r->packed[3], 0);
+    arg_ref(&a, r->qt);
+    arg_ref(&a, r->kt);
+    arg_ref(&a, r->vt);
+    arg_ref(&a, r->dout);
+    arg_ref(&a, r->lse);
+    iha__arg_mem(&a, r->delta);
+    arg_ref(&a, r->dkt);
+    arg_ref(&a, r->dvt);
+    arg_mask(&a, dims, mask, window, scale);
+    return iha__launch(ctx, &a, 2, tiles, one, "attention_bwd_dkv_tiles_f32");
 }

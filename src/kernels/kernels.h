@@ -78,12 +78,21 @@ iha_status iha__attention_kernel_get(iha_context *ctx, const iha_attention_confi
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
                                   iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
                                   size_t window, float scale);
-/* The backward pass of attention (cl/attention_backward.cl): from qt, kt, vt, o, lse (natural
- * log) and dout, all [B][H][T][d] except lse [B][H][T], writes dqt, dkt and dvt. delta is
- * workspace of B*H*T floats. Every output element is written. */
-iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref qt, iha_ref kt, iha_ref vt,
-                                           iha_ref o, iha_ref lse, iha_ref dout, cl_mem delta, iha_ref dqt,
-                                           iha_ref dkt, iha_ref dvt, int mask, size_t window, float scale);
+/* The backward pass of attention: its tensors (see iha_attention_backward) and workspace. */
+typedef struct iha_backward_refs {
+    iha_ref qt, kt, vt, o, lse, dout; /* inputs; lse is the natural log */
+    iha_ref dqt, dkt, dvt;            /* outputs */
+    cl_mem delta;                     /* B*H*T floats */
+    cl_mem packed[4]; /* K, V, Q, dO in 16-column blocks: given, the tile kernels run (head
+                         widths that 16 divides only); NULL, the row kernels */
+} iha_backward_refs;
+/* Nonzero when the backward should run the register-tile kernels (cl/attention_backward_tiles.cl)
+ * on this device, which need the four packed copies of iha__packed_keys_elements(dims, 16)
+ * floats each. */
+int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim);
+/* Dt = dO . O per row, then dqt, then dkt and dvt. Every output element is written. */
+iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *refs,
+                                           int mask, size_t window, float scale);
 /* The local-memory variant (cl/attention_local.cl, for GPUs): `rows` work-items per group, one
  * query row each, and tiles of `keys` keys (a multiple of key_block) staged in local memory.
  * Same inputs and outputs as iha__attention_enqueue. IHA_ERROR_UNSUPPORTED when the group or

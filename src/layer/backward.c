@@ -32,14 +32,23 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
         for (int i = 0; i < j; ++i)
             IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, out[j], n, out[i], n, f, out_names[j], out_names[i]));
     }
-    /* Workspace: Dt, one float per virtual row. */
-    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, p.lse_elems, f));
-    cl_mem delta;
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &delta));
-    IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(
-        ctx, &p.dims, iha__ref_of(in[0]), iha__ref_of(in[1]), iha__ref_of(in[2]), iha__ref_of(in[3]),
-        iha__ref_of(in[4]), iha__ref_of(in[5]), delta, iha__ref_of(out[0]), iha__ref_of(out[1]), iha__ref_of(out[2]),
-        p.mask, p.window, p.scale));
+    /* Workspace: Dt, one float per virtual row, and for the tile kernels packed copies of K,
+     * V, Q and dO. */
+    const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
+    const size_t packed = iha__packed_keys_elements(&p.dims, 16);
+    size_t total = SIZE_MAX, copies;
+    if (iha__mul(packed, tiled ? 4 : 0, &copies)) iha__add(copies, p.lse_elems, &total);
+    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
+    iha_backward_refs r = {iha__ref_of(in[0]), iha__ref_of(in[1]), iha__ref_of(in[2]), iha__ref_of(in[3]),
+                           iha__ref_of(in[4]), iha__ref_of(in[5]), iha__ref_of(out[0]), iha__ref_of(out[1]),
+                           iha__ref_of(out[2]), NULL, {NULL, NULL, NULL, NULL}};
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &r.delta));
+    if (tiled) {
+        /* The slots the forward calls use for their pseudo tensors, free during this call. */
+        static const iha_workspace_slot slots[4] = {IHA_WS_KT, IHA_WS_VT, IHA_WS_QT, IHA_WS_O};
+        for (int i = 0; i < 4; ++i) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, slots[i], packed * f, &r.packed[i]));
+    }
+    IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, &p.dims, &r, p.mask, p.window, p.scale));
     return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
 }
 

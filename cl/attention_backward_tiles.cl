@@ -1,0 +1,223 @@
+/* The backward pass of attention written like the forward kernel (cl/attention.cl), for CPUs:
+ * register tiles of BW_ROWS rows against blocks of 16 columns packed [d][16], so each tile of
+ * scores grows by HEAD_DIM broadcast-FMAs into float16 vectors. The roles mirror each other:
+ *  - attention_bwd_dq_tiles_f32: rows are queries, the 16 lanes are keys (K and V packed):
+ *      S = q.K, Pr = 2^(S - lse), dP = dO.V, dS = Pr (dP - Dt), dq += dS K (K as rows);
+ *  - attention_bwd_dkv_tiles_f32: rows are keys, the 16 lanes are queries (Q and dO packed):
+ *      S^T = k.Q, Pr^T = 2^(S^T - lse[lanes]), dP^T = v.dO, dS^T = Pr^T (dP^T - Dt[lanes]),
+ *      dv += Pr^T dO and dk += dS^T Q (dO and Q as rows).
+ * Scores are in base 2 with scale * log2(e) folded into the rows, and lse (natural log) is
+ * turned into base 2 once per row or lane, so no exponential needs a running maximum: every
+ * exponent is at most ~0. Blocks outside a tile's visible interval (masks.clh, and its inverse
+ * seeing_queries) are skipped. Every output row has one writer, so no atomics.
+ * HEAD_DIM must be a multiple of 16 (the host uses cl/attention_backward.cl otherwise). */
+
+#ifndef HEAD_DIM
+#error "HEAD_DIM must be defined by the host"
+#endif
+#if HEAD_DIM % 16
+#error "HEAD_DIM must be a multiple of 16"
+#endif
+/* Rows of one register tile, each work-item's rows. */
+#ifndef BW_ROWS
+#define BW_ROWS 4
+#endif
+
+#define KB 16
+#define CHUNKS (HEAD_DIM / 16)
+#define LOG2E 1.4426950408889634f
+
+#include "exp2_bounded.clh"
+IHA_DEFINE_EXP2_BOUNDED(exp2_bounded16, float16, int16)
+
+/* MASK_*, visible_range(t, ...) -> visible keys, seeing_queries(u, ...) -> queries that see u. */
+#include "masks.clh"
+
+#define LANE_IOTA ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+
+/* s[r] = a[r] . the 16 packed columns of blk: HEAD_DIM broadcast-FMAs per row. */
+static inline __attribute__((always_inline)) void tile_dots(float (*a)[HEAD_DIM], const __global float *blk,
+                                                           float16 *s)
+{
+    #pragma unroll
+    for (int r = 0; r < BW_ROWS; ++r) s[r] = (float16)(0.0f);
+    #pragma unroll 4
+    for (int c = 0; c < HEAD_DIM; ++c) {
+        const float16 col = vload16(0, blk + (size_t)c * KB);
+        #pragma unroll
+        for (int r = 0; r < BW_ROWS; ++r) s[r] = fma((float16)(a[r][c]), col, s[r]);
+    }
+}
+
+/* acc[r][.] += sum_j w[r][j] * rows[j], for the 16 rows from row j0 (clamped to `last`; their
+ * weights are 0 there), chunk by chunk over the head dimension so only BW_ROWS accumulators
+ * are live. w is read at an offset of `zero` (0 at run time, unknown to the compiler), as the
+ * forward's tile_pv_chunk does, so the 64 broadcasts are not kept live across chunks. */
+static inline __attribute__((always_inline)) void tile_accumulate(float16 (*acc)[CHUNKS], const float *w,
+                                                                 const __global float *rows, int j0, int last,
+                                                                 int zero)
+{
+    #pragma unroll 1
+    for (int cv = 0; cv < CHUNKS; ++cv) {
+        const float *wc = w + cv * zero;
+        float16 a[BW_ROWS];
+        #pragma unroll
+        for (int r = 0; r < BW_ROWS; ++r) a[r] = acc[r][cv];
+        #pragma unroll
+        for (int j = 0; j < KB; ++j) {
+            const float16 row = vload16(cv, rows + (size_t)min(j0 + j, last) * HEAD_DIM);
+            #pragma unroll
+            for (int r = 0; r < BW_ROWS; ++r) a[r] = fma((float16)(wc[r * KB + j]), row, a[r]);
+        }
+        #pragma unroll
+        for (int r = 0; r < BW_ROWS; ++r) acc[r][cv] = a[r];
+    }
+}
+
+static inline void store_rows(__global float *out, int t0, int T, float16 (*acc)[CHUNKS], float factor)
+{
+    for (int r = 0; r < BW_ROWS && t0 + r < T; ++r)
+        for (int cv = 0; cv < CHUNKS; ++cv) vstore16(acc[r][cv] * factor, cv, out + (size_t)(t0 + r) * HEAD_DIM);
+}
+
+/* dq for BW_ROWS query rows per work-item, over their visible key blocks. */
+__kernel void attention_bwd_dq_tiles_f32(__global const float *q, ulong q_off,     /* [B*H][T][HEAD_DIM] */
+                                         __global const float *kp, ulong kp_off,   /* K packed [B*H][T/16][d][16] */
+                                         __global const float *vp, ulong vp_off,   /* V packed likewise */
+                                         __global const float *k, ulong k_off,     /* [B*H][T][HEAD_DIM] */
+                                         __global const float *dout, ulong d_off,  /* [B*H][T][HEAD_DIM] */
+                                         __global const float *lse, ulong lse_off, /* [B*H][T] natural log */
+                                         __global const float *delta,              /* [B*H][T] */
+                                         __global float *dq, ulong dq_off,         /* [B*H][T][HEAD_DIM] */
+                                         int T, int P, int mask, int window, float scale)
+{
+    const int t0 = get_global_id(0) * BW_ROWS, bh = get_global_id(1);
+    if (t0 >= T) return;
+    const int blocks = (T + KB - 1) / KB;
+    const size_t rows_base = (size_t)bh * T * HEAD_DIM, packed_base = (size_t)bh * blocks * HEAD_DIM * KB;
+    const float scale_log2 = scale * LOG2E;
+
+    float qs[BW_ROWS][HEAD_DIM], g[BW_ROWS][HEAD_DIM];
+    float l2[BW_ROWS], dt[BW_ROWS];
+    int lo[BW_ROWS], hi[BW_ROWS];
+    int lo_min = T, lo_max = 0, hi_min = T, hi_max = 0;
+    float16 acc[BW_ROWS][CHUNKS];
+    #pragma unroll
+    for (int r = 0; r < BW_ROWS; ++r) {
+        const int t = min(t0 + r, T - 1); /* rows past T repeat the last one and are not stored */
+        const int2 range = visible_range(t, T, P, mask, window);
+        lo[r] = range.x, hi[r] = range.y;
+        lo_min = min(lo_min, lo[r]), lo_max = max(lo_max, lo[r]);
+        hi_min = min(hi_min, hi[r]), hi_max = max(hi_max, hi[r]);
+        for (int c = 0; c < HEAD_DIM; ++c) {
+            qs[r][c] = q[q_off + rows_base + (size_t)t * HEAD_DIM + c] * scale_log2;
+            g[r][c] = dout[d_off + rows_base + (size_t)t * HEAD_DIM + c];
+        }
+        l2[r] = lse[lse_off + (size_t)bh * T + t] * LOG2E;
+        dt[r] = delta[(size_t)bh * T + t];
+        for (int cv = 0; cv < CHUNKS; ++cv) acc[r][cv] = (float16)(0.0f);
+    }
+
+    const int zero = T < 0;
+    float ds[BW_ROWS * KB];
+    for (int blk = lo_min / KB; blk <= hi_max / KB; ++blk) {
+        const int j0 = blk * KB;
+        const __global float *kb = kp + kp_off + packed_base + (size_t)blk * HEAD_DIM * KB;
+        const __global float *vb = vp + vp_off + packed_base + (size_t)blk * HEAD_DIM * KB;
+        float16 s[BW_ROWS], dp[BW_ROWS];
+        tile_dots(qs, kb, s);
+        tile_dots(g, vb, dp);
+        const int whole = j0 >= lo_max && j0 + KB - 1 <= hi_min;
+        #pragma unroll
+        for (int r = 0; r < BW_ROWS; ++r) {
+            float16 p = exp2_bounded16(s[r] - (float16)(l2[r]));
+            if (!whole) {
+                const int16 u = (int16)(j0) + LANE_IOTA;
+                p = select((float16)(0.0f), p, (u >= (int16)(lo[r])) & (u <= (int16)(hi[r])));
+            }
+            vstore16(p * (dp[r] - (float16)(dt[r])), r, ds);
+        }
+        tile_accumulate(acc, ds, k + k_off + rows_base, j0, T - 1, zero);
+    }
+    store_rows(dq + dq_off + rows_base, t0, T, acc, scale);
+}
+
+/* dk and dv for BW_ROWS key rows per work-item, over the query blocks that see them. */
+__kernel void attention_bwd_dkv_tiles_f32(__global const float *qp, ulong qp_off,   /* Q packed [B*H][T/16][d][16] */
+                                          __global const float *gp, ulong gp_off,   /* dO packed likewise */
+                                          __global const float *q, ulong q_off,     /* [B*H][T][HEAD_DIM] */
+                                          __global const float *k, ulong k_off,     /* [B*H][T][HEAD_DIM] */
+                                          __global const float *v, ulong v_off,     /* [B*H][T][HEAD_DIM] */
+                                          __global const float *dout, ulong d_off,  /* [B*H][T][HEAD_DIM] */
+                                          __global const float *lse, ulong lse_off, /* [B*H][T] natural log */
+                                          __global const float *delta,              /* [B*H][T] */
+                                          __global float *dk, ulong dk_off,         /* [B*H][T][HEAD_DIM] */
+                                          __global float *dv, ulong dv_off,         /* [B*H][T][HEAD_DIM] */
+                                          int T, int P, int mask, int window, float scale)
+{
+    const int u0 = get_global_id(0) * BW_ROWS, bh = get_global_id(1);
+    if (u0 >= T) return;
+    const int blocks = (T + KB - 1) / KB;
+    const size_t rows_base = (size_t)bh * T * HEAD_DIM, packed_base = (size_t)bh * blocks * HEAD_DIM * KB;
+    const float scale_log2 = scale * LOG2E;
+
+    float ks[BW_ROWS][HEAD_DIM], vs[BW_ROWS][HEAD_DIM];
+    int lo[BW_ROWS], hi[BW_ROWS];
+    int lo_min = T, lo_max = 0, hi_min = T, hi_max = 0;
+    float16 acc_k[BW_ROWS][CHUNKS], acc_v[BW_ROWS][CHUNKS];
+    #pragma unroll
+    for (int r = 0; r < BW_ROWS; ++r) {
+        const int u = min(u0 + r, T - 1);
+        const int2 range = seeing_queries(u, T, P, mask, window);
+        lo[r] = range.x, hi[r] = range.y;
+        lo_min = min(lo_min, lo[r]), lo_max = max(lo_max, lo[r]);
+        hi_min = min(hi_min, hi[r]), hi_max = max(hi_max, hi[r]);
+        for (int c = 0; c < HEAD_DIM; ++c) {
+            ks[r][c] = k[k_off + rows_base + (size_t)u * HEAD_DIM + c] * scale_log2;
+            vs[r][c] = v[v_off + rows_base + (size_t)u * HEAD_DIM + c];
+        }
+        for (int cv = 0; cv < CHUNKS; ++cv) acc_k[r][cv] = acc_v[r][cv] = (float16)(0.0f);
+    }
+
+    const int zero = T < 0;
+    float pr[BW_ROWS * KB], ds[BW_ROWS * KB];
+    const __global float *lse_bh = lse + lse_off + (size_t)bh * T, *delta_bh = delta + (size_t)bh * T;
+    for (int blk = lo_min / KB; blk <= hi_max / KB; ++blk) {
+        const int j0 = blk * KB;
+        const __global float *qb = qp + qp_off + packed_base + (size_t)blk * HEAD_DIM * KB;
+        const __global float *gb = gp + gp_off + packed_base + (size_t)blk * HEAD_DIM * KB;
+        float16 s[BW_ROWS], dp[BW_ROWS];
+        tile_dots(ks, qb, s);
+        tile_dots(vs, gb, dp);
+        /* The block's queries' lse (base 2) and Dt; lanes past T repeat the last query, whose
+         * probability the mask makes 0. */
+        float16 l2, dt;
+        if (j0 + KB <= T) {
+            l2 = vload16(0, lse_bh + j0) * LOG2E;
+            dt = vload16(0, delta_bh + j0);
+        } else {
+            float tl[KB], td[KB];
+            for (int j = 0; j < KB; ++j) {
+                tl[j] = lse_bh[min(j0 + j, T - 1)] * LOG2E;
+                td[j] = delta_bh[min(j0 + j, T - 1)];
+            }
+            l2 = vload16(0, tl);
+            dt = vload16(0, td);
+        }
+        const int whole = j0 >= lo_max && j0 + KB - 1 <= hi_min;
+        #pragma unroll
+        for (int r = 0; r < BW_ROWS; ++r) {
+            float16 p = exp2_bounded16(s[r] - l2);
+            if (!whole) {
+                const int16 t = (int16)(j0) + LANE_IOTA;
+                p = select((float16)(0.0f), p, (t >= (int16)(lo[r])) & (t <= (int16)(hi[r])));
+            }
+            vstore16(p, r, pr);
+            vstore16(p * (dp[r] - dt), r, ds);
+        }
+        tile_accumulate(acc_v, pr, dout + d_off + rows_base, j0, T - 1, zero);
+        tile_accumulate(acc_k, ds, q + q_off + rows_base, j0, T - 1, zero);
+    }
+    store_rows(dk + dk_off + rows_base, u0, T, acc_k, scale);
+    store_rows(dv + dv_off + rows_base, u0, T, acc_v, 1.0f);
+}
