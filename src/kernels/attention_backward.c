@@ -8,12 +8,16 @@
 
 #include "runtime/launch.h"
 
-/* Rows per work-item of the tile kernels. */
+/* Rows of the tile kernels' register tiles. A work-item takes 8 tiles (32 rows) at d <= 64 and
+ * 16 (64 rows) above, so that it streams the keys and values (or queries and dO) it needs once
+ * for all its rows: at T = 8192, d = 128 one tile per work-item left the kernels waiting on
+ * that stream (27.5 GFLOP/s against 77-86 with 16 to 64 tiles; BENCHMARKS.md, "Backward").
+ * The tiles' state (four arrays of 4 rows of d floats) then lives in L2, read once per block. */
 #define BW_ROWS 4
 
 int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
 {
-    /* The tiles keep 2 * BW_ROWS rows of d floats per work-item in private memory: CPU caches
+    /* A work-item keeps up to 64 rows of d floats in each of four private arrays: CPU caches
      * hold them, a GPU's registers do not. */
     return !ctx->info.is_gpu && head_dim % 16 == 0;
 }
@@ -69,8 +73,10 @@ iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dim
     const iha_ref sources[4] = {r->kt, r->vt, r->qt, r->dout};
     for (int i = 0; i < 4; ++i)
         IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, dims, sources[i], (iha_ref){r->packed[i], 0}, 16));
-    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DBW_ROWS=%d", dims->d, BW_ROWS);
-    const size_t tiles[2] = {(dims->T + BW_ROWS - 1) / BW_ROWS, dims->B * dims->H}, one[2] = {1, 1};
+    const int tiles_per_item = dims->d <= 64 ? 8 : 16;
+    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, BW_ROWS, tiles_per_item);
+    const size_t per_item = (size_t)BW_ROWS * (size_t)tiles_per_item;
+    const size_t tiles[2] = {(dims->T + per_item - 1) / per_item, dims->B * dims->H}, one[2] = {1, 1};
 
     IHA_FORWARD_IF_ERROR(
         iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_dq_tiles_f32", &k));
