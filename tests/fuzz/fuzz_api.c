@@ -2,7 +2,8 @@
  * fuzz_api.c - libFuzzer target for the argument checks of the public API (include/iha.h).
  *
  * Each input picks a call (iha_forward, iha_attention_core, iha_attention, iha_forward_host,
- * iha_decode_step on a small KV cache with fuzzed per-sequence counts, iha_kv_cache_truncate),
+ * iha_decode_step on a small KV cache with fuzzed per-sequence counts, iha_kv_cache_truncate,
+ * iha_attention_backward),
  * a shape, options (storage of activations and weights included: float, half or invalid), and
  * for every tensor a buffer from a pool (sizes 1 to 16384 floats, NULL,
  * or a buffer of another OpenCL context) and an element offset. Dimensions and offsets come
@@ -191,8 +192,11 @@ static int overlap(tensor a, size_t na, size_t ea, tensor b, size_t nb, size_t e
            !((a.offset + na) * ea <= b.offset * eb || (b.offset + nb) * eb <= a.offset * ea);
 }
 
-enum { CALL_FORWARD, CALL_CORE, CALL_ATTENTION, CALL_HOST, CALL_DECODE, CALL_TRUNCATE, CALL_COUNT };
-enum { X, Z, WQ, WK, WV, WO, AQ, AK, AV, R, TENSORS }; /* core: X..WV are q, y, k, v; attention: qt, o, kt, vt, lse */
+enum { CALL_FORWARD, CALL_CORE, CALL_ATTENTION, CALL_HOST, CALL_DECODE, CALL_TRUNCATE, CALL_BACKWARD, CALL_COUNT };
+/* core: X..WV are q, y, k, v; attention: qt, o, kt, vt, lse; backward: backward_in, backward_out. */
+enum { X, Z, WQ, WK, WV, WO, AQ, AK, AV, R, TENSORS };
+/* iha_attention_backward's tensors: inputs qt, kt, vt, o, lse, dout and outputs dqt, dkt, dvt. */
+static const int backward_in[6] = {X, WQ, WK, WV, WO, AQ}, backward_out[3] = {Z, AK, AV};
 
 typedef struct call_case {
     int call;
@@ -218,7 +222,30 @@ static int bad_shape_or_options(const call_case *c)
         return 1;
     if (o->rope && (s->head_dim % 2 || !isfinite(o->rope_base) || o->rope_base < 0.0f))
         return 1;
-    return o->rope && c->call == CALL_ATTENTION;
+    return o->rope && (c->call == CALL_ATTENTION || c->call == CALL_BACKWARD);
+}
+
+/* iha_attention_backward: float storage only; every input and output fits (lse, in WO, is
+ * required), and no output overlaps an input or another output. */
+static int backward_must_refuse(const call_case *c, size_t virt, size_t lse)
+{
+    if (c->options.storage != IHA_STORAGE_F32 || c->options.weight_storage != IHA_STORAGE_F32)
+        return 1;
+    const tensor *t = c->t;
+    for (int i = 0; i < 6; i++)
+        if (!fits(t[backward_in[i]], backward_in[i] == WO ? lse : virt, 4))
+            return 1;
+    for (int j = 0; j < 3; j++) {
+        if (!fits(t[backward_out[j]], virt, 4))
+            return 1;
+        for (int i = 0; i < 6; i++)
+            if (overlap(t[backward_out[j]], virt, 4, t[backward_in[i]], backward_in[i] == WO ? lse : virt, 4))
+                return 1;
+        for (int i = 0; i < j; i++)
+            if (overlap(t[backward_out[j]], virt, 4, t[backward_out[i]], virt, 4))
+                return 1;
+    }
+    return 0;
 }
 
 /* 1: the header says this call must be refused; 0: it is valid. *cheap: small enough to run. */
@@ -238,6 +265,8 @@ static int must_refuse(const call_case *c, int *cheap)
     const size_t a = c->options.storage == IHA_STORAGE_F16 ? 2 : 4, wb = c->options.weight_storage == IHA_STORAGE_F16 ? 2 : 4;
     *cheap = T <= 96 && virt <= 8192 && x <= 8192 && (s->head_dim == 1 || s->head_dim == 3 || s->head_dim == 8 ||
                                                       s->head_dim == 16);
+    if (c->call == CALL_BACKWARD)
+        return backward_must_refuse(c, virt, lse);
     if (c->call == CALL_ATTENTION) { /* qt, kt, vt in X, WQ, WK; o in Z; the optional LSE in WO */
         const int io[4] = {X, WQ, WK, Z};
         for (int i = 0; i < 4; i++)
@@ -303,6 +332,10 @@ static int must_refuse(const call_case *c, int *cheap)
 static iha_status make_call(const call_case *c)
 {
     const tensor *t = c->t;
+    if (c->call == CALL_BACKWARD)
+        return iha_attention_backward(g_ctx, &c->shape, &c->options, buf_of(t[X]), buf_of(t[WQ]), buf_of(t[WK]),
+                                      buf_of(t[WV]), buf_of(t[WO]), buf_of(t[AQ]), buf_of(t[Z]), buf_of(t[AK]),
+                                      buf_of(t[AV]));
     if (c->call == CALL_ATTENTION)
         return iha_attention(g_ctx, &c->shape, &c->options, buf_of(t[X]), buf_of(t[WQ]), buf_of(t[WK]), buf_of(t[Z]),
                              buf_of(t[WO]));
