@@ -161,7 +161,7 @@ iha_status iha__check_apart(iha_context *ctx, iha_buffer out, size_t out_elems, 
     const size_t out_lo = out.offset * out_bytes, out_hi = (out.offset + out_elems) * out_bytes;
     const size_t in_lo = in.offset * in_bytes, in_hi = (in.offset + in_elems) * in_bytes;
     IHA_RETURN_ERROR_IF(!(out_hi <= in_lo || in_hi <= out_lo), ctx, IHA_ERROR_INVALID_ARGUMENT,
-                        "output %s overlaps input %s in the same buffer", out_name, in_name);
+                        "output %s overlaps %s in the same buffer", out_name, in_name);
     return IHA_OK;
 }
 
