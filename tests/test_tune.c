@@ -432,28 +432,35 @@ static int builtin_variant(void)
  * sweep around the device's built-in tries: ATT_ROWS 2 in attention.cl where the built-in is
  * the register-tile kernel; else ATT_KB 8, next to the local-memory kernel's 16, in both
  * attention files (both variants read ATT_KB, so no correct candidate holds it). */
+/* Copies one file of cl/ into the directory `arg`, with the fault above in the attention files. */
+static void copy_broken(const char *src, void *arg)
+{
+    const char *dir = arg, *name = strrchr(src, '/') + 1;
+    const size_t len = strlen(name);
+    if (!(len > 3 && strcmp(name + len - 3, ".cl") == 0) && !(len > 4 && strcmp(name + len - 4, ".clh") == 0))
+        return;
+    char dst[1200];
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    char *text = tp_slurp(src);
+    assert_non_null(text);
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    const int attention = strncmp(name, "attention", 9) == 0 && strcmp(name + len - 3, ".cl") == 0;
+    if (attention && builtin_variant() == 1)
+        fputs("#if defined(ATT_KB) && ATT_KB == 8\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n", f);
+    else if (strcmp(name, "attention.cl") == 0)
+        fputs("#if defined(ATT_ROWS) && ATT_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n", f);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+}
+
+/* Every file of cl/ (the kernels include shared headers), the attention files with the fault. */
 static void broken_kernels(const char *dir)
 {
-    static const char *const files[] = {"attention.cl", "attention_local.cl", "masks.clh", "mix.cl", "mix_common.clh",
-                                        "mix_keys.cl",  "collapse.cl",        "pack_keys.cl", NULL};
-    const int local = builtin_variant() == 1;
-    for (int i = 0; files[i]; i++) {
-        char src[1200], dst[1200];
-        snprintf(src, sizeof src, "%s/cl/%s", IHA_TEST_SOURCE_DIR, files[i]);
-        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-        char *text = tp_slurp(src);
-        assert_non_null(text);
-        FILE *f = fopen(dst, "wb");
-        assert_non_null(f);
-        const int attention = strncmp(files[i], "attention", 9) == 0;
-        if (attention && local)
-            fputs("#if defined(ATT_KB) && ATT_KB == 8\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n", f);
-        else if (strcmp(files[i], "attention.cl") == 0)
-            fputs("#if defined(ATT_ROWS) && ATT_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n", f);
-        fputs(text, f);
-        fclose(f);
-        free(text);
-    }
+    char cl_dir[1100];
+    snprintf(cl_dir, sizeof cl_dir, "%s/cl", IHA_TEST_SOURCE_DIR);
+    assert_true(tu_for_each_file(cl_dir, copy_broken, (void *)dir) > 0);
 }
 
 /* Tunes `kernels` on a context whose kernel directory `plant` filled, with the candidate
