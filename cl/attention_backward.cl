@@ -148,6 +148,7 @@ __kernel void attention_bwd_dkv_f32(__global const float *q, ulong q_off,     /*
     const int2 r = seeing_queries(u, T, P, mask, window);
     for (int t = r.x; t <= r.y; ++t) {
         const float l = lse[lse_off + (size_t)bh * T + t];
+        if (l == -INFINITY) continue; /* a query that saw no key has no gradient */
         const __global float *g = dout + d_off + base + (size_t)t * HEAD_DIM;
         const __global float *qt = q + q_off + base + (size_t)t * HEAD_DIM;
         const float p = exp(dot_row(ks, qt) - l);

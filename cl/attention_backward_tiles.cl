@@ -151,7 +151,9 @@ __kernel void attention_bwd_dq_tiles_f32(__global const float *q, ulong q_off,  
                 tl->qs[r][c] = q[q_off + rows_base + (size_t)t * HEAD_DIM + c] * scale_log2;
                 tl->g[r][c] = dout[d_off + rows_base + (size_t)t * HEAD_DIM + c];
             }
-            tl->l2[r] = lse[lse_off + (size_t)bh * T + t] * LOG2E;
+            /* A row that saw no key (lse = -inf) gets probability 0 everywhere: lse = +inf. */
+            const float l = lse[lse_off + (size_t)bh * T + t];
+            tl->l2[r] = l == -INFINITY ? INFINITY : l * LOG2E;
             tl->dt[r] = delta[(size_t)bh * T + t];
             for (int cv = 0; cv < CHUNKS; ++cv) tl->acc[r][cv] = (float16)(0.0f);
         }
@@ -245,6 +247,8 @@ __kernel void attention_bwd_dkv_tiles_f32(__global const float *qp, ulong qp_off
             l2 = vload16(0, tl2);
             dt = vload16(0, tdt);
         }
+        /* Queries that saw no key (lse = -inf) get probability 0: lse = +inf. */
+        l2 = select(l2, (float16)(INFINITY), l2 == (float16)(-INFINITY));
         for (int i = 0; i < BW_TILES; ++i) {
             dkv_tile *tl = &tiles[i];
             if (!span_touches(&tl->span, j0)) continue;

@@ -25,7 +25,7 @@
  * - NULL ctx, shape, options or weights is IHA_ERROR_INVALID_ARGUMENT.
  * - Size limits: a product of dimensions (or offset + count, or its bytes) that overflows size_t
  *   is IHA_ERROR_SIZE_OVERFLOW. The kernels index with 32-bit integers, so IHA_ERROR_UNSUPPORTED
- *   refuses T = N*P above INT_MAX/4, H*P above INT_MAX, B*H above UINT32_MAX and N*D above
+ *   refuses T = N*P above INT_MAX/4, H*P above INT_MAX, B*H above INT_MAX and N*D above
  *   8*INT_MAX. An internal buffer larger than the device's largest allocation, or a call
  *   (iha_forward, iha_attention_core, iha_attention, iha_decode_step) whose internal buffers
  *   together exceed the device's memory, is IHA_ERROR_DEVICE_MEMORY before anything is
@@ -344,15 +344,15 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
  *            lse                  [batch][heads][tokens*pseudo]
  *   outputs  dqt, dkt, dvt        [batch][heads][tokens*pseudo][head_dim]
  * where o and lse are what iha_attention wrote for qt, kt, vt with the same shape and options
- * (lse is required here), and dout = dLoss/do. FlashAttention-2 style: the probabilities are
+ * (lse is required here), and dout = dLoss/do; shape->model_dim is ignored. FlashAttention-2 style: the probabilities are
  * recomputed from lse, so the extra memory is B*H*T floats, never a T x T matrix. The same
- * options as iha_attention (mask, window, scale; rope must be 0), with float32 storage only
- * (IHA_ERROR_UNSUPPORTED for half). Each output must not overlap any input or another output
+ * options as iha_attention (mask, window, scale; rope must be 0; weight_storage is ignored), with
+ * float32 activations only (IHA_ERROR_UNSUPPORTED for options->storage half). Each output must not overlap any input or another output
  * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. Internal workspace: B*H*T
- * floats, and on CPUs with d a multiple of 16 four packed copies of the inputs (4*B*H*T*d
- * floats), counted against the device's memory before anything is enqueued. On such CPUs it
- * runs register-tile kernels like the forward's; elsewhere (GPUs, other widths) simpler
- * row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward"). The other steps
+ * floats, and on devices that are not GPUs, with d a multiple of 16, four packed copies of the
+ * inputs (4*B*H*ceil(T/16)*16*d floats), counted against the device's memory before anything
+ * is enqueued. There it runs register-tile kernels like the forward's; elsewhere (GPUs, other
+ * widths) simpler row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward"). The other steps
  * of the layer's backward pass (collapse, mixing, rotary, projections) are not in the library
  * yet. */
 iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,

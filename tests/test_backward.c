@@ -25,11 +25,14 @@ typedef struct bwd_case {
     size_t B, N, H, d, P;
     int mask;
     int64_t window;
+    float scale;     /* 0: 1/sqrt(d) */
+    size_t in_off;   /* element offset of every input in its buffer */
 } bwd_case;
 
 static ref_problem problem_of(const bwd_case *c)
 {
-    ref_problem p = {.B = c->B, .N = c->N, .H = c->H, .d = c->d, .P = c->P, .mask = c->mask, .window = c->window};
+    ref_problem p = {.B = c->B, .N = c->N, .H = c->H, .d = c->d, .P = c->P, .mask = c->mask, .window = c->window,
+                     .scale = c->scale};
     return p;
 }
 
@@ -47,20 +50,22 @@ static void run_case(const bwd_case *c, uint64_t seed)
     iha_attention_options_init(&o);
     o.mask = c->mask;
     o.window = c->window;
+    o.scale = c->scale;
 
-    cl_mem bq = tu_buffer_guarded(tu_ctx, q, n, 0, 0, 0), bk = tu_buffer_guarded(tu_ctx, k, n, 0, 0, 0);
-    cl_mem bv = tu_buffer_guarded(tu_ctx, v, n, 0, 0, 0), bg = tu_buffer_guarded(tu_ctx, g, n, 0, 0, 0);
-    cl_mem bo = tu_buffer_guarded(tu_ctx, NULL, n, 0, 0, 0), bl = tu_buffer_guarded(tu_ctx, NULL, rows, 0, 0, 0);
+    const size_t f = c->in_off; /* inputs sit at this offset, their buffers end where they do */
+    cl_mem bq = tu_buffer_guarded(tu_ctx, q, n, f, 0, 0), bk = tu_buffer_guarded(tu_ctx, k, n, f, 0, 0);
+    cl_mem bv = tu_buffer_guarded(tu_ctx, v, n, f, 0, 0), bg = tu_buffer_guarded(tu_ctx, g, n, f, 0, 0);
+    cl_mem bo = tu_buffer_guarded(tu_ctx, NULL, n, f, 0, 0), bl = tu_buffer_guarded(tu_ctx, NULL, rows, f, 0, 0);
     tu_assert_status(tu_ctx,
-                     iha_attention(tu_ctx, &s, &o, (iha_buffer){bq, 0}, (iha_buffer){bk, 0}, (iha_buffer){bv, 0},
-                                   (iha_buffer){bo, 0}, (iha_buffer){bl, 0}),
+                     iha_attention(tu_ctx, &s, &o, (iha_buffer){bq, f}, (iha_buffer){bk, f}, (iha_buffer){bv, f},
+                                   (iha_buffer){bo, f}, (iha_buffer){bl, f}),
                      IHA_OK);
     cl_mem out[3];
     for (int i = 0; i < 3; i++) out[i] = tu_buffer_guarded(tu_ctx, NULL, n, OFFSET, GUARD, -7.0f);
     tu_assert_status(tu_ctx,
-                     iha_attention_backward(tu_ctx, &s, &o, (iha_buffer){bq, 0}, (iha_buffer){bk, 0},
-                                            (iha_buffer){bv, 0}, (iha_buffer){bo, 0}, (iha_buffer){bl, 0},
-                                            (iha_buffer){bg, 0}, (iha_buffer){out[0], OFFSET},
+                     iha_attention_backward(tu_ctx, &s, &o, (iha_buffer){bq, f}, (iha_buffer){bk, f},
+                                            (iha_buffer){bv, f}, (iha_buffer){bo, f}, (iha_buffer){bl, f},
+                                            (iha_buffer){bg, f}, (iha_buffer){out[0], OFFSET},
                                             (iha_buffer){out[1], OFFSET}, (iha_buffer){out[2], OFFSET}),
                      IHA_OK);
 
@@ -92,74 +97,93 @@ static void shapes_against_reference(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     static const bwd_case cases[] = {
         /* small and odd widths */
-        {1, 7, 2, 8, 3, IHA_MASK_CAUSAL, 0},           {2, 5, 1, 17, 2, IHA_MASK_TOKEN_CAUSAL, 0},
-        {1, 6, 2, 9, 1, IHA_MASK_NONE, 0},             {1, 9, 1, 16, 2, IHA_MASK_CAUSAL, 2},
-        {1, 8, 2, 6, 3, IHA_MASK_TOKEN_CAUSAL, 3},     {2, 7, 1, 5, 2, IHA_MASK_NONE, 2},
-        {1, 5, 1, 1, 4, IHA_MASK_CAUSAL, 0},           {1, 4, 1, 3, 1, IHA_MASK_NONE, 0},
+        {1, 7, 2, 8, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},           {2, 5, 1, 17, 2, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
+        {1, 6, 2, 9, 1, IHA_MASK_NONE, 0, 0.0f, 0},             {1, 9, 1, 16, 2, IHA_MASK_CAUSAL, 2, 0.0f, 0},
+        {1, 8, 2, 6, 3, IHA_MASK_TOKEN_CAUSAL, 3, 0.0f, 0},     {2, 7, 1, 5, 2, IHA_MASK_NONE, 2, 0.0f, 0},
+        {1, 5, 1, 1, 4, IHA_MASK_CAUSAL, 0, 0.0f, 0},           {1, 4, 1, 3, 1, IHA_MASK_NONE, 0, 0.0f, 0},
         /* the demo layer's width and beyond */
-        {1, 40, 1, 64, 2, IHA_MASK_CAUSAL, 0},         {1, 33, 1, 130, 2, IHA_MASK_CAUSAL, 5},
-        {1, 20, 2, 256, 1, IHA_MASK_NONE, 0},          {1, 7, 1, 48, 3, IHA_MASK_CAUSAL, 0},
-        {2, 9, 2, 32, 3, IHA_MASK_TOKEN_CAUSAL, 2},    {1, 21, 1, 16, 3, IHA_MASK_TOKEN_CAUSAL, 0},
-        {1, 13, 1, 32, 3, IHA_MASK_NONE, 3},           {1, 30, 1, 64, 2, IHA_MASK_CAUSAL, 4},
+        {1, 40, 1, 64, 2, IHA_MASK_CAUSAL, 0, 0.0f, 0},         {1, 33, 1, 130, 2, IHA_MASK_CAUSAL, 5, 0.0f, 0},
+        {1, 20, 2, 256, 1, IHA_MASK_NONE, 0, 0.0f, 0},          {1, 7, 1, 48, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},
+        {2, 9, 2, 32, 3, IHA_MASK_TOKEN_CAUSAL, 2, 0.0f, 0},    {1, 21, 1, 16, 3, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
+        {1, 13, 1, 32, 3, IHA_MASK_NONE, 3, 0.0f, 0},           {1, 30, 1, 64, 2, IHA_MASK_CAUSAL, 4, 0.0f, 0},
+        /* several tile work-items at d > 64 (64 rows each) */
+        {1, 75, 1, 128, 2, IHA_MASK_CAUSAL, 0, 0.0f, 0},        {1, 50, 1, 256, 3, IHA_MASK_TOKEN_CAUSAL, 20, 0.0f, 0},
+        /* P = 1 under the causal masks, windows of N and beyond, other scales, input offsets */
+        {1, 9, 2, 16, 1, IHA_MASK_CAUSAL, 0, 0.7f, 3}, {1, 11, 1, 9, 1, IHA_MASK_TOKEN_CAUSAL, 4, -0.3f, 1},
+        {1, 6, 1, 32, 2, IHA_MASK_CAUSAL, 6, 0.0f, 5}, {1, 5, 1, 7, 3, IHA_MASK_NONE, 9, 0.25f, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 100 + i);
 }
 
-/* The register-tile kernels forced through the internal enqueue (packed buffers given), whatever
- * the device would choose: Oclgrind (a GPU to the library) runs them too in CI. Inputs and
- * outputs end exactly where their tensors do. */
-static void tile_kernels_forced(void **state)
+/* Both kernel families through the internal enqueue, whatever the device would choose:
+ * `tiles` forces the register-tile kernels (Oclgrind, a GPU to the library, runs them too in
+ * CI), else the row kernels. Inputs and outputs end exactly where their tensors do. With
+ * `dead_row`, virtual row 1 of each sequence is given lse = -inf and o = 0, as for a query that
+ * sees no key (no mask of the library makes one yet; SPEC defines it): it must contribute no
+ * gradient, which is the reference's answer with that row's dout set to 0. */
+static void internal_case(const bwd_case *c, int tiles, int dead_row, uint64_t seed)
+{
+    const size_t T = c->N * c->P, n = c->B * c->H * T * c->d, rows = c->B * c->H * T;
+    const iha_dims dims = {c->B, c->N, c->H, c->d, c->P, T};
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    float *in[4] = {tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f),
+                    tu_random_array(&rng, n, 1.0f)};
+    const ref_problem p = problem_of(c);
+    double *o = tu_malloc(n * sizeof *o), *lse = tu_malloc(rows * sizeof *lse);
+    assert_int_equal(ref_attention(&p, in[0], in[1], in[2], o, lse), 0);
+    float *of = tu_malloc(n * sizeof *of), *lf = tu_malloc(rows * sizeof *lf);
+    for (size_t i = 0; i < n; i++) of[i] = (float)o[i];
+    for (size_t i = 0; i < rows; i++) lf[i] = (float)lse[i];
+    float *gref = tu_malloc(n * sizeof *gref); /* the reference's dout */
+    memcpy(gref, in[3], n * sizeof *gref);
+    for (size_t bh = 0; dead_row && bh < c->B * c->H; bh++) {
+        lf[bh * T + 1] = -INFINITY;
+        for (size_t x = 0; x < c->d; x++) of[(bh * T + 1) * c->d + x] = 0.0f, gref[(bh * T + 1) * c->d + x] = 0.0f;
+    }
+    cl_mem b[6], out[3], packed[4] = {NULL, NULL, NULL, NULL}, delta = tu_buffer_new(tu_ctx, rows);
+    for (int i = 0; i < 3; i++) b[i] = tu_buffer_guarded(tu_ctx, in[i], n, 0, 0, 0);
+    b[3] = tu_buffer_guarded(tu_ctx, of, n, 0, 0, 0);
+    b[4] = tu_buffer_guarded(tu_ctx, lf, rows, 0, 0, 0);
+    b[5] = tu_buffer_guarded(tu_ctx, in[3], n, 0, 0, 0);
+    for (int i = 0; i < 3; i++) out[i] = tu_buffer_guarded(tu_ctx, NULL, n, 0, 0, 0);
+    for (int i = 0; tiles && i < 4; i++) packed[i] = tu_buffer_new(tu_ctx, iha__packed_keys_elements(&dims, 16));
+    iha_backward_refs r = {{b[0], 0},   {b[1], 0},   {b[2], 0},   {b[3], 0}, {b[4], 0},
+                           {b[5], 0},   {out[0], 0}, {out[1], 0}, {out[2], 0}, delta,
+                           {packed[0], packed[1], packed[2], packed[3]}};
+    const float scale = c->scale != 0.0f ? c->scale : 1.0f / sqrtf((float)c->d);
+    tu_assert_status(tu_ctx, iha__attention_backward_enqueue(tu_ctx, &dims, &r, c->mask, (size_t)c->window, scale),
+                     IHA_OK);
+    double *ref[3];
+    for (int i = 0; i < 3; i++) ref[i] = tu_malloc(n * sizeof(double));
+    assert_int_equal(ref_attention_backward(&p, in[0], in[1], in[2], gref, ref[0], ref[1], ref[2]), 0);
+    float *got = tu_malloc(n * sizeof *got);
+    static const char *const names[2][3] = {{"dqt (rows)", "dkt (rows)", "dvt (rows)"},
+                                            {"dqt (tiles)", "dkt (tiles)", "dvt (tiles)"}};
+    for (int i = 0; i < 3; i++) {
+        tu_buffer_read(tu_ctx, out[i], 0, got, n);
+        tu_assert_close(names[tiles][i], got, ref[i], n, TU_TOL_F32);
+        free(ref[i]);
+    }
+    free(got), free(o), free(lse), free(of), free(lf), free(gref);
+    for (int i = 0; i < 4; i++) free(in[i]), tu_buffer_release(packed[i]);
+    for (int i = 0; i < 6; i++) tu_buffer_release(b[i]);
+    for (int i = 0; i < 3; i++) tu_buffer_release(out[i]);
+    tu_buffer_release(delta);
+}
+
+static void both_kernel_families(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     static const bwd_case cases[] = {
-        {1, 7, 1, 16, 3, IHA_MASK_CAUSAL, 0},
-        {1, 9, 2, 32, 2, IHA_MASK_TOKEN_CAUSAL, 3},
-        {2, 5, 1, 16, 3, IHA_MASK_NONE, 2},
+        {1, 7, 1, 16, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},
+        {1, 9, 2, 32, 2, IHA_MASK_TOKEN_CAUSAL, 3, 0.0f, 0},
+        {2, 5, 1, 16, 3, IHA_MASK_NONE, 2, 0.6f, 0},
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const bwd_case *c = &cases[ci];
-        const size_t T = c->N * c->P, n = c->B * c->H * T * c->d, rows = c->B * c->H * T;
-        const iha_dims dims = {c->B, c->N, c->H, c->d, c->P, T};
-        tu_rng rng;
-        tu_rng_seed(&rng, 400 + ci);
-        float *in[4] = {tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f),
-                        tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f)};
-        const ref_problem p = problem_of(c);
-        double *o = tu_malloc(n * sizeof *o), *lse = tu_malloc(rows * sizeof *lse);
-        assert_int_equal(ref_attention(&p, in[0], in[1], in[2], o, lse), 0);
-        float *of = tu_malloc(n * sizeof *of), *lf = tu_malloc(rows * sizeof *lf);
-        for (size_t i = 0; i < n; i++) of[i] = (float)o[i];
-        for (size_t i = 0; i < rows; i++) lf[i] = (float)lse[i];
-        cl_mem b[6], out[3], packed[4], delta = tu_buffer_new(tu_ctx, rows);
-        for (int i = 0; i < 3; i++) b[i] = tu_buffer_guarded(tu_ctx, in[i], n, 0, 0, 0);
-        b[3] = tu_buffer_guarded(tu_ctx, of, n, 0, 0, 0);
-        b[4] = tu_buffer_guarded(tu_ctx, lf, rows, 0, 0, 0);
-        b[5] = tu_buffer_guarded(tu_ctx, in[3], n, 0, 0, 0);
-        for (int i = 0; i < 3; i++) out[i] = tu_buffer_guarded(tu_ctx, NULL, n, 0, 0, 0);
-        for (int i = 0; i < 4; i++) packed[i] = tu_buffer_new(tu_ctx, iha__packed_keys_elements(&dims, 16));
-        iha_backward_refs r = {{b[0], 0}, {b[1], 0}, {b[2], 0}, {b[3], 0}, {b[4], 0}, {b[5], 0},
-                               {out[0], 0}, {out[1], 0}, {out[2], 0}, delta, {packed[0], packed[1], packed[2], packed[3]}};
-        tu_assert_status(tu_ctx,
-                         iha__attention_backward_enqueue(tu_ctx, &dims, &r, c->mask, (size_t)c->window,
-                                                         1.0f / sqrtf((float)c->d)),
-                         IHA_OK);
-        double *ref[3];
-        for (int i = 0; i < 3; i++) ref[i] = tu_malloc(n * sizeof(double));
-        assert_int_equal(ref_attention_backward(&p, in[0], in[1], in[2], in[3], ref[0], ref[1], ref[2]), 0);
-        float *got = tu_malloc(n * sizeof *got);
-        static const char *const names[3] = {"dqt (tiles)", "dkt (tiles)", "dvt (tiles)"};
-        for (int i = 0; i < 3; i++) {
-            tu_buffer_read(tu_ctx, out[i], 0, got, n);
-            tu_assert_close(names[i], got, ref[i], n, TU_TOL_F32);
-            free(ref[i]);
-        }
-        free(got), free(o), free(lse), free(of), free(lf);
-        for (int i = 0; i < 4; i++) free(in[i]), tu_buffer_release(packed[i]);
-        for (int i = 0; i < 6; i++) tu_buffer_release(b[i]);
-        for (int i = 0; i < 3; i++) tu_buffer_release(out[i]);
-        tu_buffer_release(delta);
-    }
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int tiles = 0; tiles < 2; tiles++)
+            for (int dead = 0; dead < 2; dead++) internal_case(&cases[ci], tiles, dead, 400 + ci);
 }
 
 /* sum(dout * O) as a function of one input element, in double through the reference forward. */
@@ -182,9 +206,9 @@ static void reference_matches_finite_differences(void **state)
 {
     (void)state;
     static const bwd_case cases[] = {
-        {1, 4, 1, 3, 2, IHA_MASK_CAUSAL, 0},
-        {1, 3, 1, 2, 2, IHA_MASK_TOKEN_CAUSAL, 2},
-        {1, 3, 1, 2, 2, IHA_MASK_NONE, 0},
+        {1, 4, 1, 3, 2, IHA_MASK_CAUSAL, 0, 0.0f, 0},
+        {1, 3, 1, 2, 2, IHA_MASK_TOKEN_CAUSAL, 2, 0.0f, 0},
+        {1, 3, 1, 2, 2, IHA_MASK_NONE, 0, 0.0f, 0},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const bwd_case *c = &cases[ci];
@@ -246,6 +270,11 @@ static void refusals(void **state)
     tu_assert_status(tu_ctx,
                      iha_attention_backward(tu_ctx, &s, &o, b, b, b, b, l, b, d0, d1, (iha_buffer){out, 2 * n + 1}),
                      IHA_ERROR_BUFFER_TOO_SMALL);
+    /* lse one float short, and an output on top of lse. */
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, &s, &o, b, b, b, b, (iha_buffer){lse, 1}, b, d0, d1, d2),
+                     IHA_ERROR_BUFFER_TOO_SMALL);
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, &s, &o, b, b, b, b, (iha_buffer){out, 0}, b, d0, d1, d2),
+                     IHA_ERROR_INVALID_ARGUMENT);
     /* Rotary and half storage. */
     iha_attention_options bad = o;
     bad.rope = 1;
@@ -264,6 +293,10 @@ static void refusals(void **state)
     assert_int_equal(iha_attention_backward(NULL, &s, &o, b, b, b, b, l, b, d0, d1, d2), IHA_ERROR_INVALID_ARGUMENT);
     tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     tu_assert_buffer_all(tu_ctx, out, 0, 3 * n, 3.0f);
+    /* weight_storage is ignored (the call has no weights), as by iha_attention. */
+    bad = o;
+    bad.weight_storage = IHA_STORAGE_F16;
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, &s, &bad, b, b, b, b, l, b, d0, d1, d2), IHA_OK);
     free(three);
     tu_buffer_release(in), tu_buffer_release(lse), tu_buffer_release(out);
 }
@@ -274,7 +307,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reference_matches_finite_differences),
         cmocka_unit_test(shapes_against_reference),
-        cmocka_unit_test(tile_kernels_forced),
+        cmocka_unit_test(both_kernel_families),
         cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);

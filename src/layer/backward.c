@@ -17,8 +17,9 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
     IHA_RETURN_ERROR_IF(p.rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "iha_attention_backward takes already rotated inputs: options->rope must be 0");
-    IHA_RETURN_ERROR_IF(p.act_half || p.weight_half, ctx, IHA_ERROR_UNSUPPORTED,
-                        "iha_attention_backward supports float32 storage only");
+    /* weight_storage is ignored, as by iha_attention: the call has no weights. */
+    IHA_RETURN_ERROR_IF(p.act_half, ctx, IHA_ERROR_UNSUPPORTED,
+                        "iha_attention_backward supports float32 activations only (options->storage)");
     const size_t f = sizeof(float), n = p.virtual_elems;
     size_t elems[6];
     for (int i = 0; i < 6; ++i) {

@@ -88,7 +88,8 @@ iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_at
     /* Kernels index within one sequence with int and multiply by at most 2T. */
     IHA_RETURN_ERROR_IF(T > INT_MAX / 4, ctx, IHA_ERROR_UNSUPPORTED,
                         "the virtual sequence T = N*P = %zu exceeds the kernels' limit of %d", T, INT_MAX / 4);
-    IHA_RETURN_ERROR_IF(HP > INT_MAX || B * H > UINT32_MAX, ctx, IHA_ERROR_UNSUPPORTED,
+    /* The kernels hold a (b, h) index in an int. */
+    IHA_RETURN_ERROR_IF(HP > INT_MAX || B * H > INT_MAX, ctx, IHA_ERROR_UNSUPPORTED,
                         "heads*pseudo = %zu or batch*heads = %zu exceeds the kernels' 32-bit indexing", HP, B * H);
     IHA_RETURN_ERROR_IF(N * D > INT_MAX * (size_t)8, ctx, IHA_ERROR_UNSUPPORTED,
                         "tokens*model_dim = %zu exceeds the kernels' limit of %zu", N * D, INT_MAX * (size_t)8);

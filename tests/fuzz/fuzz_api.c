@@ -225,11 +225,11 @@ static int bad_shape_or_options(const call_case *c)
     return o->rope && (c->call == CALL_ATTENTION || c->call == CALL_BACKWARD);
 }
 
-/* iha_attention_backward: float storage only; every input and output fits (lse, in WO, is
+/* iha_attention_backward: float activations only; every input and output fits (lse, in WO, is
  * required), and no output overlaps an input or another output. */
 static int backward_must_refuse(const call_case *c, size_t virt, size_t lse)
 {
-    if (c->options.storage != IHA_STORAGE_F32 || c->options.weight_storage != IHA_STORAGE_F32)
+    if (c->options.storage != IHA_STORAGE_F32) /* weight_storage is ignored: no weights */
         return 1;
     const tensor *t = c->t;
     for (int i = 0; i < 6; i++)
