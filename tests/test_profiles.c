@@ -136,3 +136,36 @@ int tp_group_teardown(void **state)
         tu_remove_tree(tp_dir);
     return tu_group_teardown(state);
 }
+
+typedef struct copy_job {
+    const char *dir;
+    const char *(*fault)(const char *name);
+} copy_job;
+
+static void copy_one(const char *src, void *arg)
+{
+    const copy_job *job = arg;
+    const char *name = strrchr(src, '/') + 1;
+    const size_t len = strlen(name);
+    if (!(len > 3 && strcmp(name + len - 3, ".cl") == 0) && !(len > 4 && strcmp(name + len - 4, ".clh") == 0))
+        return;
+    char dst[1200];
+    snprintf(dst, sizeof dst, "%s/%s", job->dir, name);
+    char *text = tp_slurp(src);
+    assert_non_null(text);
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    const char *prefix = job->fault ? job->fault(name) : NULL;
+    if (prefix) fputs(prefix, f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    free(text);
+}
+
+void tp_copy_kernels(const char *dir, const char *(*fault)(const char *name))
+{
+    char cl_dir[1100];
+    snprintf(cl_dir, sizeof cl_dir, "%s/cl", IHA_TEST_SOURCE_DIR);
+    copy_job job = {dir, fault};
+    assert_true(tu_for_each_file(cl_dir, copy_one, &job) > 0);
+}

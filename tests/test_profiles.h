@@ -25,6 +25,10 @@ void tp_write_json(cJSON *root, const char *path);
 cJSON *tp_profile_new(void);
 /* Fails the test when an entry of the profile at path has config[param] == value. */
 void tp_assert_no_entry_with(const char *path, const char *param, int value);
+/* Copies every kernel file of the repository's cl/ (.cl and .clh: kernels include shared
+ * headers) into dir, each prefixed with fault(name) when that is not NULL (a planted fault for
+ * the tuner to reject). Fails the test on error. */
+void tp_copy_kernels(const char *dir, const char *(*fault)(const char *name));
 /* The last layer call's choice for `kernel` ("attention", "rows", "decode", "gemm"). */
 iha_kernel_choice tp_choice_of(iha_context *ctx, const char *kernel);
 

@@ -426,42 +426,25 @@ static int builtin_variant(void)
     return cfg.variant;
 }
 
-/* Copies cl/ to dir with a planted fault that every fma adds 1, which touches every output
+/* The prefix of a kernel file that plants a fault: every fma adds 1, which touches every output
  * whatever the kernel's internals (a planted exp2 stopped mattering once the kernel called it
  * only when a row's reference maximum moves). The fault is keyed to a value the tuner's first
  * sweep around the device's built-in tries: ATT_ROWS 2 in attention.cl where the built-in is
  * the register-tile kernel; else ATT_KB 8, next to the local-memory kernel's 16, in both
- * attention files (both variants read ATT_KB, so no correct candidate holds it). */
-/* Copies one file of cl/ into the directory `arg`, with the fault above in the attention files. */
-static void copy_broken(const char *src, void *arg)
+ * attention files (both variants read ATT_KB, so no correct candidate holds it). NULL for the
+ * other files. */
+static const char *attention_fault(const char *name)
 {
-    const char *dir = arg, *name = strrchr(src, '/') + 1;
     const size_t len = strlen(name);
-    if (!(len > 3 && strcmp(name + len - 3, ".cl") == 0) && !(len > 4 && strcmp(name + len - 4, ".clh") == 0))
-        return;
-    char dst[1200];
-    snprintf(dst, sizeof dst, "%s/%s", dir, name);
-    char *text = tp_slurp(src);
-    assert_non_null(text);
-    FILE *f = fopen(dst, "wb");
-    assert_non_null(f);
-    const int attention = strncmp(name, "attention", 9) == 0 && strcmp(name + len - 3, ".cl") == 0;
-    if (attention && builtin_variant() == 1)
-        fputs("#if defined(ATT_KB) && ATT_KB == 8\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n", f);
-    else if (strcmp(name, "attention.cl") == 0)
-        fputs("#if defined(ATT_ROWS) && ATT_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n", f);
-    fputs(text, f);
-    fclose(f);
-    free(text);
+    if (builtin_variant() == 1 && strncmp(name, "attention", 9) == 0 && strcmp(name + len - 3, ".cl") == 0)
+        return "#if defined(ATT_KB) && ATT_KB == 8\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n";
+    if (builtin_variant() != 1 && strcmp(name, "attention.cl") == 0)
+        return "#if defined(ATT_ROWS) && ATT_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 1.0f)\n#endif\n";
+    return NULL;
 }
 
-/* Every file of cl/ (the kernels include shared headers), the attention files with the fault. */
-static void broken_kernels(const char *dir)
-{
-    char cl_dir[1100];
-    snprintf(cl_dir, sizeof cl_dir, "%s/cl", IHA_TEST_SOURCE_DIR);
-    assert_true(tu_for_each_file(cl_dir, copy_broken, (void *)dir) > 0);
-}
+/* Every file of cl/ into dir, the attention files with the fault. */
+static void broken_kernels(const char *dir) { tp_copy_kernels(dir, attention_fault); }
 
 /* Tunes `kernels` on a context whose kernel directory `plant` filled, with the candidate
  * param=value planted wrong: the tuner's check must reject it, and neither the result nor the

@@ -226,35 +226,22 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
     tu_layer_free(&l);
 }
 
-/* Copies every kernel of cl/ to dir, with the decode kernels made wrong when ATT_ROWS is 2 (only
- * the decode kernels are built with KV_HALF defined). */
-static void copy_kernel(const char *src, void *arg)
+/* The decode kernels made wrong when ATT_ROWS is 2 (only the decode kernels are built with
+ * KV_HALF defined). */
+static const char *decode_fault(const char *name)
 {
-    const char *dir = arg, *name = strrchr(src, '/') + 1;
-    const size_t len = strlen(name);
-    if (!(len > 3 && strcmp(name + len - 3, ".cl") == 0) && !(len > 4 && strcmp(name + len - 4, ".clh") == 0))
-        return;
-    char dst[1200];
-    snprintf(dst, sizeof dst, "%s/%s", dir, name);
-    char *text = tp_slurp(src);
-    assert_non_null(text);
-    FILE *f = fopen(dst, "wb");
-    assert_non_null(f);
-    if (strcmp(name, "attention.cl") == 0)
-        fputs("#if defined(KV_HALF) && ATT_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 0.01f)\n#endif\n", f);
-    fputs(text, f);
-    fclose(f);
-    free(text);
+    return strcmp(name, "attention.cl") == 0
+               ? "#if defined(KV_HALF) && ATT_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 0.01f)\n#endif\n"
+               : NULL;
 }
 
 static void wrong_candidate_is_never_stored(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    char dir[1024], cl_dir[1100], path[1100];
+    char dir[1024], path[1100];
     tu_temp_dir(dir, sizeof dir);
-    snprintf(cl_dir, sizeof cl_dir, "%s/cl", IHA_TEST_SOURCE_DIR);
-    assert_true(tu_for_each_file(cl_dir, copy_kernel, dir) > 0);
+    tp_copy_kernels(dir, decode_fault);
     snprintf(path, sizeof path, "%s/profile.json", dir);
     iha_context *ctx = open_with(path, dir);
     iha_tune_result r[4];
