@@ -66,6 +66,7 @@ iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_sto
     iha_attention_options_init(&defaults);
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, &defaults, 0, &p));
+    IHA_FORWARD_IF_ERROR(iha__plan_lookup(ctx, shape, &defaults, &p)); /* the keys' block layout */
     const size_t element = storage == IHA_STORAGE_F16 ? 2 : 4;
     size_t bytes, key_bytes;
     IHA_RETURN_ERROR_IF(!iha__mul(p.virtual_elems, element, &bytes) || !iha__mul(p.packed_elems, element, &key_bytes),

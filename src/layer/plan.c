@@ -96,8 +96,12 @@ iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_at
 
     p->dims = (iha_dims){B, N, H, d, P, T};
     p->D = D;
-    IHA_FORWARD_IF_ERROR(check_options(ctx, options, p));
-    /* Looked up only: tuning waits until the call's buffers have passed (iha__plan_choose). */
+    return check_options(ctx, options, p);
+}
+
+iha_status iha__plan_lookup(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                            iha_plan *p)
+{
     IHA_FORWARD_IF_ERROR(iha__tune_choose(ctx, shape, options, &p->attention, &p->rows, 0));
     return size_packed_keys(ctx, p);
 }

@@ -27,14 +27,17 @@ typedef struct iha_plan {
     float rope_base;
 } iha_plan;
 
-/* Checks shape and options; with_model_dim also checks and sizes D. The kernels'
- * configurations are looked up (profile, then built-ins), never tuned, and not recorded. */
+/* Checks shape and options; with_model_dim also checks and sizes D. Chooses no kernel
+ * configuration: attention, rows and packed_elems are set by one of the two calls below. */
 iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                           int with_model_dim, iha_plan *plan);
+/* For work that is not a layer call (a KV cache's layout, the measurements): looks the
+ * configurations up (profile, then built-ins), never tunes, records nothing. */
+iha_status iha__plan_lookup(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                            iha_plan *plan);
 /* For a layer call once every check of its arguments has passed, before its workspace check:
- * chooses the configurations again, tuning them first when the context opted into tuning on
- * first use, and records them for iha_context_last_choices. A refused call therefore never
- * tunes. */
+ * chooses the configurations, tuning them first when the context opted into tuning on first
+ * use, and records them for iha_context_last_choices. A refused call therefore never tunes. */
 iha_status iha__plan_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             iha_plan *plan);
 /* Checks that buf holds `elems` elements of elem_bytes each from its offset (against
