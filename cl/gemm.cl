@@ -1,6 +1,6 @@
-/* SGEMM written like a CPU GEMM micro-kernel: C[m][n] = alpha * A[m][k] * B[k][n], row-major,
- * with element offsets and leading dimensions; C is overwritten (beta = 0, so NaN in C does not
- * survive).
+/* SGEMM written like a CPU GEMM micro-kernel: C[m][n] = alpha * A[m][k] * B[k][n] + beta * C,
+ * row-major, with element offsets and leading dimensions; with beta = 0, C is not read, so NaN in
+ * C does not survive (the layer's products overwrite; the backward's dX accumulates with 1).
  *  - each work-item owns a GEMM_MR x GEMM_VW tile of C held in GEMM_MR floatN accumulators, and
  *    walks k reading one row of B as a vector and broadcasting one element of A per row into an
  *    FMA (no horizontal sums, no local memory);
@@ -63,7 +63,7 @@ static inline void tile_update(floatV acc[GEMM_MR], __global const float *const 
     }
 }
 
-__kernel void sgemm_f32(int m, int n, int k, float alpha, __global const float *a, ulong a_off, ulong lda,
+__kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global const float *a, ulong a_off, ulong lda,
                         __global const float *b, ulong b_off, ulong ldb, __global float *c, ulong c_off, ulong ldc)
 {
     const int row0 = (int)get_global_id(0) * GEMM_MR, col0 = (int)get_global_id(1) * GEMM_VW;
@@ -105,13 +105,14 @@ __kernel void sgemm_f32(int m, int n, int k, float alpha, __global const float *
     for (int r = 0; r < GEMM_MR; ++r) {
         if (row0 + r >= m) break;
         __global float *cp = c + c_off + (ulong)(row0 + r) * ldc + col0;
-        const floatV out = alpha * acc[r];
+        floatV out = alpha * acc[r];
         if (cols >= GEMM_VW) {
+            if (beta != 0.0f) out = fma((floatV)(beta), vloadV(0, cp), out);
             vstoreV(out, 0, cp);
         } else {
             float part[GEMM_VW];
             vstoreV(out, 0, part);
-            for (int j = 0; j < cols; ++j) cp[j] = part[j];
+            for (int j = 0; j < cols; ++j) cp[j] = beta != 0.0f ? fma(beta, cp[j], part[j]) : part[j];
         }
     }
 }

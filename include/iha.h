@@ -352,12 +352,42 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
  * floats, and on devices that are not GPUs, with d a multiple of 16, four packed copies of the
  * inputs (4*B*H*ceil(T/16)*16*d floats), counted against the device's memory before anything
  * is enqueued. There it runs register-tile kernels like the forward's; elsewhere (GPUs, other
- * widths) simpler row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward"). The other steps
- * of the layer's backward pass (collapse, mixing, rotary, projections) are not in the library
- * yet. */
+ * widths) simpler row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward").
+ * iha_backward below is the whole layer's backward pass. */
 iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                   iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
                                   iha_buffer dout, iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
+
+/* The gradients of one layer's parameters, laid out as iha_layer_weights (wq, wk, wv [D][H*d],
+ * wo [H*d][D], alpha_q/k/v and r [H][H][P]). A member with mem == NULL is not computed. */
+typedef struct iha_layer_grads {
+    iha_buffer wq, wk, wv, wo;
+    iha_buffer alpha_q, alpha_k, alpha_v, r;
+} iha_layer_grads;
+
+/* The backward pass of iha_forward (SPEC "The backward pass"), for training: given x [B][N][D],
+ * the weights and dz = dLoss/dz [B][N][D], writes dx = dLoss/dx [B][N][D] (skipped when dx.mem
+ * is NULL) and every gradient of *grads whose mem is not NULL (grads may be NULL: only dx).
+ * Outputs are overwritten, not accumulated into.
+ *   - Nothing needs to be kept from the forward call: the call recomputes the forward's
+ *     activations from x (one extra forward pass, about a fifth of the call's time), then runs
+ *     the steps backwards: output projection, collapse, attention (as iha_attention_backward),
+ *     inverse rotary, mixing, projections.
+ *   - The same shape and options as iha_forward. Float32 only: options->storage or
+ *     weight_storage half is IHA_ERROR_UNSUPPORTED.
+ *   - With P = 1 and the identity shortcut (alpha and r NULL in weights), a gradient of
+ *     alpha_q/k/v or r, when asked for, is the gradient at the identity.
+ *   - Every output must lie apart from x, dz, every weight and every other output
+ *     (IHA_ERROR_INVALID_ARGUMENT); every element of each output is written.
+ *   - Workspace: about 8*B*N*H*d + 8*B*H*T*d floats (T = N*P) beyond iha_forward's and the
+ *     attention backward's, counted against the device's memory before anything is enqueued;
+ *     never a T x T matrix.
+ *   - iha_context_stage_times: projections (the forward's, and dX, dW_Q, dW_K, dW_V), mixing
+ *     (the forward's, and dQ, dK, dV, dalpha), attention (forward, backward and the inverse
+ *     rotary), collapse (the forward's, and dO, dR), output (dY, dW_O). */
+iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                        const iha_layer_weights *weights, iha_buffer x, iha_buffer dz, iha_buffer dx,
+                        const iha_layer_grads *grads);
 
 /* Host-memory convenience for applications without OpenCL code: the same as iha_forward,
  * with every tensor in host memory (same shapes; alpha/r may be NULL under the same identity

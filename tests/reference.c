@@ -4,19 +4,14 @@
  * Clarity over speed; the only economy is computing just the rows a caller asks for.
  */
 #include "reference.h"
+#include "reference_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Sizes derived once from a problem. */
-typedef struct ref_dims {
-    size_t B, N, H, d, P, T, HD;
-    double scale, base;
-} ref_dims;
-
 /* Validates the problem; `mixing` adds the checks of stages 2, 3 and 5. */
-static int ref_dims_init(const ref_problem *p, int mixing, ref_dims *g)
+int ref_dims_init(const ref_problem *p, int mixing, ref_dims *g)
 {
     if (!p || !p->B || !p->N || !p->H || !p->d || !p->P)
         return -1;
@@ -39,7 +34,7 @@ static int ref_dims_init(const ref_problem *p, int mixing, ref_dims *g)
 }
 
 /* SPEC step 4's table: may virtual query t see virtual key u? */
-static int ref_visible(const ref_problem *p, size_t t, size_t u)
+int ref_visible(const ref_problem *p, size_t t, size_t u)
 {
     size_t P = p->P, n = t / P, m = u / P;
     unsigned long long W = (unsigned long long)p->window;
@@ -54,7 +49,7 @@ static int ref_visible(const ref_problem *p, size_t t, size_t u)
 }
 
 /* alpha[m][h][p]: source head m, target head h. NULL is the identity of P = 1. */
-static double ref_alpha(const float *alpha, size_t H, size_t P, size_t m, size_t h, size_t p)
+double ref_alpha(const float *alpha, size_t H, size_t P, size_t m, size_t h, size_t p)
 {
     if (!alpha)
         return (m == h && p == 0) ? 1.0 : 0.0;
@@ -62,7 +57,7 @@ static double ref_alpha(const float *alpha, size_t H, size_t P, size_t m, size_t
 }
 
 /* R[h][m][p]: target head h, source head m. NULL is the identity of P = 1. */
-static double ref_r(const float *r, size_t H, size_t P, size_t h, size_t m, size_t p)
+double ref_r(const float *r, size_t H, size_t P, size_t h, size_t m, size_t p)
 {
     if (!r)
         return (h == m && p == 0) ? 1.0 : 0.0;
@@ -71,8 +66,8 @@ static double ref_r(const float *r, size_t H, size_t P, size_t h, size_t m, size
 
 /* SPEC step 2 for token n of batch b: dst[b][h][n*P+p] = sum_m alpha[m][h][p] * src[m], where
  * src is that token's [H][d] row and dst is [B][H][T][d]. */
-static void ref_mix_token(const ref_dims *g, const float *alpha, const double *src, double *dst, size_t b,
-                          size_t n)
+void ref_mix_token(const ref_dims *g, const float *alpha, const double *src, double *dst, size_t b,
+                   size_t n)
 {
     for (size_t h = 0; h < g->H; h++) {
         for (size_t p = 0; p < g->P; p++) {
@@ -89,7 +84,7 @@ static void ref_mix_token(const ref_dims *g, const float *alpha, const double *s
 }
 
 /* SPEC step 3: rotate-half rotary of one d-vector at virtual position t. */
-static void ref_rotate(double *x, size_t d, size_t t, double base)
+void ref_rotate(double *x, size_t d, size_t t, double base)
 {
     size_t half = d / 2;
     for (size_t i = 0; i < half; i++) {
@@ -104,8 +99,8 @@ static void ref_rotate(double *x, size_t d, size_t t, double base)
 
 /* SPEC step 4 for query row t of one (b, h): q is [d], k and v are [T][d]; writes o [d] and,
  * when lse is not NULL, *lse. scores is T doubles of scratch. */
-static void ref_attend_row(const ref_problem *p, const ref_dims *g, const double *q, const double *k,
-                           const double *v, size_t t, double *scores, double *o, double *lse)
+void ref_attend_row(const ref_problem *p, const ref_dims *g, const double *q, const double *k,
+                    const double *v, size_t t, double *scores, double *o, double *lse)
 {
     size_t d = g->d, seen = 0;
     double max = -INFINITY, sum = 0.0;
@@ -345,20 +340,50 @@ done:
     return rc;
 }
 
+void ref_attention_backward_slab(const ref_problem *p, const ref_dims *g, const double *q, const double *k,
+                                 const double *v, const double *go, double *dq, double *dk, double *dv,
+                                 double *scores, double *o)
+{
+    const size_t d = g->d;
+    for (size_t i = 0; i < g->T * d; i++)
+        dq[i] = dk[i] = dv[i] = 0.0;
+    for (size_t t = 0; t < g->T; t++) {
+        double lse;
+        ref_attend_row(p, g, q + t * d, k, v, t, scores, o, &lse);
+        if (lse == -INFINITY)
+            continue;
+        double delta = 0.0; /* Dt[t] = dO[t] . O[t] */
+        for (size_t c = 0; c < d; c++)
+            delta += go[t * d + c] * o[c];
+        for (size_t u = 0; u < g->T; u++) {
+            if (!ref_visible(p, t, u))
+                continue;
+            const double pr = exp(scores[u] - lse);
+            double dp = 0.0;
+            for (size_t c = 0; c < d; c++)
+                dp += go[t * d + c] * v[u * d + c];
+            const double ds = pr * (dp - delta);
+            for (size_t c = 0; c < d; c++) {
+                dq[t * d + c] += g->scale * ds * k[u * d + c];
+                dk[u * d + c] += g->scale * ds * q[t * d + c];
+                dv[u * d + c] += pr * go[t * d + c];
+            }
+        }
+    }
+}
+
 int ref_attention_backward(const ref_problem *p, const float *qt, const float *kt, const float *vt,
                            const float *dout, double *dqt, double *dkt, double *dvt)
 {
     ref_dims g;
     if (ref_dims_init(p, 0, &g) != 0 || !qt || !kt || !vt || !dout || !dqt || !dkt || !dvt)
         return -1;
-    const size_t slab = g.T * g.d, d = g.d;
+    const size_t slab = g.T * g.d;
     int rc = -1;
     double *q = malloc(slab * sizeof *q), *k = malloc(slab * sizeof *k), *v = malloc(slab * sizeof *v);
-    double *go = malloc(slab * sizeof *go), *o = malloc(d * sizeof *o), *scores = malloc(g.T * sizeof *scores);
+    double *go = malloc(slab * sizeof *go), *o = malloc(g.d * sizeof *o), *scores = malloc(g.T * sizeof *scores);
     if (!q || !k || !v || !go || !o || !scores)
         goto done;
-    for (size_t i = 0; i < g.B * g.H * slab; i++)
-        dqt[i] = dkt[i] = dvt[i] = 0.0;
     for (size_t bh = 0; bh < g.B * g.H; bh++) {
         for (size_t i = 0; i < slab; i++) {
             q[i] = qt[bh * slab + i];
@@ -366,30 +391,8 @@ int ref_attention_backward(const ref_problem *p, const float *qt, const float *k
             v[i] = vt[bh * slab + i];
             go[i] = dout[bh * slab + i];
         }
-        double *dq = dqt + bh * slab, *dk = dkt + bh * slab, *dv = dvt + bh * slab;
-        for (size_t t = 0; t < g.T; t++) {
-            double lse;
-            ref_attend_row(p, &g, q + t * d, k, v, t, scores, o, &lse);
-            if (lse == -INFINITY)
-                continue;
-            double delta = 0.0; /* Dt[t] = dO[t] . O[t] */
-            for (size_t c = 0; c < d; c++)
-                delta += go[t * d + c] * o[c];
-            for (size_t u = 0; u < g.T; u++) {
-                if (!ref_visible(p, t, u))
-                    continue;
-                const double pr = exp(scores[u] - lse);
-                double dp = 0.0;
-                for (size_t c = 0; c < d; c++)
-                    dp += go[t * d + c] * v[u * d + c];
-                const double ds = pr * (dp - delta);
-                for (size_t c = 0; c < d; c++) {
-                    dq[t * d + c] += g.scale * ds * k[u * d + c];
-                    dk[u * d + c] += g.scale * ds * q[t * d + c];
-                    dv[u * d + c] += pr * go[t * d + c];
-                }
-            }
-        }
+        ref_attention_backward_slab(p, &g, q, k, v, go, dqt + bh * slab, dkt + bh * slab, dvt + bh * slab, scores,
+                                    o);
     }
     rc = 0;
 done:

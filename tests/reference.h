@@ -1,6 +1,5 @@
 /*
- * reference.h - a float64 reference of SPEC.md's forward pass (and of attention's backward
- * pass), in plain loops.
+ * reference.h - a float64 reference of SPEC.md's forward and backward passes, in plain loops.
  * Written from SPEC.md alone (not from the kernels): the tests and `iha demo` compare the
  * library against it. It depends on nothing but libc and libm.
  */
@@ -44,5 +43,14 @@ int ref_attention(const ref_problem *p, const float *qt, const float *kt, const 
  * the forward's scores and LSE itself. Same parameters and return as ref_attention. */
 int ref_attention_backward(const ref_problem *p, const float *qt, const float *kt, const float *vt,
                            const float *dout, double *dqt, double *dkt, double *dvt);
+
+/* The gradients of the whole layer (SPEC "The backward pass") for dLoss/dZ = dz [B][N][D], in
+ * double: dx [B][N][D], wq, wk, wv [D][H*d], wo [H*d][D], alpha_q/k/v and r [H][H][P], every
+ * one required. With P = 1 and NULL mixing (identity), the mixing gradients are those at the
+ * identity. Returns 0, or -1 as ref_forward. */
+typedef struct ref_grads {
+    double *dx, *wq, *wk, *wv, *wo, *alpha_q, *alpha_k, *alpha_v, *r;
+} ref_grads;
+int ref_backward(const ref_problem *p, const float *dz, const ref_grads *out);
 
 #endif /* IHA_TESTS_REFERENCE_H */

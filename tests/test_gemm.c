@@ -1,8 +1,8 @@
 /* The library's SGEMM kernel (cl/gemm.cl through src/gemm/microkernel.c) and the backend choice
  * of src/gemm/gemm.c: products against a float64 host reference on ragged shapes (1x1x1,
  * 67x45x33, one to four rows, n not a multiple of the vector width, odd k, offsets, leading
- * dimensions beyond the row, alpha != 1) with NaN-filled outputs and guards around them, every
- * tile of the tuning space, the refusals, and that a CPU context without a profile runs a
+ * dimensions beyond the row, alpha != 1) with NaN-filled outputs and guards around them, C += A B
+ * (beta = 1), every tile of the tuning space, the refusals, and that a CPU context without a profile runs a
  * forward pass and a decoding step without calling into CLBlast. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,7 +57,7 @@ static void check_case_guarded(gemm_case g, const iha_gemm_config *tile, uint64_
     cl_mem db = tu_buffer_guarded(tu_ctx, b, nb, g.b_off, guard, SENTINEL);
     cl_mem dc = tu_buffer_guarded(tu_ctx, NULL, nc, g.c_off, guard, SENTINEL);
     iha_status st = tile ? iha__gemm_kernel_enqueue(tu_ctx, tile, g.m, g.n, g.k, g.alpha, da, g.a_off, g.lda, db,
-                                                    g.b_off, g.ldb, dc, g.c_off, g.ldc)
+                                                    g.b_off, g.ldb, 0.0f, dc, g.c_off, g.ldc)
                          : iha__sgemm_ex(tu_ctx, 0, g.m, g.n, g.k, g.alpha, da, g.a_off, g.lda, db, g.b_off, g.ldb,
                                          dc, g.c_off, g.ldc);
     tu_assert_status(tu_ctx, st, IHA_OK);
@@ -148,6 +148,61 @@ static void test_exact_buffers(void **state)
     }
 }
 
+/* beta = 1 (iha__sgemm_acc, the layer backward's dX): C += A B on ragged shapes, with C's
+ * padding between rows left alone; through the kernel's built-in tile and a tile whose vector
+ * does not divide n, and through CLBlast. */
+static void accumulate_case(const gemm_case *gc, const iha_gemm_config *tile, int clblast, uint64_t seed)
+{
+    gemm_case g = *gc;
+    fill_defaults(&g);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    const size_t na = span(g.m, g.k, g.lda), nb = span(g.k, g.n, g.ldb), nc = span(g.m, g.n, g.ldc);
+    float *a = tu_random_array(&rng, na, 1.0f), *b = tu_random_array(&rng, nb, 1.0f);
+    float *c0 = tu_random_array(&rng, nc, 1.0f), *c = tu_malloc(nc * sizeof *c);
+    cl_mem da = tu_buffer_guarded(tu_ctx, a, na, g.a_off, GUARD, SENTINEL);
+    cl_mem db = tu_buffer_guarded(tu_ctx, b, nb, g.b_off, GUARD, SENTINEL);
+    cl_mem dc = tu_buffer_guarded(tu_ctx, c0, nc, g.c_off, GUARD, SENTINEL);
+    const int own = tu_ctx->gemm.own;
+    if (tile == NULL) tu_ctx->gemm.own = !clblast;
+    const iha_status st = tile ? iha__gemm_kernel_enqueue(tu_ctx, tile, g.m, g.n, g.k, 1.0f, da, g.a_off, g.lda, db,
+                                                          g.b_off, g.ldb, 1.0f, dc, g.c_off, g.ldc)
+                               : iha__sgemm_acc(tu_ctx, g.m, g.n, g.k, da, g.a_off, g.lda, db, g.b_off, g.ldb, dc,
+                                                g.c_off, g.ldc);
+    tu_ctx->gemm.own = own;
+    tu_assert_status(tu_ctx, st, IHA_OK);
+    tu_buffer_read(tu_ctx, dc, g.c_off, c, nc);
+    double *ref = tu_malloc(g.m * g.n * sizeof *ref);
+    float *got = tu_malloc(g.m * g.n * sizeof *got);
+    for (size_t i = 0; i < g.m; ++i)
+        for (size_t j = 0; j < g.n; ++j) {
+            double acc = c0[i * g.ldc + j];
+            for (size_t l = 0; l < g.k; ++l) acc += (double)a[i * g.lda + l] * b[l * g.ldb + j];
+            ref[i * g.n + j] = acc;
+            got[i * g.n + j] = c[i * g.ldc + j];
+        }
+    tu_assert_close(clblast ? "C += A B (CLBlast)" : "C += A B", got, ref, g.m * g.n, TU_TOL_F32);
+    for (size_t i = 0; i + 1 < g.m; ++i)
+        for (size_t j = g.n; j < g.ldc; ++j)
+            if (c[i * g.ldc + j] != c0[i * g.ldc + j]) fail_msg("C += A B changed padding at row %zu column %zu", i, j);
+    tu_assert_guard(tu_ctx, dc, nc, g.c_off, GUARD, SENTINEL);
+    free(a), free(b), free(c0), free(c), free(ref), free(got);
+    tu_buffer_release(da), tu_buffer_release(db), tu_buffer_release(dc);
+}
+
+static void test_accumulate(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_gemm_config narrow = {1, 3, 8, 2, 4};
+    for (size_t i = 0; i < RAGGED; ++i) {
+        accumulate_case(&ragged[i], NULL, 0, 600 + i);
+        accumulate_case(&ragged[i], &narrow, 0, 620 + i);
+    }
+    accumulate_case(&ragged[1], NULL, 1, 640);
+    accumulate_case(&ragged[9], NULL, 1, 641);
+}
+
 /* k = 0: C = 0, NaN in C does not survive. */
 static void test_empty_k_writes_zeros(void **state)
 {
@@ -157,7 +212,7 @@ static void test_empty_k_writes_zeros(void **state)
     iha__gemm_kernel_default(tu_ctx, &tile);
     cl_mem a = tu_buffer_new(tu_ctx, 1), b = tu_buffer_new(tu_ctx, 1);
     cl_mem c = tu_buffer_guarded(tu_ctx, NULL, 7 * 9, 0, GUARD, SENTINEL);
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &tile, 7, 9, 0, 1.0f, a, 0, 1, b, 0, 9, c, 0, 9), IHA_OK);
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &tile, 7, 9, 0, 1.0f, a, 0, 1, b, 0, 9, 0.0f, c, 0, 9), IHA_OK);
     tu_assert_buffer_all(tu_ctx, c, 0, 7 * 9, 0.0f);
     tu_assert_guard(tu_ctx, c, 7 * 9, 0, GUARD, SENTINEL);
     tu_buffer_release(a), tu_buffer_release(b), tu_buffer_release(c);
@@ -174,7 +229,7 @@ static void test_refusals(void **state)
         {1, 0, 16, 4, 1}, {1, 9, 16, 4, 1}, {1, 4, 5, 4, 1}, {1, 4, 8, 0, 1}, {1, 4, 8, 17, 1}, {1, 4, 8, 4, 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i)
-        tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &bad[i], 6, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4),
+        tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &bad[i], 6, 4, 5, 1.0f, a, 0, 5, b, 0, 4, 0.0f, c, 0, 4),
                          IHA_ERROR_INVALID_ARGUMENT);
     /* Leading dimensions below the row, matrices one element past their buffers, and no A:
      * {a_off, lda, b_off, ldb, c_off, ldc, A missing}. */
@@ -186,16 +241,16 @@ static void test_refusals(void **state)
         const size_t *l = layouts[i];
         tu_assert_status(tu_ctx,
                          iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, 5, 1.0f, l[6] ? NULL : a, l[0], l[1], b, l[2],
-                                                  l[3], c, l[4], l[5]),
+                                                  l[3], 0.0f, c, l[4], l[5]),
                          IHA_ERROR_INVALID_ARGUMENT);
     }
     /* Sizes beyond the kernel's int indices are refused before any buffer is read. */
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, (size_t)INT_MAX, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4),
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, (size_t)INT_MAX, 4, 5, 1.0f, a, 0, 5, b, 0, 4, 0.0f, c, 0, 4),
                      IHA_ERROR_UNSUPPORTED);
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, (size_t)INT_MAX + 1, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4),
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 6, 4, (size_t)INT_MAX + 1, 1.0f, a, 0, 5, b, 0, 4, 0.0f, c, 0, 4),
                      IHA_ERROR_UNSUPPORTED);
     /* Nothing to do. */
-    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 0, 4, 5, 1.0f, a, 0, 5, b, 0, 4, c, 0, 4), IHA_OK);
+    tu_assert_status(tu_ctx, iha__gemm_kernel_enqueue(tu_ctx, &good, 0, 4, 5, 1.0f, a, 0, 5, b, 0, 4, 0.0f, c, 0, 4), IHA_OK);
     tu_buffer_release(a), tu_buffer_release(b), tu_buffer_release(c);
 }
 
@@ -248,7 +303,7 @@ int main(void)
     tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ragged_shapes_backend), cmocka_unit_test(test_every_tile),
-        cmocka_unit_test(test_exact_buffers),
+        cmocka_unit_test(test_exact_buffers),         cmocka_unit_test(test_accumulate),
         cmocka_unit_test(test_empty_k_writes_zeros),  cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_cpu_builtin_avoids_clblast),
     };

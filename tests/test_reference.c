@@ -2,7 +2,8 @@
  * test_reference.c - checks the float64 reference itself on cases small enough to work out by
  * hand (trivial softmax, visibility sets of every mask and window, a known mixing and collapse,
  * rotary angles at virtual positions), and against a second writing of SPEC's mixing and
- * collapse formulas, so that the reference cannot silently be wrong. Needs no device.
+ * collapse formulas, and its backward pass against finite differences of its forward, so that
+ * the reference cannot silently be wrong. Needs no device.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -473,6 +474,85 @@ static void invalid_problems_are_refused(void **state)
     layer_free(&l);
 }
 
+/* sum(dz * z) of the layer, the loss whose gradients ref_backward returns. */
+static double layer_loss(const ref_problem *p, const float *dz)
+{
+    const size_t n = p->B * p->N * p->D;
+    double *z = malloc(n * sizeof *z);
+    assert_non_null(z);
+    assert_int_equal(ref_forward(p, NULL, 0, z), 0);
+    double loss = 0.0;
+    for (size_t i = 0; i < n; i++)
+        loss += dz[i] * z[i];
+    free(z);
+    return loss;
+}
+
+/* ref_backward against central differences of ref_forward, element by element of x and every
+ * weight. The steps are the exact differences of the perturbed floats, so the quotient has only
+ * its O(h^2) truncation error. `identity` (P = 1): the reference gets NULL mixing, the
+ * differences explicit identity arrays, so the mixing gradients are checked at the identity. */
+static void backward_case(size_t B, size_t N, size_t D, size_t H, size_t d, size_t P, int mask, long long window,
+                          int rope, int identity)
+{
+    layer l = layer_make(B, N, D, H, d, P, 40 + (unsigned)(B + N + D + H + d + P));
+    if (identity) {
+        float *mix[4] = {l.aq, l.ak, l.av, l.r};
+        for (int i = 0; i < 4; i++)
+            for (size_t m = 0; m < H; m++)
+                for (size_t h = 0; h < H; h++)
+                    mix[i][m * H + h] = m == h ? 1.0f : 0.0f;
+    }
+    ref_problem p = layer_problem(&l, mask, window, rope);
+    const size_t nx = B * N * D, nw = D * H * d, nm = H * H * P;
+    float *dz = malloc(nx * sizeof *dz);
+    assert_non_null(dz);
+    fill(dz, nx, 99);
+    double *grads[9];
+    const size_t sizes[9] = {nx, nw, nw, nw, nw, nm, nm, nm, nm};
+    for (int i = 0; i < 9; i++) {
+        grads[i] = malloc(sizes[i] * sizeof(double));
+        assert_non_null(grads[i]);
+    }
+    const ref_grads g = {grads[0], grads[1], grads[2], grads[3], grads[4], grads[5], grads[6], grads[7], grads[8]};
+    ref_problem analytic = p;
+    if (identity)
+        analytic.alpha_q = analytic.alpha_k = analytic.alpha_v = analytic.r = NULL;
+    assert_int_equal(ref_backward(&analytic, dz, &g), 0);
+
+    float *tensors[9] = {l.x, l.wq, l.wk, l.wv, l.wo, l.aq, l.ak, l.av, l.r};
+    static const char *const names[9] = {"x", "wq", "wk", "wv", "wo", "alpha_q", "alpha_k", "alpha_v", "r"};
+    for (int t = 0; t < 9; t++) {
+        double err = 0.0, norm = 0.0;
+        for (size_t i = 0; i < sizes[t]; i++) {
+            const float keep = tensors[t][i];
+            tensors[t][i] = keep + 1e-4f;
+            const double up = tensors[t][i], plus = layer_loss(&p, dz);
+            tensors[t][i] = keep - 1e-4f;
+            const double down = tensors[t][i], minus = layer_loss(&p, dz);
+            tensors[t][i] = keep;
+            const double fd = (plus - minus) / (up - down);
+            err += (fd - grads[t][i]) * (fd - grads[t][i]);
+            norm += grads[t][i] * grads[t][i];
+        }
+        if (!(sqrt(err) <= 1e-6 * sqrt(norm)))
+            fail_msg("d%s: relative L2 distance %.3g from central differences", names[t], sqrt(err / norm));
+    }
+    for (int i = 0; i < 9; i++)
+        free(grads[i]);
+    free(dz);
+    layer_free(&l);
+}
+
+static void layer_backward_matches_differences(void **state)
+{
+    (void)state;
+    backward_case(2, 3, 5, 2, 4, 2, 0, 0, 1, 0);  /* causal, rotary */
+    backward_case(1, 4, 3, 3, 3, 3, 1, 2, 0, 0);  /* token_causal, window, odd d */
+    backward_case(1, 3, 4, 2, 2, 1, 2, 0, 0, 1);  /* none, P = 1, identity mixing */
+    backward_case(1, 5, 4, 1, 6, 2, 0, 2, 1, 0);  /* one head, window, rotary */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -486,6 +566,7 @@ int main(void)
         cmocka_unit_test(core_is_mixing_around_attention),
         cmocka_unit_test(null_mixing_is_identity),
         cmocka_unit_test(invalid_problems_are_refused),
+        cmocka_unit_test(layer_backward_matches_differences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

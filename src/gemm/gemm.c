@@ -20,6 +20,18 @@ static iha_status clblast_failure(iha_context *ctx, CLBlastStatusCode s, const c
  * such shapes to whole tiles, and on PoCL they ran 10x slower than GEMV for one row. */
 #define IHA_GEMV_MAX_ROWS 4
 
+static iha_status clblast_gemm(iha_context *ctx, int transpose_b, size_t m, size_t n, size_t k, float alpha, cl_mem a,
+                               size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c,
+                               size_t c_off, size_t ldc)
+{
+    const CLBlastTranspose tb = transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo;
+    iha__clblast_enter(ctx);
+    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, alpha, a, a_off, lda,
+                                       b, b_off, ldb, beta, c, c_off, ldc, &ctx->queue, NULL);
+    iha__clblast_unlock();
+    return s == CLBlastSuccess ? IHA_OK : clblast_failure(ctx, s, "CLBlastSgemm", m, n, k);
+}
+
 iha_status iha__sgemm_clblast(iha_context *ctx, int transpose_b, size_t m, size_t n, size_t k, float alpha, cl_mem a,
                               size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, cl_mem c, size_t c_off,
                               size_t ldc)
@@ -43,12 +55,7 @@ iha_status iha__sgemm_clblast(iha_context *ctx, int transpose_b, size_t m, size_
         }
         return IHA_OK;
     }
-    const CLBlastTranspose tb = transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo;
-    iha__clblast_enter(ctx);
-    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, alpha, a, a_off, lda,
-                                       b, b_off, ldb, 0.0f, c, c_off, ldc, &ctx->queue, NULL);
-    iha__clblast_unlock();
-    return s == CLBlastSuccess ? IHA_OK : clblast_failure(ctx, s, "CLBlastSgemm", m, n, k);
+    return clblast_gemm(ctx, transpose_b, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, 0.0f, c, c_off, ldc);
 }
 
 iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, size_t k, float alpha, cl_mem a,
@@ -57,7 +64,8 @@ iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, 
 {
     /* The transposed product (only the unfused baseline's Q K^T) stays with CLBlast. */
     if (ctx->gemm.own && !transpose_b)
-        return iha__gemm_kernel_enqueue(ctx, &ctx->gemm, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc);
+        return iha__gemm_kernel_enqueue(ctx, &ctx->gemm, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, 0.0f, c, c_off,
+                                        ldc);
     return iha__sgemm_clblast(ctx, transpose_b, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc);
 }
 
@@ -65,4 +73,14 @@ iha_status iha__sgemm(iha_context *ctx, size_t m, size_t n, size_t k, cl_mem a, 
                       size_t b_off, size_t ldb, cl_mem c, size_t c_off, size_t ldc)
 {
     return iha__sgemm_ex(ctx, 0, m, n, k, 1.0f, a, a_off, lda, b, b_off, ldb, c, c_off, ldc);
+}
+
+iha_status iha__sgemm_acc(iha_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b,
+                          size_t b_off, size_t ldb, cl_mem c, size_t c_off, size_t ldc)
+{
+    if (ctx->gemm.own)
+        return iha__gemm_kernel_enqueue(ctx, &ctx->gemm, m, n, k, 1.0f, a, a_off, lda, b, b_off, ldb, 1.0f, c, c_off,
+                                        ldc);
+    /* CLBlast's GEMM with beta = 1 (its GEMV path for a few rows overwrites, so it is not used). */
+    return clblast_gemm(ctx, 0, m, n, k, 1.0f, a, a_off, lda, b, b_off, ldb, 1.0f, c, c_off, ldc);
 }

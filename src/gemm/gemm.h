@@ -18,4 +18,7 @@ iha_status iha__sgemm_ex(iha_context *ctx, int transpose_b, size_t m, size_t n, 
 iha_status iha__sgemm_clblast(iha_context *ctx, int transpose_b, size_t m, size_t n, size_t k, float alpha, cl_mem a,
                               size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, cl_mem c, size_t c_off,
                               size_t ldc);
+/* C[m][n] += A[m][k] * B[k][n] (C read and updated), through the context's backend. */
+iha_status iha__sgemm_acc(iha_context *ctx, size_t m, size_t n, size_t k, cl_mem a, size_t a_off, size_t lda, cl_mem b,
+                          size_t b_off, size_t ldb, cl_mem c, size_t c_off, size_t ldc);
 #endif

@@ -94,7 +94,7 @@ static int pack_b(iha_context *ctx, const char *options, int vec, size_t n, size
 
 iha_status iha__gemm_kernel_enqueue(iha_context *ctx, const iha_gemm_config *cfg, size_t m, size_t n, size_t k,
                                     float alpha, cl_mem a, size_t a_off, size_t lda, cl_mem b, size_t b_off,
-                                    size_t ldb, cl_mem c, size_t c_off, size_t ldc)
+                                    size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc)
 {
     IHA_RETURN_ERROR_IF(!iha__gemm_kernel_valid(cfg), ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "GEMM kernel: invalid tile (rows %d, vec %d, unroll %d, group %zu)", cfg->rows, cfg->vec,
@@ -128,6 +128,7 @@ iha_status iha__gemm_kernel_enqueue(iha_context *ctx, const iha_gemm_config *cfg
     iha__arg_int(&args, (cl_int)n);
     iha__arg_int(&args, (cl_int)k);
     iha__arg_float(&args, alpha);
+    iha__arg_float(&args, beta);
     iha__arg_tensor(&args, a, a_off);
     iha__arg_ulong(&args, lda);
     iha__arg_tensor(&args, is_packed ? packed : b, is_packed ? 0 : b_off);

@@ -11,12 +11,12 @@ void iha__gemm_kernel_default(const iha_context *ctx, iha_gemm_config *cfg);
 /* Nonzero when rows, vec, unroll and group are values the kernel accepts. */
 int iha__gemm_kernel_valid(const iha_gemm_config *cfg);
 
-/* C[m][n] = alpha * A[m][k] * B[k][n] with cl/gemm.cl and cfg's tile (cfg->own is not read),
- * row-major with element offsets and leading dimensions; C is overwritten. m <= 4 (a decoding
- * step's rows) uses a tile of exactly m rows. Nothing to do when m or n is 0; k = 0 writes zeros.
+/* C[m][n] = alpha * A[m][k] * B[k][n] + beta * C with cl/gemm.cl and cfg's tile (cfg->own is not
+ * read), row-major with element offsets and leading dimensions; beta = 0 overwrites C unread. m <= 4 (a decoding
+ * step's rows) uses a tile of exactly m rows. Nothing to do when m or n is 0; k = 0 writes beta * C.
  * IHA_ERROR_INVALID_ARGUMENT for an invalid cfg, a leading dimension below its row length or a
  * buffer too small for its matrix; IHA_ERROR_UNSUPPORTED when m or n exceeds INT_MAX - 16 or k exceeds INT_MAX. */
 iha_status iha__gemm_kernel_enqueue(iha_context *ctx, const iha_gemm_config *cfg, size_t m, size_t n, size_t k,
                                     float alpha, cl_mem a, size_t a_off, size_t lda, cl_mem b, size_t b_off,
-                                    size_t ldb, cl_mem c, size_t c_off, size_t ldc);
+                                    size_t ldb, float beta, cl_mem c, size_t c_off, size_t ldc);
 #endif

@@ -93,6 +93,21 @@ int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim);
 /* Dt = dO . O per row, then dqt, then dkt and dvt. Every output element is written. */
 iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *refs,
                                            int mask, size_t window, float scale);
+/* ---- The layer backward's other steps (cl/layer_backward.cl) ---- */
+/* dst [cols][rows] = transpose of src [rows][cols], with row strides ld_src and ld_dst; rows and
+ * cols below INT_MAX. */
+iha_status iha__transpose_enqueue(iha_context *ctx, size_t rows, size_t cols, iha_ref src, size_t ld_src, iha_ref dst,
+                                  size_t ld_dst);
+/* The gradient through the rotary embedding, in place on x [B][H][T][d] (d even): the inverse
+ * rotation at each row's virtual position, with iha__rope_table's table. */
+iha_status iha__rope_inverse_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref x, cl_mem table);
+/* g [H][H][P] = sum over b, n, c of tokens[b][n][i][c] * pseudo[b][j][n*P+p][c], the form of the
+ * gradients of R (tokens dY, pseudo O) and of alpha (tokens Q, pseudo dQt); tokens is
+ * [B][N][H][d], pseudo [B][H][T][d], and partial holds iha__mix_grad_partial_elements floats. */
+size_t iha__mix_grad_partial_elements(const iha_dims *dims);
+iha_status iha__mix_grad_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref tokens, iha_ref pseudo,
+                                 cl_mem partial, iha_ref g);
+
 /* The local-memory variant (cl/attention_local.cl, for GPUs): `rows` work-items per group, one
  * query row each, and tiles of `keys` keys (a multiple of key_block) staged in local memory.
  * Same inputs and outputs as iha__attention_enqueue. IHA_ERROR_UNSUPPORTED when the group or

@@ -16,7 +16,7 @@ static iha_status run_gemm(iha_context *ctx, void *arg)
 {
     const gemm_problem *g = arg;
     if (g->own != NULL)
-        return iha__gemm_kernel_enqueue(ctx, g->own, g->m, g->n, g->k, 1.0f, g->a, 0, g->k, g->b, 0, g->n, g->c, 0, g->n);
+        return iha__gemm_kernel_enqueue(ctx, g->own, g->m, g->n, g->k, 1.0f, g->a, 0, g->k, g->b, 0, g->n, 0.0f, g->c, 0, g->n);
     return iha__sgemm_clblast(ctx, 0, g->m, g->n, g->k, 1.0f, g->a, 0, g->k, g->b, 0, g->n, g->c, 0, g->n);
 }
 

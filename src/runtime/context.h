@@ -27,8 +27,12 @@ typedef enum iha_workspace_slot {
     IHA_WS_MIXING,  /* half weights: alpha_q, alpha_k, alpha_v and r converted to float */
     IHA_WS_GEMM_B,  /* the library's SGEMM: B packed in panels (src/gemm/microkernel.c) */
     IHA_WS_DELTA,   /* attention backward: Dt = dO . O per virtual row [B][H][T] */
-    IHA_WS_COUNT
+    /* The layer backward's own tensors, IHA_WS_GRAD_SLOTS slots from IHA_WS_GRAD (roles in
+     * src/layer/layer_backward.c), apart from the slots the attention backward packs into. */
+    IHA_WS_GRAD,
+    IHA_WS_COUNT = IHA_WS_GRAD + 16
 } iha_workspace_slot;
+#define IHA_WS_GRAD_SLOTS (IHA_WS_COUNT - IHA_WS_GRAD)
 
 /* The backend of the library's matrix products: src/gemm reads it, src/tune sets it (the
  * profile's GEMM entry or the device type's built-in) when the context is created and when it

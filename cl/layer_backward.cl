@@ -1,0 +1,83 @@
+/* The layer backward's small steps around the attention backward (SPEC "The backward pass"):
+ * transposes for the weight gradients' products, the inverse rotary of dQt and dKt, and the
+ * gradients of the mixing and collapse matrices. All memory-bound or small next to the
+ * attention step; written for clarity and correctness on every device. */
+
+/* Side of the square tile one work-item of transpose_f32 moves. */
+#define TR_TILE 8
+
+/* dst[c][r] = src[r][c] for a rows x cols matrix, with leading dimensions (row strides) and
+ * element offsets: the weight gradients are X^T dQ and Y^T dZ, and dX and dY need W^T, all as
+ * products the library's non-transposing SGEMM runs. One TR_TILE x TR_TILE tile per work-item,
+ * (column tile, row tile) = (get_global_id(0), get_global_id(1)); the tile's reads stay in
+ * cache while each destination row is written contiguously. */
+__kernel void transpose_f32(int rows, int cols, __global const float *src, ulong src_off, ulong ld_src,
+                            __global float *dst, ulong dst_off, ulong ld_dst)
+{
+    const int c0 = (int)get_global_id(0) * TR_TILE, r0 = (int)get_global_id(1) * TR_TILE;
+    if (c0 >= cols || r0 >= rows) return;
+    const int nc = min(TR_TILE, cols - c0), nr = min(TR_TILE, rows - r0);
+    for (int j = 0; j < nc; ++j) {
+        __global float *out = dst + dst_off + (ulong)(c0 + j) * ld_dst + r0;
+        const __global float *in = src + src_off + (ulong)r0 * ld_src + c0 + j;
+        for (int i = 0; i < nr; ++i) out[i] = in[(ulong)i * ld_src];
+    }
+}
+
+/* The gradient through SPEC step 3's rotation, in place on rows x [rows][d] (row index
+ * bh * T + t, virtual position t): the rotation is orthogonal, so its gradient is the inverse
+ * rotation, (g_i, g_{i+d/2}) -> (g_i cos + g_{i+d/2} sin, g_{i+d/2} cos - g_i sin). table is
+ * the forward's [T][2][d/2] (cosines, then sines). A work-item per (pair i, row). */
+__kernel void rope_inverse_f32(__global float *x, ulong x_off, ulong rows, __global const float *table, int T, int d)
+{
+    const int pairs = d / 2, i = (int)get_global_id(0);
+    const ulong row = get_global_id(1);
+    if (i >= pairs || row >= rows) return; /* the launch rounds both up to whole work-groups */
+    const int t = (int)(row % (ulong)T);
+    const float c = table[(ulong)t * d + i], s = table[(ulong)t * d + pairs + i];
+    __global float *g = x + x_off + row * (ulong)d;
+    const float g0 = g[i], g1 = g[i + pairs];
+    g[i] = g0 * c + g1 * s;
+    g[i + pairs] = g1 * c - g0 * s;
+}
+
+/* The mixing and collapse matrices' gradients share one form (SPEC):
+ *   G[i][j][p] = sum over b, n, c of A[b][n][i][c] * V[b][j][n*P+p][c]
+ * with A a token tensor [B][N][H][d] and V a virtual one [B][H][T][d]:
+ *   dR      = G(dY, O)    (i = target head h, j = source head m)
+ *   dalpha  = G(Q, dQt)   (i = source head m, j = target head h), and K, V alike.
+ * Stage one: a work-item per (output, chunk of `chunk` tokens) writes its partial sum to
+ * partial[chunk index][H*H*P]; stage two sums the chunks of each output in a fixed order, so the
+ * result does not depend on scheduling. */
+__kernel void mix_grad_partial_f32(__global const float *a, ulong a_off, __global const float *v, ulong v_off,
+                                   __global float *partial, int B, int N, int H, int d, int P, int chunk)
+{
+    const int idx = (int)get_global_id(0), part = (int)get_global_id(1);
+    const int outputs = H * H * P;
+    if (idx >= outputs) return;
+    const int p = idx % P, j = (idx / P) % H, i = idx / (P * H);
+    const long tokens = (long)B * N, first = (long)part * chunk;
+    if (first >= tokens) return;
+    const long last = min(first + chunk, tokens);
+    const ulong T = (ulong)N * P;
+    float acc = 0.0f;
+    for (long bn = first; bn < last; ++bn) {
+        const ulong b = (ulong)(bn / N), n = (ulong)(bn % N);
+        const __global float *ar = a + a_off + ((ulong)bn * H + i) * d;
+        const __global float *vr = v + v_off + ((b * H + j) * T + n * P + p) * d;
+        float row = 0.0f;
+        for (int c = 0; c < d; ++c) row = fma(ar[c], vr[c], row);
+        acc += row;
+    }
+    partial[(ulong)part * outputs + idx] = acc;
+}
+
+__kernel void mix_grad_reduce_f32(__global const float *partial, int outputs, int parts, __global float *g,
+                                  ulong g_off)
+{
+    const int idx = (int)get_global_id(0);
+    if (idx >= outputs) return;
+    float acc = 0.0f;
+    for (int k = 0; k < parts; ++k) acc += partial[(ulong)k * outputs + idx];
+    g[g_off + idx] = acc;
+}

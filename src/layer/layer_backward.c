@@ -1,0 +1,245 @@
+/* iha_backward: the whole layer's backward pass (SPEC "The backward pass"). The forward's
+ * activations are recomputed from x, then the stages run backwards: output projection,
+ * collapse, attention (the attention backward's kernels), inverse rotary, mixing, projections.
+ * Every argument is checked before anything is enqueued. */
+#include <limits.h>
+#include <stdint.h>
+
+#include "common/checked.h"
+#include "gemm/gemm.h"
+#include "layer/call.h"
+#include "layer/plan.h"
+#include "layer/storage.h"
+
+/* The call's own tensors, each in workspace slot IHA_WS_GRAD + role. The forward's slots hold
+ * what they hold in iha_forward (Q, K, V, Y, and the packed keys in IHA_WS_KT); the attention
+ * backward packs into IHA_WS_QT, IHA_WS_KT, IHA_WS_VT and IHA_WS_O, so the pseudo tensors it
+ * reads live here. */
+enum {
+    G_DY, G_DQ, G_DK, G_DV,                /* token tensors [B][N][H][d] */
+    G_QT, G_KT, G_VT, G_O, G_DO,           /* pseudo tensors [B][H][T][d], keys as rows */
+    G_DQT, G_DKT, G_DVT,
+    G_LSE,                                 /* [B][H][T] */
+    G_XT,                                  /* x transposed [D][B*N] */
+    G_TRANSPOSED,                          /* one weight or Y transposed at a time */
+    G_PARTIAL,                             /* the mixing gradients' partial sums */
+    G_ROLES
+};
+_Static_assert(G_ROLES <= IHA_WS_GRAD_SLOTS, "the layer backward needs more workspace slots");
+
+typedef struct grad_buffers {
+    cl_mem t[G_ROLES];
+    cl_mem q, k, v, y, packed_keys;
+} grad_buffers;
+
+static iha_ref at(cl_mem m) { return (iha_ref){m, 0}; }
+
+/* Element counts of every workspace tensor the call uses, in role order then the forward's
+ * five; 0 on overflow. */
+static size_t workspace_elements(const iha_plan *p, size_t sizes[G_ROLES])
+{
+    const size_t te = p->token_elems, ve = p->virtual_elems, tr = te > p->w_elems ? te : p->w_elems;
+    const size_t fixed[G_ROLES] = {te, te, te, te, ve, ve, ve, ve, ve, ve, ve, ve, p->lse_elems, p->x_elems, tr,
+                                   iha__mix_grad_partial_elements(&p->dims)};
+    size_t total = 0;
+    for (int i = 0; i < G_ROLES; ++i) {
+        sizes[i] = fixed[i];
+        if (!iha__add(total, fixed[i], &total)) return 0;
+    }
+    /* Q, K, V, Y, the packed keys, and the attention backward's Dt and packed copies. */
+    const size_t packed16 = iha__packed_keys_elements(&p->dims, 16);
+    size_t more = 0;
+    if (!iha__mul(te, 4, &more) || !iha__add(total, more, &total) || !iha__add(total, p->packed_elems, &total) ||
+        !iha__add(total, p->lse_elems, &total) || !iha__mul(packed16, 4, &more) || !iha__add(total, more, &total))
+        return 0;
+    return total;
+}
+
+/* Checks every output: its size, apart from the inputs and weights, disjoint from the others. */
+static iha_status check_outputs(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_buffer x,
+                                iha_buffer dz, const iha_buffer out[9])
+{
+    static const char *const names[9] = {"dx", "grads->wq", "grads->wk", "grads->wv", "grads->wo",
+                                         "grads->alpha_q", "grads->alpha_k", "grads->alpha_v", "grads->r"};
+    const size_t f = sizeof(float);
+    size_t elems[9];
+    for (int i = 0; i < 9; ++i) {
+        elems[i] = i == 0 ? p->x_elems : i < 5 ? p->w_elems : p->mix_elems;
+        if (out[i].mem == NULL) continue;
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, out[i], elems[i], f, names[i]));
+        IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], elems[i], f, x, p->x_elems, f, names[i], "x"));
+        IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], elems[i], f, dz, p->x_elems, f, names[i], "dz"));
+        /* Sized in activation elements, which are floats here as the weights are. */
+        IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, p, w, 1, out[i], elems[i], names[i]));
+        for (int j = 0; j < i; ++j)
+            if (out[j].mem != NULL)
+                IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, out[i], elems[i], out[j], elems[j], f, names[i], names[j]));
+    }
+    return IHA_OK;
+}
+
+/* The forward pass again, keeping what the backward reads: Q, K, V, the pseudo tensors as rows,
+ * O and its LSE, and Y when dW_O is wanted. */
+static iha_status recompute(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_ref x,
+                            const grad_buffers *g, cl_mem rope, int want_y, double *mark)
+{
+    const size_t rows = p->dims.B * p->dims.N, hd = p->dims.H * p->dims.d;
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, p, rows, hd, p->D, x, w->wq, at(g->q)));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, p, rows, hd, p->D, x, w->wk, at(g->k)));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, p, rows, hd, p->D, x, w->wv, at(g->v)));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, mark));
+
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, at(g->q), iha__ref_of(w->alpha_q), at(g->t[G_QT]), rope, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, at(g->k), iha__ref_of(w->alpha_k), at(g->t[G_KT]), rope, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, at(g->v), iha__ref_of(w->alpha_v), at(g->t[G_VT]), NULL, 0));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
+
+    IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &p->dims, at(g->t[G_KT]), at(g->packed_keys), p->attention.key_block));
+    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, at(g->t[G_QT]), at(g->packed_keys),
+                                                at(g->t[G_VT]), at(g->t[G_O]), at(g->t[G_LSE]), p->mask, p->window,
+                                                p->scale));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
+    if (want_y) {
+        IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, at(g->t[G_O]), iha__ref_of(w->r), at(g->y)));
+        IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, mark));
+    }
+    return IHA_OK;
+}
+
+/* c [m][n] (= or +=) a [m][k] * transpose of b_t, where b_t is [n][k]: b_t is transposed into
+ * the G_TRANSPOSED slot first (the in-order queue runs the product before the next transpose
+ * overwrites it). */
+static iha_status product_bt(iha_context *ctx, const grad_buffers *g, size_t m, size_t n, size_t k, iha_ref a,
+                             iha_ref b_t, iha_ref c, int accumulate)
+{
+    cl_mem t = g->t[G_TRANSPOSED];
+    IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, n, k, b_t, k, at(t), n));
+    if (accumulate) return iha__sgemm_acc(ctx, m, n, k, a.mem, a.offset, k, t, 0, n, c.mem, c.offset, n);
+    return iha__sgemm(ctx, m, n, k, a.mem, a.offset, k, t, 0, n, c.mem, c.offset, n);
+}
+
+static iha_status run(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_buffer x, iha_buffer dz,
+                      const iha_buffer out[9], const grad_buffers *g, double *mark)
+{
+    const iha_dims *dims = &p->dims;
+    const size_t rows = dims->B * dims->N, hd = dims->H * dims->d, D = p->D;
+    cl_mem rope = NULL;
+    if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, dims->T, dims->d, p->rope_base, &rope));
+    IHA_FORWARD_IF_ERROR(recompute(ctx, p, w, iha__ref_of(x), g, rope, out[4].mem != NULL, mark));
+
+    /* Output projection: dY = dZ W_O^T, dW_O = Y^T dZ. */
+    const iha_ref dy = at(g->t[G_DY]), dzr = iha__ref_of(dz);
+    IHA_FORWARD_IF_ERROR(product_bt(ctx, g, rows, hd, D, dzr, iha__ref_of(w->wo), dy, 0));
+    if (out[4].mem != NULL) {
+        cl_mem yt = g->t[G_TRANSPOSED];
+        IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, rows, hd, at(g->y), hd, at(yt), rows));
+        IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, hd, D, rows, yt, 0, rows, dz.mem, dz.offset, D, out[4].mem, out[4].offset, D));
+    }
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.output, mark));
+
+    /* Collapse: dO = the mixing of dY with R (R[h][m][p] has alpha's layout, source h, target
+     * m), dR = G(dY, O). */
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, dims, dy, iha__ref_of(w->r), at(g->t[G_DO]), NULL, 0));
+    if (out[8].mem != NULL)
+        IHA_FORWARD_IF_ERROR(iha__mix_grad_enqueue(ctx, dims, dy, at(g->t[G_O]), g->t[G_PARTIAL], iha__ref_of(out[8])));
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, mark));
+
+    /* Attention, then the rotation's gradient. */
+    iha_backward_refs r = {at(g->t[G_QT]), at(g->t[G_KT]), at(g->t[G_VT]), at(g->t[G_O]), at(g->t[G_LSE]),
+                           at(g->t[G_DO]), at(g->t[G_DQT]), at(g->t[G_DKT]), at(g->t[G_DVT]), NULL,
+                           {NULL, NULL, NULL, NULL}};
+    const size_t f = sizeof(float);
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p->lse_elems * f, &r.delta));
+    if (iha__attention_backward_tiled(ctx, dims->d)) {
+        static const iha_workspace_slot slots[4] = {IHA_WS_KT, IHA_WS_VT, IHA_WS_QT, IHA_WS_O};
+        const size_t packed = iha__packed_keys_elements(dims, 16);
+        for (int i = 0; i < 4; ++i) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, slots[i], packed * f, &r.packed[i]));
+    }
+    IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, dims, &r, p->mask, p->window, p->scale));
+    if (rope) {
+        IHA_FORWARD_IF_ERROR(iha__rope_inverse_enqueue(ctx, dims, r.dqt, rope));
+        IHA_FORWARD_IF_ERROR(iha__rope_inverse_enqueue(ctx, dims, r.dkt, rope));
+    }
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
+
+    /* Mixing: dQ = the collapse of dQt with alpha_Q (alpha[m][h][p] has R's layout, target m,
+     * source h), dalpha_Q = G(Q, dQt); K and V alike. */
+    const iha_ref dpseudo[3] = {r.dqt, r.dkt, r.dvt}, dtok[3] = {at(g->t[G_DQ]), at(g->t[G_DK]), at(g->t[G_DV])};
+    const iha_buffer alphas[3] = {w->alpha_q, w->alpha_k, w->alpha_v};
+    const cl_mem tokens[3] = {g->q, g->k, g->v};
+    for (int i = 0; i < 3; ++i) {
+        IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, dims, dpseudo[i], iha__ref_of(alphas[i]), dtok[i]));
+        if (out[5 + i].mem != NULL)
+            IHA_FORWARD_IF_ERROR(iha__mix_grad_enqueue(ctx, dims, at(tokens[i]), dpseudo[i], g->t[G_PARTIAL],
+                                                       iha__ref_of(out[5 + i])));
+    }
+    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
+
+    /* Projections: dW = X^T dQ (and K, V), dX = dQ W_Q^T + dK W_K^T + dV W_V^T. */
+    if (out[1].mem != NULL || out[2].mem != NULL || out[3].mem != NULL) {
+        cl_mem xt = g->t[G_XT];
+        IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, rows, D, iha__ref_of(x), D, at(xt), rows));
+        for (int i = 0; i < 3; ++i)
+            if (out[1 + i].mem != NULL)
+                IHA_FORWARD_IF_ERROR(iha__sgemm(ctx, D, hd, rows, xt, 0, rows, dtok[i].mem, 0, hd, out[1 + i].mem,
+                                                out[1 + i].offset, hd));
+    }
+    if (out[0].mem != NULL) {
+        const iha_buffer ws[3] = {w->wq, w->wk, w->wv};
+        for (int i = 0; i < 3; ++i)
+            IHA_FORWARD_IF_ERROR(product_bt(ctx, g, rows, D, hd, dtok[i], iha__ref_of(ws[i]), iha__ref_of(out[0]), i > 0));
+    }
+    return iha__stage_done(ctx, &ctx->stage_times.projections, mark);
+}
+
+static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                 const iha_layer_weights *w, iha_buffer x, iha_buffer dz, iha_buffer dx,
+                                 const iha_layer_grads *grads)
+{
+    double mark;
+    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
+    iha_plan p;
+    IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 1, &p));
+    IHA_RETURN_ERROR_IF(p.act_half || p.weight_half, ctx, IHA_ERROR_UNSUPPORTED,
+                        "iha_backward supports float32 storage only (options->storage and weight_storage)");
+    IHA_RETURN_ERROR_IF(w == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "weights is NULL");
+    IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 1));
+    const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
+    /* The transposes and products index rows and columns as int. */
+    IHA_RETURN_ERROR_IF(rows > INT_MAX / 2 || p.D > INT_MAX / 2 || hd > INT_MAX / 2, ctx, IHA_ERROR_UNSUPPORTED,
+                        "iha_backward: batch*tokens (%zu), model_dim (%zu) and heads*head_dim (%zu) must each be at "
+                        "most %d",
+                        rows, p.D, hd, INT_MAX / 2);
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, f, "x"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, dz, p.x_elems, f, "dz"));
+    iha_buffer out[9] = {dx};
+    if (grads != NULL) {
+        const iha_buffer g[8] = {grads->wq,      grads->wk,      grads->wv,      grads->wo,
+                                 grads->alpha_q, grads->alpha_k, grads->alpha_v, grads->r};
+        for (int i = 0; i < 8; ++i) out[1 + i] = g[i];
+    }
+    IHA_FORWARD_IF_ERROR(check_outputs(ctx, &p, w, x, dz, out));
+    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
+    size_t sizes[G_ROLES];
+    const size_t total = workspace_elements(&p, sizes);
+    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total ? total : SIZE_MAX, f));
+
+    grad_buffers g;
+    for (int i = 0; i < G_ROLES; ++i)
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, (iha_workspace_slot)(IHA_WS_GRAD + i), sizes[i] * f, &g.t[i]));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Q, p.token_elems * f, &g.q));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_K, p.token_elems * f, &g.k));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_V, p.token_elems * f, &g.v));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Y, p.token_elems * f, &g.y));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p.packed_elems * f, &g.packed_keys));
+    return run(ctx, &p, w, x, dz, out, &g, &mark);
+}
+
+iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                        const iha_layer_weights *weights, iha_buffer x, iha_buffer dz, iha_buffer dx,
+                        const iha_layer_grads *grads)
+{
+    iha_status st = layer_backward(ctx, shape, options, weights, x, dz, dx, grads);
+    if (st == IHA_OK) iha__program_cache_flush(ctx);
+    return st;
+}

@@ -1,0 +1,258 @@
+/*
+ * test_layer_backward.c - iha_backward, the whole layer's backward pass, against the float64
+ * reference (itself checked against finite differences in test_reference.c): every gradient
+ * within SPEC's 1e-5 on ragged shapes, every mask, windows, rotary, P = 1 with the identity
+ * shortcut, odd head widths and widths the tile kernels take; gradients asked for one at a
+ * time; and the refusals, which must leave every output as it was.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "test_layer.h"
+#include "test_util.h"
+
+#define OUT_OFFSET 3 /* floats of sentinel before each output */
+#define OUT_GUARD 29 /* and after it */
+#define OUT_SENTINEL (-7.0f)
+
+enum { OUTPUTS = 9 }; /* dx, then the gradients in iha_layer_grads order */
+static const char *const output_names[OUTPUTS] = {"dx",      "dwq",     "dwk",     "dwv", "dwo",
+                                                  "dalpha_q", "dalpha_k", "dalpha_v", "dr"};
+
+typedef struct lb_case {
+    iha_shape s;
+    int mask;
+    int64_t window;
+    int rope;
+    int identity; /* P = 1: the NULL identity shortcut for alpha and r */
+} lb_case;
+
+static size_t output_count(const iha_shape *s, int i)
+{
+    return i == 0 ? tu_count_x(s) : i < 5 ? tu_count_w(s) : tu_count_mix(s);
+}
+
+/* Guarded NaN-filled output buffers for the outputs `want` selects (bit i: output i). */
+static void outputs_new(const iha_shape *s, unsigned want, iha_buffer out[OUTPUTS])
+{
+    for (int i = 0; i < OUTPUTS; i++)
+        out[i] = (iha_buffer){want >> i & 1u ? tu_buffer_guarded(tu_ctx, NULL, output_count(s, i), OUT_OFFSET,
+                                                                 OUT_GUARD, OUT_SENTINEL)
+                                             : NULL,
+                              OUT_OFFSET};
+}
+
+static void outputs_release(iha_buffer out[OUTPUTS])
+{
+    for (int i = 0; i < OUTPUTS; i++) tu_buffer_release(out[i].mem);
+}
+
+static iha_layer_grads grads_of(const iha_buffer out[OUTPUTS])
+{
+    iha_layer_grads g = {out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8]};
+    return g;
+}
+
+static iha_attention_options options_of(const lb_case *c)
+{
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.mask = c->mask;
+    o.window = c->window;
+    o.rope = c->rope;
+    return o;
+}
+
+/* The outputs `want` selects, against the reference; the others must not have been given. */
+static void run_case(const lb_case *c, unsigned want, uint64_t seed)
+{
+    tu_layer l;
+    tu_layer_init(&l, &c->s, seed);
+    if (c->identity) tu_layer_identity(&l, 1);
+    tu_device_layer d;
+    tu_device_layer_upload(tu_ctx, &l, 1, &d);
+    const size_t nx = tu_count_x(&c->s);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed + 1);
+    float *dz = tu_random_array(&rng, nx, 1.0f);
+    cl_mem bdz = tu_buffer_guarded(tu_ctx, dz, nx, 11, 0, 0.0f);
+    iha_buffer out[OUTPUTS];
+    outputs_new(&c->s, want, out);
+    const iha_layer_grads g = grads_of(out);
+    const iha_attention_options o = options_of(c);
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &c->s, &o, &d.weights, d.x, (iha_buffer){bdz, 11}, out[0], &g),
+                     IHA_OK);
+
+    double *ref[OUTPUTS];
+    for (int i = 0; i < OUTPUTS; i++) ref[i] = tu_malloc(output_count(&c->s, i) * sizeof(double));
+    const ref_grads rg = {ref[0], ref[1], ref[2], ref[3], ref[4], ref[5], ref[6], ref[7], ref[8]};
+    const ref_problem p = tu_layer_problem(&l, &o);
+    assert_int_equal(ref_backward(&p, dz, &rg), 0);
+    for (int i = 0; i < OUTPUTS; i++) {
+        if (out[i].mem != NULL) {
+            const size_t n = output_count(&c->s, i);
+            float *got = tu_malloc(n * sizeof *got);
+            tu_buffer_read(tu_ctx, out[i].mem, OUT_OFFSET, got, n);
+            tu_assert_close(output_names[i], got, ref[i], n, TU_TOL_F32);
+            tu_assert_guard(tu_ctx, out[i].mem, n, OUT_OFFSET, OUT_GUARD, OUT_SENTINEL);
+            free(got);
+        }
+        free(ref[i]);
+    }
+    outputs_release(out);
+    tu_buffer_release(bdz);
+    free(dz);
+    tu_device_layer_release(&d);
+    tu_layer_free(&l);
+}
+
+#define ALL ((1u << OUTPUTS) - 1u)
+
+/* Every gradient on ragged shapes: each mask, windows, rotary, P = 1 with the identity shortcut,
+ * widths 1 and odd, and widths 16 divides (the attention backward's tile kernels on CPUs). */
+static void gradients_against_reference(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const lb_case cases[] = {
+        {{2, 5, 12, 2, 8, 3}, IHA_MASK_CAUSAL, 0, 1, 0},
+        {{1, 7, 9, 3, 5, 2}, IHA_MASK_TOKEN_CAUSAL, 3, 0, 0},
+        {{1, 6, 10, 2, 6, 2}, IHA_MASK_NONE, 2, 1, 0},
+        {{2, 9, 16, 2, 16, 1}, IHA_MASK_CAUSAL, 0, 1, 1},
+        {{1, 11, 7, 1, 1, 4}, IHA_MASK_CAUSAL, 2, 0, 0},
+        {{1, 19, 40, 2, 32, 2}, IHA_MASK_CAUSAL, 5, 1, 0},
+        {{1, 24, 64, 1, 64, 3}, IHA_MASK_TOKEN_CAUSAL, 0, 0, 0},
+        {{1, 5, 6, 3, 7, 1}, IHA_MASK_NONE, 0, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], ALL, 300 + i);
+}
+
+/* Each output asked for alone (and the others NULL, grads NULL for dx alone), and a selection
+ * without dx. */
+static void gradients_one_at_a_time(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const lb_case c = {{1, 6, 8, 2, 4, 2}, IHA_MASK_CAUSAL, 0, 1, 0};
+    for (int i = 0; i < OUTPUTS; i++) run_case(&c, 1u << i, 400 + (uint64_t)i);
+    run_case(&c, (1u << 4) | (1u << 8) | (1u << 5), 420);
+}
+
+/* grads == NULL: only dx. */
+static void null_grads_gives_dx(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = {1, 4, 6, 2, 4, 2};
+    tu_layer l;
+    tu_layer_init(&l, &s, 77);
+    tu_device_layer d;
+    tu_device_layer_upload(tu_ctx, &l, 0, &d);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    const size_t nx = tu_count_x(&s);
+    cl_mem dx = tu_buffer_guarded(tu_ctx, NULL, nx, OUT_OFFSET, OUT_GUARD, OUT_SENTINEL);
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, d.x, (iha_buffer){dx, OUT_OFFSET}, NULL),
+                     IHA_OK);
+    float *got = tu_malloc(nx * sizeof *got);
+    tu_buffer_read(tu_ctx, dx, OUT_OFFSET, got, nx);
+    assert_int_equal(tu_count_nonfinite(got, nx), 0);
+    tu_assert_guard(tu_ctx, dx, nx, OUT_OFFSET, OUT_GUARD, OUT_SENTINEL);
+    free(got);
+    tu_buffer_release(dx);
+    tu_device_layer_release(&d);
+    tu_layer_free(&l);
+}
+
+/* Every refusal leaves every output bit for bit as it was (NaN inside, sentinels around). */
+static void assert_untouched(const iha_shape *s, const iha_buffer out[OUTPUTS])
+{
+    for (int i = 0; i < OUTPUTS; i++) {
+        if (out[i].mem == NULL) continue;
+        const size_t n = output_count(s, i);
+        float *got = tu_malloc(n * sizeof *got);
+        tu_buffer_read(tu_ctx, out[i].mem, OUT_OFFSET, got, n);
+        assert_int_equal(tu_count_nonfinite(got, n), n);
+        tu_assert_guard(tu_ctx, out[i].mem, n, OUT_OFFSET, OUT_GUARD, OUT_SENTINEL);
+        free(got);
+    }
+}
+
+static void refusals(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = {1, 4, 6, 2, 4, 2};
+    tu_layer l;
+    tu_layer_init(&l, &s, 91);
+    tu_device_layer d;
+    tu_device_layer_upload(tu_ctx, &l, 0, &d);
+    iha_buffer out[OUTPUTS];
+    outputs_new(&s, ALL, out);
+    iha_layer_grads g = grads_of(out);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    const iha_buffer dz = d.x; /* any float tensor of x's shape */
+
+    /* Half storage of activations or weights. */
+    o.storage = IHA_STORAGE_F16;
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &g), IHA_ERROR_UNSUPPORTED);
+    o.storage = IHA_STORAGE_F32;
+    o.weight_storage = IHA_STORAGE_F16;
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &g), IHA_ERROR_UNSUPPORTED);
+    o.weight_storage = IHA_STORAGE_F32;
+    /* Rotary with an odd width, and the identity shortcut with P > 1. */
+    const iha_shape odd = {1, 4, 6, 2, 3, 2};
+    o.rope = 1;
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &odd, &o, &d.weights, d.x, dz, out[0], &g),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    o.rope = 0;
+    iha_layer_weights none = d.weights;
+    none.alpha_q.mem = none.alpha_k.mem = none.alpha_v.mem = none.r.mem = NULL;
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &none, d.x, dz, out[0], &g), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, NULL, d.x, dz, out[0], &g), IHA_ERROR_INVALID_ARGUMENT);
+    /* Outputs overlapping x, a weight, or each other; an output too small. */
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, d.x, &g), IHA_ERROR_INVALID_ARGUMENT);
+    iha_layer_grads bad = g;
+    bad.wo = d.weights.wq;
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &bad),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    bad = g;
+    bad.alpha_k = out[5]; /* the same buffer as alpha_q's gradient */
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &bad),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    bad = g;
+    bad.r = (iha_buffer){out[8].mem, OUT_OFFSET + OUT_GUARD + 1}; /* ends one float past the buffer */
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &bad),
+                     IHA_ERROR_BUFFER_TOO_SMALL);
+    /* x or dz missing. */
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, (iha_buffer){NULL, 0}, dz, out[0], &g),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, (iha_buffer){NULL, 0}, out[0], &g),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(NULL, iha_backward(NULL, &s, &o, &d.weights, d.x, dz, out[0], &g), IHA_ERROR_INVALID_ARGUMENT);
+    assert_untouched(&s, out);
+    outputs_release(out);
+    tu_device_layer_release(&d);
+    tu_layer_free(&l);
+}
+
+int main(void)
+{
+    tu_init_environment();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gradients_against_reference),
+        cmocka_unit_test(gradients_one_at_a_time),
+        cmocka_unit_test(null_grads_gives_dx),
+        cmocka_unit_test(refusals),
+    };
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+}
