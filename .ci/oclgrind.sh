@@ -21,7 +21,9 @@
 #   4. tests/test_gemm with --data-races: the library's SGEMM kernel in every tile of its tuning
 #      space on ragged shapes, with buffers that end where their matrices do (~15 s);
 #   5. tests/test_backward with --data-races: the attention backward kernels on ragged shapes
-#      under every mask, windows, P = 1, d = 1 to 256 (~10 s);
+#      under every mask, windows, P = 1, d = 1 to 256 (~10 s); tests/test_layer_backward with
+#      --data-races: the layer backward's transposes, inverse rotary and mixing gradients, and
+#      the GEMM with beta = 1, on ragged shapes (~30 s);
 #   6. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
 #      other kernels it stops on LLVM's `freeze` instruction ("Unsupported instruction"),
 #      crashes on the whole layer, or (built with -cl-opt-disable) loses track of values
@@ -66,6 +68,7 @@ run errors -- "$tests/test_errors"
 run half -- "$tests/test_half"
 run gemm_races --data-races -- "$tests/test_gemm"
 run backward_races --data-races -- "$tests/test_backward"
+run layer_backward_races --data-races -- "$tests/test_layer_backward"
 IHA_SMALL_SHAPES_FILTER='unfused*' run unfused_uninitialized --uninitialized -- "$tests/test_small_shapes"
 [ $failed -eq 0 ] && echo "oclgrind: all clean; logs in $logs"
 exit $failed

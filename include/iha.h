@@ -27,7 +27,8 @@
  *   is IHA_ERROR_SIZE_OVERFLOW. The kernels index with 32-bit integers, so IHA_ERROR_UNSUPPORTED
  *   refuses T = N*P above INT_MAX/4, H*P above INT_MAX, B*H above INT_MAX and N*D above
  *   8*INT_MAX. An internal buffer larger than the device's largest allocation, or a call
- *   (iha_forward, iha_attention_core, iha_attention, iha_decode_step) whose internal buffers
+ *   (iha_forward, iha_attention_core, iha_attention, iha_attention_backward, iha_backward,
+ *   iha_decode_step) whose internal buffers
  *   together exceed the device's memory, is IHA_ERROR_DEVICE_MEMORY before anything is
  *   enqueued. After any IHA_ERROR_DEVICE_MEMORY the context's next call starts with fresh
  *   internal buffers (some drivers, NVIDIA's among them, accept an allocation and fail only
@@ -174,7 +175,8 @@ typedef struct iha_context_options {
     /* Opt-in, never the default: nonzero makes a layer call whose kernels have no exact profile
      * entry tune them first (within tune_budget_s seconds per call; 0 means 10) and store the
      * result. The first such call then takes that long. Layer calls are iha_forward,
-     * iha_attention_core, iha_attention and iha_decode_step (its decode kernels too); a call
+     * iha_attention_core, iha_attention, iha_backward and iha_decode_step (its decode kernels
+     * too); a call
      * is checked in full first, so a refused call never tunes, and iha_kv_cache_create never
      * does. The GEMM (backend and parameters) is tuned only by iha_tune. */
     int tune_on_first_use;
@@ -374,7 +376,8 @@ typedef struct iha_layer_grads {
  *     the steps backwards: output projection, collapse, attention (as iha_attention_backward),
  *     inverse rotary, mixing, projections.
  *   - The same shape and options as iha_forward. Float32 only: options->storage or
- *     weight_storage half is IHA_ERROR_UNSUPPORTED.
+ *     weight_storage half is IHA_ERROR_UNSUPPORTED, as are B*N, D or H*d above INT_MAX/2 (its
+ *     transposes and products index with int).
  *   - With P = 1 and the identity shortcut (alpha and r NULL in weights), a gradient of
  *     alpha_q/k/v or r, when asked for, is the gradient at the identity.
  *   - Every output must lie apart from x, dz, every weight and every other output

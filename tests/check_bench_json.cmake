@@ -1,4 +1,4 @@
-# "iha bench --json" end to end on a small problem, then with --decode and with --backward: the
+# "iha bench --json" end to end on a small problem, then with --decode and with --backward (core and layer): the
 # exit status, and the report's keys and values that README.md (Benchmarks) documents and other
 # tools read; and the options that would be ignored, refused with exit status 2. Times and rates are only checked to
 # be positive and finite: speed belongs to benchmarks, not to tests.
@@ -171,6 +171,20 @@ expect_equal(${expected_flops} backward flops)
 member(forward_seconds attention seconds)
 expect_equal(${forward_seconds} backward forward_seconds)
 expect_type(NULL backward fraction_of_peak_fma) # --no-ceilings
+
+# With the layer section, --backward also times the layer's backward pass.
+execute_process(
+  COMMAND "${IHA}" bench --backward --n 16 --d 16 --heads 2 --p 2 --layer-n 32 --model-dim 32 --reps 1 --no-baseline --no-cold-start
+          --no-ceilings --json
+  RESULT_VARIABLE status OUTPUT_VARIABLE report ERROR_VARIABLE errors)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "iha bench --backward (layer) exited with ${status}:\n${errors}")
+endif()
+expect_equal(ran layer state)
+foreach(key seconds backward_over_forward stage_seconds.attention stage_seconds.projections)
+  string(REPLACE "." ";" path "backward.${key}")
+  expect_positive(layer ${path})
+endforeach()
 
 # Options the chosen measurement would ignore are usage errors, not silently dropped.
 foreach(arguments "--half" "--half-weights" "--cache-tokens;64" "--decode;--n;64" "--decode;--baseline-reps;2"

@@ -25,7 +25,7 @@ typedef struct bench_config {
     const char *device;            /* NULL: $IHA_DEVICE or the default */
     int json;
     int run_layer, run_ceilings, run_baseline, run_cold_start;
-    int run_backward;              /* --backward: also the core's gradients (slow; off by default) */
+    int run_backward;              /* --backward: also the core's and the layer's gradients (slow; off by default) */
     int run_decode;                /* --decode: only the decoding step (and the ceilings), not the core */
     size_t decode_tokens;          /* tokens already in the cache, per sequence */
     int decode_half;               /* the cache stores half */
@@ -111,6 +111,11 @@ typedef struct bench_layer {
     cost_flops flops;
     double mixing_bytes, collapse_bytes;
     int library_gemm; /* the layer's GEMM backend was the library's kernel (else CLBlast) */
+    /* With --backward: iha_backward of the same layer (dx and every weight's gradient), its
+     * median wall time and stages (the meanings of iha_backward's stage times). */
+    int backward_ran;
+    double backward_wall;
+    iha_stage_times backward_stages;
 } bench_layer;
 
 /* One child process: context creation, then the first iha_forward of the layer shape. */

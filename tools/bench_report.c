@@ -264,6 +264,12 @@ static void print_layer(const bench_config *cfg, const bench_results *r)
     cell(rate(1e-9 * cost_total(&l->flops), l->wall), 9, 1), printf("\n");
     printf("  mixing + collapse: %.1f%% of the layer's time\n",
            100 * rate(l->stages.mixing + l->stages.collapse, l->wall));
+    if (!l->backward_ran) return;
+    const iha_stage_times *b = &l->backward_stages;
+    printf("  backward (iha_backward: dx and every weight's gradient, forward recomputed): %.2f ms, %.2f x the "
+           "forward\n    stages ms: projections %.2f, mixing %.2f, attention %.2f, collapse %.2f, output %.2f\n",
+           1e3 * l->backward_wall, rate(l->backward_wall, l->wall), 1e3 * b->projections, 1e3 * b->mixing,
+           1e3 * b->attention, 1e3 * b->collapse, 1e3 * b->output);
 }
 
 static void print_cold(const bench_results *r)
@@ -508,6 +514,18 @@ static void json_layer(json_writer *w, const bench_config *cfg, const bench_resu
             json_end_object(w);
         }
         json_end_object(w);
+        if (l->backward_ran) {
+            const iha_stage_times *b = &l->backward_stages;
+            json_begin_object(w, "backward");
+            json_number(w, "seconds", l->backward_wall);
+            json_number(w, "backward_over_forward", rate(l->backward_wall, l->wall));
+            json_begin_object(w, "stage_seconds");
+            const double st[5] = {b->projections, b->mixing, b->attention, b->collapse, b->output};
+            static const char *const names[5] = {"projections", "mixing", "attention", "collapse", "output"};
+            for (int i = 0; i < 5; i++) json_number(w, names[i], st[i]);
+            json_end_object(w);
+            json_end_object(w);
+        }
     }
     json_end_object(w);
 }

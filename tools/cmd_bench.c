@@ -31,7 +31,7 @@ static cli_option options[] = {
     {"no-ceilings", NULL, "skip the ceilings (copy, CLBlast/library/host SGEMM, peak FMA, attention loops)", NULL},
     {"no-baseline", NULL, "skip the unfused baseline", NULL},
     {"no-cold-start", NULL, "skip the cold-start child processes", NULL},
-    {"backward", NULL, "also time iha_attention_backward on the core's problem, against the core's time", NULL},
+    {"backward", NULL, "also time iha_attention_backward on the core's problem and iha_backward on the layer", NULL},
     {"decode", NULL, "measure a decoding step (one new token per sequence) instead of core, layer, cold start", NULL},
     {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
     {"half", NULL, "with --decode: store the cache in half precision", NULL},
@@ -54,7 +54,8 @@ static cli_spec spec = {
     "With --backward, also the core's gradients (iha_attention_backward, from one iha_attention\n"
     "call's o and lse; off by default, as the first backward kernel is slow): GFLOP/s counting\n"
     "10*d FLOPs per visible pair (FlashAttention-2's five products, 2.5x the forward's 4*d) and\n"
-    "the ratio of its time to the core's in the same run.\n"
+    "the ratio of its time to the core's in the same run; and, unless --no-layer, the layer's\n"
+    "backward pass (iha_backward: dx and every weight's gradient) per stage, against the layer.\n"
     "With --decode, instead of the core, baseline, layer and cold start: a decoding step (one\n"
     "token per sequence; B, H, d, P, --model-dim, mask and window as given) against a cache of\n"
     "--cache-tokens tokens, its cache-read bandwidth next to the copy bandwidth, tokens/s;\n"

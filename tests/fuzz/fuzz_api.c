@@ -192,8 +192,12 @@ static int overlap(tensor a, size_t na, size_t ea, tensor b, size_t nb, size_t e
            !((a.offset + na) * ea <= b.offset * eb || (b.offset + nb) * eb <= a.offset * ea);
 }
 
-enum { CALL_FORWARD, CALL_CORE, CALL_ATTENTION, CALL_HOST, CALL_DECODE, CALL_TRUNCATE, CALL_BACKWARD, CALL_COUNT };
-/* core: X..WV are q, y, k, v; attention: qt, o, kt, vt, lse; backward: backward_in, backward_out. */
+enum {
+    CALL_FORWARD, CALL_CORE, CALL_ATTENTION, CALL_HOST, CALL_DECODE, CALL_TRUNCATE, CALL_BACKWARD, CALL_LAYER_BACKWARD,
+    CALL_COUNT
+};
+/* core: X..WV are q, y, k, v; attention: qt, o, kt, vt, lse; backward: backward_in, backward_out;
+ * layer backward: X and Z are x and dz, the outputs in call_case.grads. */
 enum { X, Z, WQ, WK, WV, WO, AQ, AK, AV, R, TENSORS };
 /* iha_attention_backward's tensors: inputs qt, kt, vt, o, lse, dout and outputs dqt, dkt, dvt. */
 static const int backward_in[6] = {X, WQ, WK, WV, WO, AQ}, backward_out[3] = {Z, AK, AV};
@@ -205,6 +209,7 @@ typedef struct call_case {
     tensor t[TENSORS];
     int with_counts;     /* decode: counts given (else NULL: shape.tokens each) */
     uint32_t counts[2];  /* decode: per sequence; truncate: counts[0] = b, counts[1] = tokens */
+    tensor grads[9];     /* layer backward: dx, then the gradients in iha_layer_grads order */
 } call_case;
 
 /* 1 when the shape or the options alone make the header refuse the call. */
@@ -212,7 +217,10 @@ static int bad_shape_or_options(const call_case *c)
 {
     const iha_shape *s = &c->shape;
     const iha_attention_options *o = &c->options;
-    const size_t D = c->call == CALL_FORWARD || c->call == CALL_HOST || c->call == CALL_DECODE ? s->model_dim : 1;
+    const size_t D = c->call == CALL_FORWARD || c->call == CALL_HOST || c->call == CALL_DECODE ||
+                             c->call == CALL_LAYER_BACKWARD
+                         ? s->model_dim
+                         : 1;
     if (!s->batch || !s->tokens || !s->heads || !s->head_dim || !s->pseudo || !D || s->head_dim > 256)
         return 1;
     if (o->mask < 0 || o->mask > 2 || o->window < 0 || !isfinite(o->scale))
@@ -248,11 +256,42 @@ static int backward_must_refuse(const call_case *c, size_t virt, size_t lse)
     return 0;
 }
 
+/* iha_backward: float storage only; x, dz and the weights as for iha_forward; each given output
+ * (dx [x], weight gradients [w], mixing gradients [mix]) fits and lies apart from x, dz, every
+ * weight given and every other output. */
+static int layer_backward_must_refuse(const call_case *c, size_t x, size_t w, size_t mix)
+{
+    if (c->options.storage != IHA_STORAGE_F32 || c->options.weight_storage != IHA_STORAGE_F32)
+        return 1;
+    const tensor *t = c->t;
+    if (!fits(t[X], x, 4) || !fits(t[Z], x, 4))
+        return 1;
+    size_t elems[9], in[TENSORS];
+    for (int i = 0; i < TENSORS; i++)
+        in[i] = i <= Z ? x : i <= WO ? w : mix;
+    for (int j = 0; j < 9; j++) {
+        const tensor o = c->grads[j];
+        elems[j] = j == 0 ? x : j < 5 ? w : mix;
+        if (o.which == POOL)
+            continue; /* not asked for */
+        if (!fits(o, elems[j], 4))
+            return 1;
+        for (int i = 0; i < TENSORS; i++)
+            if (t[i].which != POOL && overlap(o, elems[j], 4, t[i], in[i], 4))
+                return 1;
+        for (int i = 0; i < j; i++)
+            if (c->grads[i].which != POOL && overlap(o, elems[j], 4, c->grads[i], elems[i], 4))
+                return 1;
+    }
+    return 0;
+}
+
 /* 1: the header says this call must be refused; 0: it is valid. *cheap: small enough to run. */
 static int must_refuse(const call_case *c, int *cheap)
 {
     const iha_shape *s = &c->shape;
-    const size_t D = c->call == CALL_FORWARD || c->call == CALL_DECODE ? s->model_dim : 1;
+    const size_t D =
+        c->call == CALL_FORWARD || c->call == CALL_DECODE || c->call == CALL_LAYER_BACKWARD ? s->model_dim : 1;
     if (bad_shape_or_options(c))
         return 1;
     size_t T, BH, tok, virt, lse, x, w, mix, hd;
@@ -303,6 +342,12 @@ static int must_refuse(const call_case *c, int *cheap)
                 return 1;
         return 0;
     }
+    if (c->call == CALL_LAYER_BACKWARD) {
+        for (int i = WQ; i <= WO; i++)
+            if (!fits(t[i], w, wb))
+                return 1;
+        return layer_backward_must_refuse(c, x, w, mix);
+    }
     if (c->call == CALL_DECODE) { /* the cache's shape, and room for every sequence's tokens */
         if (s->batch != kCacheShape.batch || s->heads != kCacheShape.heads || s->head_dim != kCacheShape.head_dim ||
             s->pseudo != kCacheShape.pseudo)
@@ -341,6 +386,12 @@ static iha_status make_call(const call_case *c)
                              buf_of(t[WO]));
     const iha_layer_weights w = {buf_of(t[WQ]), buf_of(t[WK]), buf_of(t[WV]), buf_of(t[WO]),
                                  buf_of(t[AQ]), buf_of(t[AK]), buf_of(t[AV]), buf_of(t[R])};
+    if (c->call == CALL_LAYER_BACKWARD) {
+        const tensor *g = c->grads;
+        const iha_layer_grads grads = {buf_of(g[1]), buf_of(g[2]), buf_of(g[3]), buf_of(g[4]),
+                                       buf_of(g[5]), buf_of(g[6]), buf_of(g[7]), buf_of(g[8])};
+        return iha_backward(g_ctx, &c->shape, &c->options, &w, buf_of(t[X]), buf_of(t[Z]), buf_of(g[0]), &grads);
+    }
     if (c->call == CALL_DECODE)
         return iha_decode_step(g_ctx, g_cache, &c->shape, &c->options, &w, c->with_counts ? c->counts : NULL,
                                buf_of(t[X]), buf_of(t[Z]));
@@ -413,6 +464,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     c.with_counts = (storage & 0x04) != 0;
     c.counts[0] = storage & 0x08 ? (uint32_t)take64(&r) : take8(&r) % 10;
     c.counts[1] = storage & 0x10 ? (uint32_t)take64(&r) : take8(&r) % 10;
+    for (int i = 0; i < 9 && c.call == CALL_LAYER_BACKWARD; i++)
+        c.grads[i] = take_tensor(&r); /* last: the other calls' inputs keep their meaning */
 
     if (c.call == CALL_HOST) {
         host_call(&c);
