@@ -10,13 +10,12 @@
  * turned into base 2 once per row or lane, so no exponential needs a running maximum: every
  * exponent is at most ~0. Blocks outside a tile's visible interval (masks.clh, and its inverse
  * seeing_queries) are skipped. Every output row has one writer, so no atomics.
- * HEAD_DIM must be a multiple of 16 (the host uses cl/attention_backward.cl otherwise). */
+ * Any HEAD_DIM: the rows' last chunk of a width that 16 does not divide is loaded and stored
+ * as its TAIL elements (whole 4- and 8-float vectors where TAIL allows), decided once per
+ * chunk pass, outside the key loop, as the forward's v13 does (BENCHMARKS.md). */
 
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined by the host"
-#endif
-#if HEAD_DIM % 16
-#error "HEAD_DIM must be a multiple of 16"
 #endif
 /* Rows of one register tile. */
 #ifndef BW_ROWS
@@ -30,7 +29,9 @@
 #endif
 
 #define KB 16
-#define CHUNKS (HEAD_DIM / 16)
+#define CHUNKS ((HEAD_DIM + 15) / 16)
+/* Elements of the last chunk when 16 does not divide HEAD_DIM (0 when it does). */
+#define TAIL (HEAD_DIM % 16)
 #define LOG2E 1.4426950408889634f
 
 #include "exp2_bounded.clh"
@@ -55,6 +56,38 @@ static inline __attribute__((always_inline)) void tile_dots(float (*a)[HEAD_DIM]
     }
 }
 
+/* The last chunk of a row whose width 16 does not divide: its TAIL elements, zeros beyond. */
+static inline float16 load_tail(const __global float *row)
+{
+    const __global float *t = row + (HEAD_DIM - TAIL);
+#if TAIL == 8
+    return (float16)(vload8(0, t), (float8)(0.0f));
+#elif TAIL == 4
+    return (float16)(vload4(0, t), (float4)(0.0f), (float8)(0.0f));
+#elif TAIL == 12
+    return (float16)(vload8(0, t), vload4(0, t + 8), (float4)(0.0f));
+#else
+    float tmp[16];
+    #pragma unroll
+    for (int i = 0; i < 16; ++i) tmp[i] = i < TAIL ? t[i] : 0.0f;
+    return vload16(0, tmp);
+#endif
+}
+
+/* a[r] += sum_j w[r][j] * chunk cv of rows[j] over the 16 rows from j0 (clamped to `last`);
+ * tail (a constant at each call): cv is the last, partial chunk. */
+static inline __attribute__((always_inline)) void chunk_keys(float16 *a, const float *wc, const __global float *rows,
+                                                            int j0, int last, int cv, int tail)
+{
+    #pragma unroll
+    for (int j = 0; j < KB; ++j) {
+        const __global float *row = rows + (size_t)min(j0 + j, last) * HEAD_DIM;
+        const float16 x = tail ? load_tail(row) : vload16(cv, row);
+        #pragma unroll
+        for (int r = 0; r < BW_ROWS; ++r) a[r] = fma((float16)(wc[r * KB + j]), x, a[r]);
+    }
+}
+
 /* acc[r][.] += sum_j w[r][j] * rows[j], for the 16 rows from row j0 (clamped to `last`; their
  * weights are 0 there), chunk by chunk over the head dimension so only BW_ROWS accumulators
  * are live. w is read at an offset of `zero` (0 at run time, unknown to the compiler), as the
@@ -69,12 +102,12 @@ static inline __attribute__((always_inline)) void tile_accumulate(float16 (*acc)
         float16 a[BW_ROWS];
         #pragma unroll
         for (int r = 0; r < BW_ROWS; ++r) a[r] = acc[r][cv];
-        #pragma unroll
-        for (int j = 0; j < KB; ++j) {
-            const float16 row = vload16(cv, rows + (size_t)min(j0 + j, last) * HEAD_DIM);
-            #pragma unroll
-            for (int r = 0; r < BW_ROWS; ++r) a[r] = fma((float16)(wc[r * KB + j]), row, a[r]);
-        }
+#if TAIL
+        if (cv == CHUNKS - 1)
+            chunk_keys(a, wc, rows, j0, last, cv, 1);
+        else
+#endif
+            chunk_keys(a, wc, rows, j0, last, cv, 0);
         #pragma unroll
         for (int r = 0; r < BW_ROWS; ++r) acc[r][cv] = a[r];
     }
@@ -110,8 +143,15 @@ static inline int span_touches(const bw_span *sp, int j0) { return j0 + KB - 1 >
 
 static inline void store_rows(__global float *out, int t0, int T, float16 (*acc)[CHUNKS], float factor)
 {
-    for (int r = 0; r < BW_ROWS && t0 + r < T; ++r)
-        for (int cv = 0; cv < CHUNKS; ++cv) vstore16(acc[r][cv] * factor, cv, out + (size_t)(t0 + r) * HEAD_DIM);
+    for (int r = 0; r < BW_ROWS && t0 + r < T; ++r) {
+        __global float *row = out + (size_t)(t0 + r) * HEAD_DIM;
+        for (int cv = 0; cv < HEAD_DIM / 16; ++cv) vstore16(acc[r][cv] * factor, cv, row);
+#if TAIL
+        float tmp[16];
+        vstore16(acc[r][CHUNKS - 1] * factor, 0, tmp);
+        for (int i = 0; i < TAIL; ++i) row[HEAD_DIM - TAIL + i] = tmp[i];
+#endif
+    }
 }
 
 /* One dq tile: its query rows (times scale * log2(e)), their dO rows, lse (base 2) and Dt. */

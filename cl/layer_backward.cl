@@ -60,16 +60,21 @@ __kernel void mix_grad_partial_f32(__global const float *a, ulong a_off, __globa
     if (first >= tokens) return;
     const long last = min(first + chunk, tokens);
     const ulong T = (ulong)N * P;
+    /* Eight columns at a time in a vector (a scalar loop ran at a tenth of the rate on PoCL),
+     * the rest one by one. */
+    float8 acc8 = (float8)(0.0f);
     float acc = 0.0f;
+    const int whole = d - d % 8;
     for (long bn = first; bn < last; ++bn) {
         const ulong b = (ulong)(bn / N), n = (ulong)(bn % N);
         const __global float *ar = a + a_off + ((ulong)bn * H + i) * d;
         const __global float *vr = v + v_off + ((b * H + j) * T + n * P + p) * d;
-        float row = 0.0f;
-        for (int c = 0; c < d; ++c) row = fma(ar[c], vr[c], row);
-        acc += row;
+        for (int c = 0; c < whole; c += 8) acc8 = fma(vload8(0, ar + c), vload8(0, vr + c), acc8);
+        for (int c = whole; c < d; ++c) acc = fma(ar[c], vr[c], acc);
     }
-    partial[(ulong)part * outputs + idx] = acc;
+    const float4 a4 = acc8.lo + acc8.hi;
+    const float2 a2 = a4.lo + a4.hi;
+    partial[(ulong)part * outputs + idx] = acc + a2.x + a2.y;
 }
 
 __kernel void mix_grad_reduce_f32(__global const float *partial, int outputs, int parts, __global float *g,

@@ -351,10 +351,10 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
  * options as iha_attention (mask, window, scale; rope must be 0; weight_storage is ignored), with
  * float32 activations only (IHA_ERROR_UNSUPPORTED for options->storage half). Each output must not overlap any input or another output
  * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. Internal workspace: B*H*T
- * floats, and on devices that are not GPUs, with d a multiple of 16, four packed copies of the
- * inputs (4*B*H*ceil(T/16)*16*d floats), counted against the device's memory before anything
- * is enqueued. There it runs register-tile kernels like the forward's; elsewhere (GPUs, other
- * widths) simpler row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward").
+ * floats, and on devices that are not GPUs four packed copies of the inputs
+ * (4*B*H*ceil(T/16)*16*d floats), counted against the device's memory before anything is
+ * enqueued. There it runs register-tile kernels like the forward's; on GPUs simpler
+ * row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward").
  * iha_backward below is the whole layer's backward pass. */
 iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                   iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,

@@ -89,7 +89,7 @@ static void run_case(const bwd_case *c, uint64_t seed)
 }
 
 /* Ragged shapes under every mask, windows, P = 1 and head widths from 1 to 256, with more rows
- * than a work-group. On CPUs widths that 16 divides take the register-tile kernels (ragged T:
+ * than a work-group. On CPUs every width takes the register-tile kernels (ragged T:
  * not a multiple of their 4 rows or 16 columns), the others the row kernels. */
 static void shapes_against_reference(void **state)
 {
@@ -180,6 +180,12 @@ static void both_kernel_families(void **state)
         {1, 7, 1, 16, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},
         {1, 9, 2, 32, 2, IHA_MASK_TOKEN_CAUSAL, 3, 0.0f, 0},
         {2, 5, 1, 16, 3, IHA_MASK_NONE, 2, 0.6f, 0},
+        /* partial last chunks: whole 4-, 8- and 12-float tails, an odd one, and d < 16 */
+        {1, 6, 1, 20, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},
+        {1, 5, 2, 72, 2, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
+        {1, 7, 1, 28, 2, IHA_MASK_NONE, 3, 0.0f, 0},
+        {1, 6, 1, 37, 3, IHA_MASK_CAUSAL, 2, 0.0f, 0},
+        {2, 5, 1, 3, 2, IHA_MASK_CAUSAL, 0, 0.0f, 0},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int tiles = 0; tiles < 2; tiles++)

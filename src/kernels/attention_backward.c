@@ -1,7 +1,7 @@
 /* Host side of the attention backward kernels: the row dots Dt, then dq, then dk and dv, all on
- * the context's in-order queue. CPUs with head widths that 16 divides take the register-tile
- * kernels of cl/attention_backward_tiles.cl (on packed copies of K, V, Q and dO); everything
- * else the row-per-work-item kernels of cl/attention_backward.cl. */
+ * the context's in-order queue. CPUs take the register-tile kernels of
+ * cl/attention_backward_tiles.cl (on packed copies of K, V, Q and dO); GPUs the
+ * row-per-work-item kernels of cl/attention_backward.cl. */
 #include "kernels/kernels.h"
 
 #include <stdio.h>
@@ -19,7 +19,8 @@ int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
 {
     /* A work-item keeps up to 64 rows of d floats in each of four private arrays: CPU caches
      * hold them, a GPU's registers do not. */
-    return !ctx->info.is_gpu && head_dim % 16 == 0;
+    (void)head_dim; /* every width: the kernels load and store a partial last chunk */
+    return !ctx->info.is_gpu;
 }
 
 static void arg_ref(iha_args *a, iha_ref r) { iha__arg_tensor(a, r.mem, r.offset); }
