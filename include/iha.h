@@ -376,15 +376,15 @@ typedef struct iha_layer_grads {
  *     the steps backwards: output projection, collapse, attention (as iha_attention_backward),
  *     inverse rotary, mixing, projections.
  *   - The same shape and options as iha_forward. Float32 only: options->storage or
- *     weight_storage half is IHA_ERROR_UNSUPPORTED, as are B*N, D or H*d above INT_MAX/2 (its
- *     transposes and products index with int).
+ *     weight_storage half is IHA_ERROR_UNSUPPORTED, as are B*N, D or H*d above INT_MAX/2 and
+ *     H*H*P above INT_MAX (its transposes, products and mixing gradients index with int).
  *   - With P = 1 and the identity shortcut (alpha and r NULL in weights), a gradient of
  *     alpha_q/k/v or r, when asked for, is the gradient at the identity.
  *   - Every output must lie apart from x, dz, every weight and every other output
  *     (IHA_ERROR_INVALID_ARGUMENT); every element of each output is written.
- *   - Workspace: about 8*B*N*H*d + 8*B*H*T*d floats (T = N*P) beyond iha_forward's and the
- *     attention backward's, counted against the device's memory before anything is enqueued;
- *     never a T x T matrix.
+ *   - Workspace, all of it: about 9*B*N*H*d + B*N*D + 13*B*H*T*d floats (T = N*P; 9 instead of
+ *     13 on GPUs), every buffer counted against the device's memory and allocated before
+ *     anything is enqueued; never a T x T matrix.
  *   - iha_context_stage_times: projections (the forward's, and dX, dW_Q, dW_K, dW_V), mixing
  *     (the forward's, and dQ, dK, dV, dalpha), attention (forward, backward and the inverse
  *     rotary), collapse (the forward's, and dO, dR), output (dY, dW_O). */

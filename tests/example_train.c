@@ -26,14 +26,19 @@ static cl_mem buffer(iha_context *ctx, size_t n)
     return err == CL_SUCCESS ? m : NULL;
 }
 
-static void upload(iha_context *ctx, cl_mem m, const float *src, size_t n)
+/* Blocking copies; nonzero (after a message) when OpenCL fails. */
+static int upload(iha_context *ctx, cl_mem m, const float *src, size_t n)
 {
-    clEnqueueWriteBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), src, 0, NULL, NULL);
+    cl_int err = clEnqueueWriteBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), src, 0, NULL, NULL);
+    if (err != CL_SUCCESS) fprintf(stderr, "clEnqueueWriteBuffer failed (%d)\n", (int)err);
+    return err != CL_SUCCESS;
 }
 
-static void download(iha_context *ctx, cl_mem m, float *dst, size_t n)
+static int download(iha_context *ctx, cl_mem m, float *dst, size_t n)
 {
-    clEnqueueReadBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), dst, 0, NULL, NULL);
+    cl_int err = clEnqueueReadBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), dst, 0, NULL, NULL);
+    if (err != CL_SUCCESS) fprintf(stderr, "clEnqueueReadBuffer failed (%d)\n", (int)err);
+    return err != CL_SUCCESS;
 }
 
 static int train(iha_context *ctx)
@@ -53,7 +58,7 @@ static int train(iha_context *ctx)
 
     cl_mem xb = buffer(ctx, nx), zb = buffer(ctx, nx), dzb = buffer(ctx, nx), pb = buffer(ctx, np), gb = buffer(ctx, np);
     if (!xb || !zb || !dzb || !pb || !gb) return 1;
-    upload(ctx, xb, x, nx);
+    if (upload(ctx, xb, x, nx)) return 1;
     /* The parameters and their gradients at the same offsets of two buffers. */
     iha_layer_weights w;
     iha_layer_grads g;
@@ -67,19 +72,19 @@ static int train(iha_context *ctx)
 
     double first = 0.0, loss = 0.0;
     for (int step = 0; step < 25; ++step) {
-        upload(ctx, pb, params, np);
+        if (upload(ctx, pb, params, np)) return 1;
         CHECK(iha_forward(ctx, &shape, &opt, &w, (iha_buffer){xb, 0}, (iha_buffer){zb, 0}));
-        download(ctx, zb, z, nx);
+        if (download(ctx, zb, z, nx)) return 1;
         loss = 0.0; /* 0.5 * |z - target|^2, whose gradient dLoss/dz is z - target */
         for (size_t i = 0; i < nx; ++i) {
             z[i] -= target[i];
             loss += 0.5 * z[i] * z[i];
         }
         if (step == 0) first = loss;
-        upload(ctx, dzb, z, nx);
+        if (upload(ctx, dzb, z, nx)) return 1;
         /* dx is not needed (x is the input data): NULL skips it. */
         CHECK(iha_backward(ctx, &shape, &opt, &w, (iha_buffer){xb, 0}, (iha_buffer){dzb, 0}, (iha_buffer){NULL, 0}, &g));
-        download(ctx, gb, grads, np);
+        if (download(ctx, gb, grads, np)) return 1;
         /* A step that the first-order model says removes a tenth of the loss. */
         double norm2 = 0.0;
         for (size_t i = 0; i < np; ++i) norm2 += (double)grads[i] * grads[i];

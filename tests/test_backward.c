@@ -90,7 +90,7 @@ static void run_case(const bwd_case *c, uint64_t seed)
 
 /* Ragged shapes under every mask, windows, P = 1 and head widths from 1 to 256, with more rows
  * than a work-group. On CPUs every width takes the register-tile kernels (ragged T:
- * not a multiple of their 4 rows or 16 columns), the others the row kernels. */
+ * not a multiple of their 4 rows or 16 columns); GPUs take the row kernels. */
 static void shapes_against_reference(void **state)
 {
     (void)state;

@@ -86,6 +86,16 @@ void tu_layer_free(tu_layer *l)
     memset(l, 0, sizeof *l);
 }
 
+iha_attention_options tu_options(int mask, int64_t window, int rope)
+{
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.mask = mask;
+    o.window = window;
+    o.rope = rope;
+    return o;
+}
+
 ref_problem tu_layer_problem(const tu_layer *l, const iha_attention_options *options)
 {
     ref_problem p;

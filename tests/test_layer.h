@@ -35,6 +35,9 @@ void tu_layer_init(tu_layer *l, const iha_shape *shape, uint64_t seed);
 void tu_layer_identity(tu_layer *l, int as_null);
 void tu_layer_free(tu_layer *l);
 
+/* Default options (iha_attention_options_init) with this mask, window and rotary flag. */
+iha_attention_options tu_options(int mask, int64_t window, int rope);
+
 ref_problem tu_layer_problem(const tu_layer *l, const iha_attention_options *options);
 /* Z of the layer from the float64 reference (malloc'ed B*N*D doubles; free it). */
 double *tu_layer_reference(const tu_layer *l, const iha_attention_options *options);

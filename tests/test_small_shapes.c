@@ -78,15 +78,7 @@ static const small_case kCases[] = {
 };
 #define CASE_COUNT (sizeof kCases / sizeof kCases[0])
 
-static iha_attention_options case_options(const small_case *c)
-{
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.mask = c->mask;
-    o.window = c->window;
-    o.rope = c->rope;
-    return o;
-}
+static iha_attention_options case_options(const small_case *c) { return tu_options(c->mask, c->window, c->rope); }
 
 static ref_problem case_problem(const small_case *c, const float *const mix[4])
 {

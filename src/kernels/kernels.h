@@ -83,8 +83,8 @@ typedef struct iha_backward_refs {
     iha_ref qt, kt, vt, o, lse, dout; /* inputs; lse is the natural log */
     iha_ref dqt, dkt, dvt;            /* outputs */
     cl_mem delta;                     /* B*H*T floats */
-    cl_mem packed[4]; /* K, V, Q, dO in 16-column blocks: given, the tile kernels run (head
-                         widths that 16 divides only); NULL, the row kernels */
+    cl_mem packed[4]; /* K, V, Q, dO in 16-column blocks: given, the tile kernels run (any
+                         head width); NULL, the row kernels */
 } iha_backward_refs;
 /* Nonzero when the backward should run the register-tile kernels (cl/attention_backward_tiles.cl)
  * on this device, which need the four packed copies of iha__packed_keys_elements(dims, 16)

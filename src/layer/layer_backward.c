@@ -30,6 +30,7 @@ _Static_assert(G_ROLES <= IHA_WS_GRAD_SLOTS, "the layer backward needs more work
 typedef struct grad_buffers {
     cl_mem t[G_ROLES];
     cl_mem q, k, v, y, packed_keys;
+    cl_mem delta, packed[4]; /* the attention backward's: Dt, and on CPUs K, V, Q, dO packed */
 } grad_buffers;
 
 static iha_ref at(cl_mem m) { return (iha_ref){m, 0}; }
@@ -148,13 +149,8 @@ static iha_status run(iha_context *ctx, const iha_plan *p, const iha_layer_weigh
     iha_backward_refs r = {at(g->t[G_QT]), at(g->t[G_KT]), at(g->t[G_VT]), at(g->t[G_O]), at(g->t[G_LSE]),
                            at(g->t[G_DO]), at(g->t[G_DQT]), at(g->t[G_DKT]), at(g->t[G_DVT]), NULL,
                            {NULL, NULL, NULL, NULL}};
-    const size_t f = sizeof(float);
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p->lse_elems * f, &r.delta));
-    if (iha__attention_backward_tiled(ctx, dims->d)) {
-        static const iha_workspace_slot slots[4] = {IHA_WS_KT, IHA_WS_VT, IHA_WS_QT, IHA_WS_O};
-        const size_t packed = iha__packed_keys_elements(dims, 16);
-        for (int i = 0; i < 4; ++i) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, slots[i], packed * f, &r.packed[i]));
-    }
+    r.delta = g->delta;
+    for (int i = 0; i < 4; ++i) r.packed[i] = g->packed[i];
     IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, dims, &r, p->mask, p->window, p->scale));
     if (rope) {
         IHA_FORWARD_IF_ERROR(iha__rope_inverse_enqueue(ctx, dims, r.dqt, rope));
@@ -205,11 +201,14 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     IHA_RETURN_ERROR_IF(w == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "weights is NULL");
     IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 1));
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
-    /* The transposes and products index rows and columns as int. */
+    /* The transposes and products index rows and columns as int, the mixing gradients their
+     * H*H*P outputs. */
     IHA_RETURN_ERROR_IF(rows > INT_MAX / 2 || p.D > INT_MAX / 2 || hd > INT_MAX / 2, ctx, IHA_ERROR_UNSUPPORTED,
                         "iha_backward: batch*tokens (%zu), model_dim (%zu) and heads*head_dim (%zu) must each be at "
                         "most %d",
                         rows, p.D, hd, INT_MAX / 2);
+    IHA_RETURN_ERROR_IF(p.mix_elems > INT_MAX, ctx, IHA_ERROR_UNSUPPORTED,
+                        "iha_backward: heads*heads*pseudo (%zu) must be at most %d", p.mix_elems, INT_MAX);
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, f, "x"));
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, dz, p.x_elems, f, "dz"));
     iha_buffer out[9] = {dx};
@@ -231,7 +230,19 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_K, p.token_elems * f, &g.k));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_V, p.token_elems * f, &g.v));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Y, p.token_elems * f, &g.y));
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p.packed_elems * f, &g.packed_keys));
+    /* Every buffer exists before the first enqueue, so a device that cannot hold one refuses
+     * the call before anything is written. IHA_WS_KT holds the forward's packed keys, then the
+     * attention backward's packed K (the in-order queue runs them one after the other). */
+    const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
+    const size_t packed16 = iha__packed_keys_elements(&p.dims, 16);
+    const size_t kt = tiled && packed16 > p.packed_elems ? packed16 : p.packed_elems;
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, kt * f, &g.packed_keys));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &g.delta));
+    static const iha_workspace_slot packed_slots[4] = {IHA_WS_KT, IHA_WS_VT, IHA_WS_QT, IHA_WS_O};
+    for (int i = 0; i < 4; ++i) {
+        g.packed[i] = NULL;
+        if (tiled) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, packed_slots[i], packed16 * f, &g.packed[i]));
+    }
     return run(ctx, &p, w, x, dz, out, &g, &mark);
 }
 

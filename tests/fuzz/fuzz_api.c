@@ -17,6 +17,7 @@
  * be enqueued. A valid call that is cheap (T <= 96, few elements, d from a small set so that
  * few programs are built) must succeed; a valid expensive one is not made.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -263,6 +264,9 @@ static int layer_backward_must_refuse(const call_case *c, size_t x, size_t w, si
 {
     if (c->options.storage != IHA_STORAGE_F32 || c->options.weight_storage != IHA_STORAGE_F32)
         return 1;
+    const size_t rows = c->shape.batch * c->shape.tokens, hd = c->shape.heads * c->shape.head_dim; /* x, w fit */
+    if (rows > INT_MAX / 2 || c->shape.model_dim > INT_MAX / 2 || hd > INT_MAX / 2 || mix > INT_MAX)
+        return 1; /* the int indices of its transposes, products and mixing gradients */
     const tensor *t = c->t;
     if (!fits(t[X], x, 4) || !fits(t[Z], x, 4))
         return 1;
