@@ -163,13 +163,16 @@ static void accumulate_case(const gemm_case *gc, const iha_gemm_config *tile, in
     cl_mem da = tu_buffer_guarded(tu_ctx, a, na, g.a_off, GUARD, SENTINEL);
     cl_mem db = tu_buffer_guarded(tu_ctx, b, nb, g.b_off, GUARD, SENTINEL);
     cl_mem dc = tu_buffer_guarded(tu_ctx, c0, nc, g.c_off, GUARD, SENTINEL);
-    const int own = tu_ctx->gemm.own;
+    /* The backend forced for this case: the kernel with its built-in tile (a GPU context on
+     * CLBlast has none set), or CLBlast. */
+    const iha_gemm_config backend = tu_ctx->gemm;
+    if (tile == NULL && !clblast && !tu_ctx->gemm.own) iha__gemm_kernel_default(tu_ctx, &tu_ctx->gemm);
     if (tile == NULL) tu_ctx->gemm.own = !clblast;
     const iha_status st = tile ? iha__gemm_kernel_enqueue(tu_ctx, tile, g.m, g.n, g.k, 1.0f, da, g.a_off, g.lda, db,
                                                           g.b_off, g.ldb, 1.0f, dc, g.c_off, g.ldc)
                                : iha__sgemm_acc(tu_ctx, g.m, g.n, g.k, da, g.a_off, g.lda, db, g.b_off, g.ldb, dc,
                                                 g.c_off, g.ldc);
-    tu_ctx->gemm.own = own;
+    tu_ctx->gemm = backend;
     tu_assert_status(tu_ctx, st, IHA_OK);
     tu_buffer_read(tu_ctx, dc, g.c_off, c, nc);
     double *ref = tu_malloc(g.m * g.n * sizeof *ref);
