@@ -10,8 +10,8 @@
 #      passed through OCL_ICD_VENDORS;
 #   4. runs `iha devices`, the test suite with IHA_DEVICE=nvidia, `iha bench` with the
 #      built-in tile sizes, `iha tune` with a short budget, `iha bench` again (table, JSON at
-#      d=64 and d=128, a decoding step) and `iha soak`, each with a time limit, each into a
-#      file of the output directory, and prints a short report (report.txt).
+#      d=64 and d=128, the backward passes, a decoding step) and `iha soak`, each with a time
+#      limit, each into a file of the output directory, and prints a short report (report.txt).
 # Exit status: 0 all passed, 1 a step failed, 2 usage, 3 no NVIDIA OpenCL driver or platform.
 #
 #   tools/gpu-check.sh [--build DIR] [--out DIR] [--nvidia-root DIR] [--icd-dir DIR] [--device SPEC]
@@ -208,6 +208,10 @@ for d in 64 128; do
   step "bench_d$d" 300 "$iha" bench --json --no-cold-start --d "$d" $bench_args || true
   note "bench_d$d: $(bench_summary "$out/bench_d$d.txt")"
 done
+# The backward passes (never yet run on a GPU): the attention step and the whole layer.
+step bench_backward 300 "$iha" bench --backward --n 1024 --no-baseline --no-cold-start --no-ceilings || true
+[ $dry_run -eq 1 ] || grep -E 'backward' "$out/bench_backward.txt" | grep -E 'ms|/ forward' | head -6 |
+  sed 's/^/bench_backward: /' | tee -a "$report" || true
 step bench_decode 300 "$iha" bench --decode || true
 [ $dry_run -eq 1 ] || grep -E -i 'tokens/s|bandwidth' "$out/bench_decode.txt" | head -6 | sed 's/^/bench_decode: /' |
   tee -a "$report" || true
