@@ -267,8 +267,8 @@ typedef struct iha_attention_options {
     int rope;           /* nonzero: rotary embedding of Qt and Kt at virtual positions (d even) */
     float rope_base;    /* rotary base; 0 means 10000; negative, NaN or infinite is invalid */
     /* iha_storage of the call's activations: x and z (iha_forward, iha_decode_step), q, k, v
-     * and y (iha_attention_core), qt, kt, vt and o (iha_attention). The optional lse stays
-     * float. Internal workspace is float: a half input is converted once on entry and a half
+     * and y (iha_attention_core), qt, kt, vt and o (iha_attention), qt, kt, vt, o, dout, dqt,
+     * dkt and dvt (iha_attention_backward; iha_backward is float32 only). lse stays float. Internal workspace is float: a half input is converted once on entry and a half
      * output once on exit (memory-bound passes over B*N*D or B*H*T*d elements). A value other
      * than IHA_STORAGE_F32 or IHA_STORAGE_F16 is IHA_ERROR_INVALID_ARGUMENT (also below). */
     int storage;
@@ -348,12 +348,13 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
  * where o and lse are what iha_attention wrote for qt, kt, vt with the same shape and options
  * (lse is required here), and dout = dLoss/do; shape->model_dim is ignored. FlashAttention-2 style: the probabilities are
  * recomputed from lse, so the extra memory is B*H*T floats, never a T x T matrix. The same
- * options as iha_attention (mask, window, scale; rope must be 0; weight_storage is ignored), with
- * float32 activations only (IHA_ERROR_UNSUPPORTED for options->storage half). Each output must not overlap any input or another output
+ * options as iha_attention (mask, window, scale; rope must be 0; weight_storage is ignored);
+ * options->storage half stores the eight activation tensors in half (lse stays float), with
+ * float arithmetic. Each output must not overlap any input or another output
  * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. Internal workspace: B*H*T
- * floats, and on devices that are not GPUs four packed copies of the inputs
- * (4*B*H*ceil(T/16)*16*d floats), counted against the device's memory before anything is
- * enqueued. There it runs register-tile kernels like the forward's; on GPUs simpler
+ * floats, on devices that are not GPUs four packed copies of the inputs
+ * (4*B*H*ceil(T/16)*16*d floats), and with half storage float copies of the eight tensors
+ * (8*B*H*T*d floats), counted against the device's memory before anything is enqueued. There it runs register-tile kernels like the forward's; on GPUs simpler
  * row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward").
  * iha_backward below is the whole layer's backward pass. */
 iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,

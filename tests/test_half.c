@@ -276,6 +276,58 @@ static void core_and_attention_half(void **state)
     tu_layer_free(&l);
 }
 
+/* iha_attention_backward with half qt, kt, vt, o, dout and gradients (lse float), o and lse
+ * from a half iha_attention call, against the float64 reference on the float inputs. */
+static void attention_backward_case(const iha_shape *s, int mask, int64_t window, uint64_t seed)
+{
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.mask = mask;
+    o.window = window;
+    o.storage = IHA_STORAGE_F16;
+    const size_t nv = tu_count_virtual(s), nl = s->batch * s->heads * s->tokens * s->pseudo;
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    float *in[4];
+    for (int i = 0; i < 4; ++i) in[i] = tu_random_array(&rng, nv, 1.0f); /* qt, kt, vt, dout */
+    const ref_problem rp = {.B = s->batch, .N = s->tokens, .H = s->heads, .d = s->head_dim, .P = s->pseudo,
+                            .mask = mask, .window = window};
+    double *ref[3];
+    for (int i = 0; i < 3; ++i) ref[i] = tu_malloc(nv * sizeof(double));
+    assert_int_equal(ref_attention_backward(&rp, in[0], in[1], in[2], in[3], ref[0], ref[1], ref[2]), 0);
+
+    iha_buffer b[4];
+    for (int i = 0; i < 4; ++i) b[i] = upload_as(in[i], nv, 1, (size_t)i);
+    iha_buffer ob = {half_buffer(NULL, nv, 2), 2};
+    iha_buffer lb = {tu_buffer_guarded(tu_ctx, NULL, nl, 0, TU_GUARD, TU_SENTINEL), 0};
+    tu_assert_status(tu_ctx, iha_attention(tu_ctx, s, &o, b[0], b[1], b[2], ob, lb), IHA_OK);
+    iha_buffer g[3];
+    for (int i = 0; i < 3; ++i) g[i] = (iha_buffer){half_buffer(NULL, nv, 3), 3};
+    tu_assert_status(tu_ctx, iha_attention_backward(tu_ctx, s, &o, b[0], b[1], b[2], ob, lb, b[3], g[0], g[1], g[2]),
+                     IHA_OK);
+    static const char *const names[3] = {"dqt (half)", "dkt (half)", "dvt (half)"};
+    float *got = tu_malloc(nv * sizeof *got);
+    for (int i = 0; i < 3; ++i) {
+        half_read_checked(g[i].mem, g[i].offset, nv, got, names[i]);
+        tu_assert_close(names[i], got, ref[i], nv, TOL_F16);
+        tu_buffer_release(g[i].mem);
+        free(ref[i]);
+    }
+    for (int i = 0; i < 4; ++i) tu_buffer_release(b[i].mem), free(in[i]);
+    tu_buffer_release(ob.mem), tu_buffer_release(lb.mem);
+    free(got);
+}
+
+static void attention_backward_half(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape shapes[3] = {{1, 23, 1, 2, 32, 3}, {2, 9, 1, 1, 7, 2}, {1, 30, 1, 1, 64, 2}};
+    attention_backward_case(&shapes[0], IHA_MASK_CAUSAL, 0, 61);
+    attention_backward_case(&shapes[1], IHA_MASK_TOKEN_CAUSAL, 3, 62);
+    attention_backward_case(&shapes[2], IHA_MASK_NONE, 0, 63);
+}
+
 /* ---- Decoding ---- */
 
 /* Token at a time with half x, z, weights and cache: the rows equal the full forward's. */
@@ -401,6 +453,7 @@ int main(void)
         cmocka_unit_test(half_activations_only),
         cmocka_unit_test(gemv_column_tail),
         cmocka_unit_test(core_and_attention_half),
+        cmocka_unit_test(attention_backward_half),
         cmocka_unit_test(decode_step_half_everything),
         cmocka_unit_test(refusals),
     };

@@ -5,6 +5,7 @@
 #include "common/checked.h"
 #include "layer/call.h"
 #include "layer/plan.h"
+#include "layer/storage.h"
 
 static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                      const iha_buffer in[6], const iha_buffer out[3])
@@ -17,39 +18,54 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
     IHA_RETURN_ERROR_IF(p.rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "iha_attention_backward takes already rotated inputs: options->rope must be 0");
-    /* weight_storage is ignored, as by iha_attention: the call has no weights. */
-    IHA_RETURN_ERROR_IF(p.act_half, ctx, IHA_ERROR_UNSUPPORTED,
-                        "iha_attention_backward supports float32 activations only (options->storage)");
-    const size_t f = sizeof(float), n = p.virtual_elems;
-    size_t elems[6];
+    /* weight_storage is ignored, as by iha_attention: the call has no weights. The activations
+     * are in options->storage; lse is float whatever it is. */
+    const size_t f = sizeof(float), a = p.act_bytes, n = p.virtual_elems;
+    size_t elems[6], bytes[6];
     for (int i = 0; i < 6; ++i) {
         elems[i] = i == 4 ? p.lse_elems : n;
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, in[i], elems[i], f, in_names[i]));
+        bytes[i] = i == 4 ? f : a;
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, in[i], elems[i], bytes[i], in_names[i]));
     }
     for (int j = 0; j < 3; ++j) {
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, out[j], n, f, out_names[j]));
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, out[j], n, a, out_names[j]));
         for (int i = 0; i < 6; ++i)
-            IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[j], n, f, in[i], elems[i], f, out_names[j], in_names[i]));
+            IHA_FORWARD_IF_ERROR(
+                iha__check_apart(ctx, out[j], n, a, in[i], elems[i], bytes[i], out_names[j], in_names[i]));
         for (int i = 0; i < j; ++i)
-            IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, out[j], n, out[i], n, f, out_names[j], out_names[i]));
+            IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, out[j], n, out[i], n, a, out_names[j], out_names[i]));
     }
-    /* Workspace: Dt, one float per virtual row, and for the tile kernels packed copies of K,
-     * V, Q and dO. */
+    /* Workspace: Dt, one float per virtual row; for the tile kernels packed copies of K, V, Q
+     * and dO; with half activations float copies of the five inputs and the three outputs. */
     const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
     const size_t packed = iha__packed_keys_elements(&p.dims, 16);
-    size_t total = SIZE_MAX, copies;
-    if (iha__mul(packed, tiled ? 4 : 0, &copies)) iha__add(copies, p.lse_elems, &total);
+    size_t total = SIZE_MAX, copies, floats;
+    if (iha__mul(packed, tiled ? 4 : 0, &copies) && iha__mul(n, p.act_half ? 8 : 0, &floats) &&
+        iha__add(copies, floats, &copies))
+        iha__add(copies, p.lse_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
-    iha_backward_refs r = {iha__ref_of(in[0]), iha__ref_of(in[1]), iha__ref_of(in[2]), iha__ref_of(in[3]),
-                           iha__ref_of(in[4]), iha__ref_of(in[5]), iha__ref_of(out[0]), iha__ref_of(out[1]),
-                           iha__ref_of(out[2]), NULL, {NULL, NULL, NULL, NULL}};
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &r.delta));
+    cl_mem delta, packs[4] = {NULL, NULL, NULL, NULL};
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &delta));
     if (tiled) {
         /* The slots the forward calls use for their pseudo tensors, free during this call. */
         static const iha_workspace_slot slots[4] = {IHA_WS_KT, IHA_WS_VT, IHA_WS_QT, IHA_WS_O};
-        for (int i = 0; i < 4; ++i) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, slots[i], packed * f, &r.packed[i]));
+        for (int i = 0; i < 4; ++i) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, slots[i], packed * f, &packs[i]));
     }
+    /* Float views: the inputs themselves, or their conversions in the layer backward's slots,
+     * which no other part of this call uses. */
+    iha_ref view[9];
+    for (int i = 0, k = 0; i < 6; ++i)
+        if (i == 4)
+            view[i] = iha__ref_of(in[i]);
+        else
+            IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, in[i], n, (iha_workspace_slot)(IHA_WS_GRAD + k++), &view[i]));
+    for (int j = 0; j < 3; ++j)
+        IHA_FORWARD_IF_ERROR(
+            iha__output_float(ctx, &p, out[j], n, (iha_workspace_slot)(IHA_WS_GRAD + 5 + j), &view[6 + j]));
+    iha_backward_refs r = {view[0], view[1], view[2], view[3], view[4], view[5], view[6], view[7], view[8],
+                           delta,   {packs[0], packs[1], packs[2], packs[3]}};
     IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, &p.dims, &r, p.mask, p.window, p.scale));
+    for (int j = 0; j < 3; ++j) IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, view[6 + j], out[j], n));
     return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
 }
 

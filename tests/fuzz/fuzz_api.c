@@ -234,24 +234,25 @@ static int bad_shape_or_options(const call_case *c)
     return o->rope && (c->call == CALL_ATTENTION || c->call == CALL_BACKWARD);
 }
 
-/* iha_attention_backward: float activations only; every input and output fits (lse, in WO, is
- * required), and no output overlaps an input or another output. */
+/* iha_attention_backward: activations in the storage's size (weight_storage is ignored: no
+ * weights), lse float; every input and output fits (lse, in WO, is required), and no output
+ * overlaps an input or another output. */
 static int backward_must_refuse(const call_case *c, size_t virt, size_t lse)
 {
-    if (c->options.storage != IHA_STORAGE_F32) /* weight_storage is ignored: no weights */
-        return 1;
+    const size_t a = c->options.storage == IHA_STORAGE_F16 ? 2 : 4;
     const tensor *t = c->t;
     for (int i = 0; i < 6; i++)
-        if (!fits(t[backward_in[i]], backward_in[i] == WO ? lse : virt, 4))
+        if (!fits(t[backward_in[i]], backward_in[i] == WO ? lse : virt, backward_in[i] == WO ? 4 : a))
             return 1;
     for (int j = 0; j < 3; j++) {
-        if (!fits(t[backward_out[j]], virt, 4))
+        if (!fits(t[backward_out[j]], virt, a))
             return 1;
         for (int i = 0; i < 6; i++)
-            if (overlap(t[backward_out[j]], virt, 4, t[backward_in[i]], backward_in[i] == WO ? lse : virt, 4))
+            if (overlap(t[backward_out[j]], virt, a, t[backward_in[i]], backward_in[i] == WO ? lse : virt,
+                        backward_in[i] == WO ? 4 : a))
                 return 1;
         for (int i = 0; i < j; i++)
-            if (overlap(t[backward_out[j]], virt, 4, t[backward_out[i]], virt, 4))
+            if (overlap(t[backward_out[j]], virt, a, t[backward_out[i]], virt, a))
                 return 1;
     }
     return 0;
