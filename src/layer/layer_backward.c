@@ -35,9 +35,17 @@ typedef struct grad_buffers {
 
 static iha_ref at(cl_mem m) { return (iha_ref){m, 0}; }
 
-/* Element counts of every workspace tensor the call uses, in role order then the forward's
- * five; 0 on overflow. */
-static size_t workspace_elements(const iha_plan *p, size_t sizes[G_ROLES])
+/* The IHA_WS_KT slot: the forward's packed keys, then (tile kernels) the attention backward's
+ * packed K. */
+static size_t packed_keys_elements(const iha_plan *p, int tiled)
+{
+    const size_t packed16 = iha__packed_keys_elements(&p->dims, 16);
+    return tiled && packed16 > p->packed_elems ? packed16 : p->packed_elems;
+}
+
+/* Element counts of the roles' slots into sizes; returns the total of every buffer the call
+ * allocates (each slot counted once), 0 on overflow. */
+static size_t workspace_elements(const iha_plan *p, int tiled, size_t sizes[G_ROLES])
 {
     const size_t te = p->token_elems, ve = p->virtual_elems, tr = te > p->w_elems ? te : p->w_elems;
     const size_t fixed[G_ROLES] = {te, te, te, te, ve, ve, ve, ve, ve, ve, ve, ve, p->lse_elems, p->x_elems, tr,
@@ -47,11 +55,12 @@ static size_t workspace_elements(const iha_plan *p, size_t sizes[G_ROLES])
         sizes[i] = fixed[i];
         if (!iha__add(total, fixed[i], &total)) return 0;
     }
-    /* Q, K, V, Y, the packed keys, and the attention backward's Dt and packed copies. */
+    /* Q, K, V, Y, the packed keys, Dt, and with the tile kernels their packed V, Q and dO. */
     const size_t packed16 = iha__packed_keys_elements(&p->dims, 16);
     size_t more = 0;
-    if (!iha__mul(te, 4, &more) || !iha__add(total, more, &total) || !iha__add(total, p->packed_elems, &total) ||
-        !iha__add(total, p->lse_elems, &total) || !iha__mul(packed16, 4, &more) || !iha__add(total, more, &total))
+    if (!iha__mul(te, 4, &more) || !iha__add(total, more, &total) ||
+        !iha__add(total, packed_keys_elements(p, tiled), &total) || !iha__add(total, p->lse_elems, &total) ||
+        !iha__mul(packed16, tiled ? 3 : 0, &more) || !iha__add(total, more, &total))
         return 0;
     return total;
 }
@@ -219,8 +228,9 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     }
     IHA_FORWARD_IF_ERROR(check_outputs(ctx, &p, w, x, dz, out));
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
+    const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
     size_t sizes[G_ROLES];
-    const size_t total = workspace_elements(&p, sizes);
+    const size_t total = workspace_elements(&p, tiled, sizes);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total ? total : SIZE_MAX, f));
 
     grad_buffers g;
@@ -233,10 +243,8 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     /* Every buffer exists before the first enqueue, so a device that cannot hold one refuses
      * the call before anything is written. IHA_WS_KT holds the forward's packed keys, then the
      * attention backward's packed K (the in-order queue runs them one after the other). */
-    const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
     const size_t packed16 = iha__packed_keys_elements(&p.dims, 16);
-    const size_t kt = tiled && packed16 > p.packed_elems ? packed16 : p.packed_elems;
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, kt * f, &g.packed_keys));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, packed_keys_elements(&p, tiled) * f, &g.packed_keys));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &g.delta));
     static const iha_workspace_slot packed_slots[4] = {IHA_WS_KT, IHA_WS_VT, IHA_WS_QT, IHA_WS_O};
     for (int i = 0; i < 4; ++i) {
