@@ -60,8 +60,8 @@ __kernel void mix_grad_partial_f32(__global const float *a, ulong a_off, __globa
     if (first >= tokens) return;
     const long last = min(first + chunk, tokens);
     const ulong T = (ulong)N * P;
-    /* Eight columns at a time in a vector (a scalar loop ran at a tenth of the rate on PoCL),
-     * the rest one by one. */
+    /* Eight columns at a time in a vector (PoCL vectorises explicit vectors inside a work-item,
+     * not scalar loops), the rest one by one. */
     float8 acc8 = (float8)(0.0f);
     float acc = 0.0f;
     const int whole = d - d % 8;
