@@ -61,58 +61,19 @@ static int time_passes(iha_context *ctx, random_layer *layer, const bench_config
     return st == IHA_OK ? 0 : bench_fail(ctx, st, "layer");
 }
 
-/* iha_backward's outputs: dx [B][N][D], then the gradients of wq, wk, wv, wo and of the four
- * mixing matrices. */
-typedef struct layer_grads {
-    cl_mem mem[9];
-} layer_grads;
-
-static int grads_create(iha_context *ctx, const iha_shape *s, layer_grads *g)
-{
-    const size_t x = s->batch * s->tokens * s->model_dim, w = s->model_dim * s->heads * s->head_dim,
-                 mix = s->heads * s->heads * s->pseudo;
-    memset(g, 0, sizeof *g);
-    for (int i = 0; i < 9; i++) {
-        cl_int err = CL_SUCCESS;
-        const size_t n = i == 0 ? x : i < 5 ? w : mix;
-        g->mem[i] = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err);
-        if (err != CL_SUCCESS) {
-            fprintf(stderr, "iha bench: layer backward: clCreateBuffer failed (%d)\n", (int)err);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static void grads_free(layer_grads *g)
-{
-    for (int i = 0; i < 9; i++)
-        if (g->mem[i]) clReleaseMemObject(g->mem[i]);
-}
-
-static iha_status backward_once(iha_context *ctx, random_layer *layer, const iha_attention_options *o,
-                                const layer_grads *g)
-{
-    iha_buffer b[9];
-    for (int i = 0; i < 9; i++) b[i] = (iha_buffer){g->mem[i], 0};
-    const iha_layer_grads grads = {b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]};
-    /* dz: the forward's output, any tensor of x's shape will do for timing. */
-    iha_status st = iha_backward(ctx, &layer->shape, o, &layer->weights, (iha_buffer){layer->x_mem, 0},
-                                 (iha_buffer){layer->z_mem, 0}, b[0], &grads);
-    return st == IHA_OK ? iha_context_finish(ctx) : st;
-}
-
 /* The layer's backward pass: one warm-up, then reps timed calls, medians of wall and stages. */
 static int time_backward(iha_context *ctx, random_layer *layer, const bench_config *c, bench_layer *out)
 {
-    layer_grads g = {{NULL}};
+    random_layer_grads g = {{NULL}};
     const size_t reps = c->reps;
     double *samples = malloc(6 * reps * sizeof *samples);
-    int failed = samples == NULL || grads_create(ctx, &layer->shape, &g);
-    iha_status st = failed ? IHA_OK : backward_once(ctx, layer, &c->options, &g);
+    char err[256] = "";
+    int failed = samples == NULL || random_layer_grads_create(ctx, &layer->shape, &g, err, sizeof err);
+    if (failed && samples) fprintf(stderr, "iha bench: layer backward: %s\n", err);
+    iha_status st = failed ? IHA_OK : random_layer_backward(ctx, layer, &c->options, &g);
     for (size_t i = 0; !failed && i < reps && st == IHA_OK; i++) {
         const double start = timer_seconds();
-        st = backward_once(ctx, layer, &c->options, &g);
+        st = random_layer_backward(ctx, layer, &c->options, &g);
         samples[i] = timer_seconds() - start;
         iha_stage_times t;
         iha_context_stage_times(ctx, &t);
@@ -126,7 +87,7 @@ static int time_backward(iha_context *ctx, random_layer *layer, const bench_conf
         out->backward_stages = (iha_stage_times){m[1], m[2], m[3], m[4], m[5]};
         out->backward_ran = 1;
     }
-    grads_free(&g);
+    random_layer_grads_free(&g);
     free(samples);
     if (samples == NULL) fprintf(stderr, "iha bench: out of host memory\n");
     return failed ? -1 : st == IHA_OK ? 0 : bench_fail(ctx, st, "layer backward");

@@ -88,7 +88,7 @@ typedef struct soak {
     random_layer layer[2];
     iha_attention_options options[2];
     float *first_z;   /* the first shape's output of the first call */
-    cl_mem grads[9];  /* iha_backward's outputs: dx (the larger shape's), then the 8 gradients */
+    random_layer_grads grads; /* iha_backward's outputs, sized for the larger shape */
     size_t calls;
 } soak;
 
@@ -110,17 +110,6 @@ static iha_status forward_host(iha_context *ctx, random_layer *l, const iha_atte
 {
     const iha_host_weights w = {l->wq, l->wk, l->wv, l->wo, l->alpha_q, l->alpha_k, l->alpha_v, l->r};
     return iha_forward_host(ctx, &l->shape, o, &w, l->x, l->z);
-}
-
-/* The layer's backward pass, dZ = its forward output, every gradient asked for. */
-static iha_status backward(iha_context *ctx, random_layer *l, const iha_attention_options *o, cl_mem *grads)
-{
-    iha_buffer b[9];
-    for (int i = 0; i < 9; i++) b[i] = (iha_buffer){grads[i], 0};
-    const iha_layer_grads g = {b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]};
-    iha_status st = iha_backward(ctx, &l->shape, o, &l->weights, (iha_buffer){l->x_mem, 0},
-                                 (iha_buffer){l->z_mem, 0}, b[0], &g);
-    return st == IHA_OK ? iha_context_finish(ctx) : st;
 }
 
 /* The first shape's device output, compared bit for bit with the first call's. */
@@ -167,7 +156,7 @@ static int step_shared(soak *s)
     if (i % 5 == 3)
         return call_failed(ctx, forward_host(ctx, l, &s->options[i % 2]), "iha_forward_host");
     if (i % 5 == 1)
-        return call_failed(ctx, backward(ctx, l, &s->options[i % 2], s->grads), "iha_backward");
+        return call_failed(ctx, random_layer_backward(ctx, l, &s->options[i % 2], &s->grads), "iha_backward");
     if (call_failed(ctx, forward_device(ctx, l, &s->options[i % 2]), "iha_forward"))
         return -1;
     return i % 50 == 0 ? check_output(s) : 0;
@@ -215,27 +204,14 @@ static int setup(soak *s, size_t n, size_t d, char *err, size_t err_size)
         if (random_layer_create(s->ctx, &shapes[i], 100 + (uint64_t)i, &s->layer[i], err, err_size))
             return -1;
     }
-    const size_t x = shapes[1].tokens * shapes[1].model_dim, w = shapes[1].model_dim * shapes[1].heads * d,
-                 mix = shapes[1].heads * shapes[1].heads * shapes[1].pseudo;
-    for (int i = 0; i < 9; i++) {
-        cl_int e = CL_SUCCESS;
-        const size_t count = i == 0 ? x : i < 5 ? w : mix;
-        s->grads[i] = clCreateBuffer(iha_context_cl_context(s->ctx), CL_MEM_READ_WRITE, count * sizeof(float), NULL, &e);
-        if (e != CL_SUCCESS) {
-            snprintf(err, err_size, "clCreateBuffer for a gradient failed (%d)", (int)e);
-            return -1;
-        }
-    }
-    return 0;
+    return random_layer_grads_create(s->ctx, &shapes[1], &s->grads, err, err_size);
 }
 
 static void teardown(soak *s)
 {
     for (int i = 0; i < 2; i++)
         random_layer_free(&s->layer[i]);
-    for (int i = 0; i < 9; i++)
-        if (s->grads[i])
-            clReleaseMemObject(s->grads[i]);
+    random_layer_grads_free(&s->grads);
     free(s->first_z);
     iha_context_free(s->ctx);
 }

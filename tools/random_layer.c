@@ -202,3 +202,41 @@ void random_layer_free(random_layer *layer)
         *host[i] = NULL;
     }
 }
+
+int random_layer_grads_create(iha_context *ctx, const iha_shape *shape, random_layer_grads *g, char *err,
+                              size_t err_size)
+{
+    const size_t x = shape->batch * shape->tokens * shape->model_dim, w = shape->model_dim * shape->heads * shape->head_dim,
+                 mix = shape->heads * shape->heads * shape->pseudo;
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < 9; i++) {
+        cl_int e = CL_SUCCESS;
+        const size_t count = i == 0 ? x : i < 5 ? w : mix;
+        g->mem[i] = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, count * sizeof(float), NULL, &e);
+        if (e != CL_SUCCESS) {
+            snprintf(err, err_size, "clCreateBuffer for a gradient failed (%d)", (int)e);
+            random_layer_grads_free(g);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void random_layer_grads_free(random_layer_grads *g)
+{
+    for (int i = 0; i < 9; i++) {
+        if (g->mem[i]) clReleaseMemObject(g->mem[i]);
+        g->mem[i] = NULL;
+    }
+}
+
+iha_status random_layer_backward(iha_context *ctx, random_layer *layer, const iha_attention_options *options,
+                                 const random_layer_grads *g)
+{
+    iha_buffer b[9];
+    for (int i = 0; i < 9; i++) b[i] = (iha_buffer){g->mem[i], 0};
+    const iha_layer_grads grads = {b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]};
+    iha_status st = iha_backward(ctx, &layer->shape, options, &layer->weights, (iha_buffer){layer->x_mem, 0},
+                                 (iha_buffer){layer->z_mem, 0}, b[0], &grads);
+    return st == IHA_OK ? iha_context_finish(ctx) : st;
+}

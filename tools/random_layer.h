@@ -38,4 +38,20 @@ int random_layer_read_output(iha_context *ctx, random_layer *layer, char *err, s
 
 void random_layer_free(random_layer *layer);
 
+/* iha_backward's outputs for layers of at most `shape`: dx [B][N][D], then the gradients in
+ * iha_layer_grads order (wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r), float. */
+typedef struct random_layer_grads {
+    cl_mem mem[9];
+} random_layer_grads;
+
+/* Returns 0, or -1 with a message in err; *g then holds nothing. */
+int random_layer_grads_create(iha_context *ctx, const iha_shape *shape, random_layer_grads *g, char *err,
+                              size_t err_size);
+void random_layer_grads_free(random_layer_grads *g);
+
+/* iha_backward of the layer, dz its device output z (any tensor of x's shape serves for timing
+ * and soaking), every gradient into g; waits for it. */
+iha_status random_layer_backward(iha_context *ctx, random_layer *layer, const iha_attention_options *options,
+                                 const random_layer_grads *g);
+
 #endif
