@@ -9,8 +9,10 @@ mode=${1:-demo}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${IHA_BUILD_DIR:-$root/build}
 
+# libopenblas-dev is optional for the build: it gives "iha bench" the host's SGEMM ceiling. Without
+# it CMake may find Debian's reference libblas (3-4 GFLOP/s here), a meaningless ceiling.
 packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd
-          libcmocka-dev libcjson-dev)
+          libcmocka-dev libcjson-dev libopenblas-dev)
 # CI's reliability stages: the OpenCL simulator, clang with libFuzzer and the sanitizer
 # runtimes (a recommendation of clang, so named here), llvm-symbolizer, shellcheck.
 [ "$mode" = ci-deps ] && packages+=(oclgrind clang libclang-rt-dev llvm shellcheck)
