@@ -27,8 +27,8 @@
  *   is IHA_ERROR_SIZE_OVERFLOW. The kernels index with 32-bit integers, so IHA_ERROR_UNSUPPORTED
  *   refuses T = N*P above INT_MAX/4, H*P above INT_MAX, B*H above INT_MAX and N*D above
  *   8*INT_MAX. An internal buffer larger than the device's largest allocation, or a call
- *   (iha_forward, iha_attention_core, iha_attention, iha_attention_backward, iha_backward,
- *   iha_decode_step) whose internal buffers
+ *   (iha_forward, iha_forward_save, iha_attention_core, iha_attention, iha_attention_backward,
+ *   iha_backward, iha_backward_saved, iha_decode_step) whose internal buffers
  *   together exceed the device's memory, is IHA_ERROR_DEVICE_MEMORY before anything is
  *   enqueued. After any IHA_ERROR_DEVICE_MEMORY the context's next call starts with fresh
  *   internal buffers (some drivers, NVIDIA's among them, accept an allocation and fail only
@@ -388,10 +388,48 @@ typedef struct iha_layer_grads {
  *     anything is enqueued; never a T x T matrix.
  *   - iha_context_stage_times: projections (the forward's, and dX, dW_Q, dW_K, dW_V), mixing
  *     (the forward's, and dQ, dK, dV, dalpha), attention (forward, backward and the inverse
- *     rotary), collapse (the forward's, and dO, dR), output (dY, dW_O). */
+ *     rotary), collapse (the forward's, and dO, dR), output (dY, dW_O).
+ *   - iha_forward_save and iha_backward_saved below are the same pass without the recomputed
+ *     attention forward, for applications that can keep B*H*T*(d+1) floats between the two. */
 iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                         const iha_layer_weights *weights, iha_buffer x, iha_buffer dz, iha_buffer dx,
                         const iha_layer_grads *grads);
+
+/* Training without running the attention forward twice: iha_forward_save is iha_forward that
+ * also keeps the attention step's output and log-sum-exp in `saved`, and iha_backward_saved is
+ * iha_backward that reads them there instead of recomputing them (the attention forward is
+ * most of iha_backward's recomputation, about a sixth of its time at the demo shape; the
+ * projections, mixing and collapse are still recomputed from x, which costs little and keeps
+ * `saved` small). A training step is then
+ *     iha_forward_save(ctx, &shape, &options, &weights, x, z, saved);
+ *     ... the loss and dz = dLoss/dz from z ...
+ *     iha_backward_saved(ctx, &shape, &options, &weights, x, saved, dz, dx, &grads);
+ *   - saved is an application-owned float32 buffer of iha_saved_elements floats from its
+ *     offset (B*H*T*d + B*H*T, T = N*P), in a layout private to the library. It is the
+ *     application's to keep, reuse or release between the two calls.
+ *   - iha_backward_saved must get the same shape, options, weights and x as the
+ *     iha_forward_save that wrote `saved`, with nothing written to them or to saved in between.
+ *     The library cannot check that: anything else gives wrong gradients (never an access out
+ *     of bounds).
+ *   - Float32 only, as iha_backward: options->storage or weight_storage half is
+ *     IHA_ERROR_UNSUPPORTED. saved.mem NULL is IHA_ERROR_INVALID_ARGUMENT; a saved buffer
+ *     smaller than iha_saved_elements is IHA_ERROR_BUFFER_TOO_SMALL.
+ *   - iha_forward_save: saved must lie apart from x, z and every weight. z is bit for bit what
+ *     iha_forward writes. Its workspace is iha_forward's less the B*H*T*d floats of O.
+ *   - iha_backward_saved: iha_backward's rules and limits, with saved one more input that must
+ *     lie apart from x, dz and the weights, and that no output may overlap. Its outputs are bit
+ *     for bit iha_backward's for the same inputs. Its workspace is iha_backward's less
+ *     B*H*T*d + B*H*T floats, and less the forward's packed keys. */
+/* The number of floats of a saved buffer for this shape, into *elements (0 on failure). ctx may
+ * be NULL; when it is not, a failure's reason goes to its message. The shape is checked as a
+ * layer call checks it: IHA_ERROR_INVALID_ARGUMENT, IHA_ERROR_SIZE_OVERFLOW or
+ * IHA_ERROR_UNSUPPORTED for a shape iha_forward would refuse. */
+iha_status iha_saved_elements(iha_context *ctx, const iha_shape *shape, size_t *elements);
+iha_status iha_forward_save(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                            const iha_layer_weights *weights, iha_buffer x, iha_buffer z, iha_buffer saved);
+iha_status iha_backward_saved(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                              const iha_layer_weights *weights, iha_buffer x, iha_buffer saved, iha_buffer dz,
+                              iha_buffer dx, const iha_layer_grads *grads);
 
 /* Host-memory convenience for applications without OpenCL code: the same as iha_forward,
  * with every tensor in host memory (same shapes; alpha/r may be NULL under the same identity

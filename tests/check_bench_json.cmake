@@ -181,10 +181,13 @@ if(NOT status EQUAL 0)
   message(FATAL_ERROR "iha bench --backward (layer) exited with ${status}:\n${errors}")
 endif()
 expect_equal(ran layer state)
-foreach(key seconds backward_over_forward stage_seconds.attention stage_seconds.projections)
+foreach(key seconds backward_over_forward stage_seconds.attention stage_seconds.projections
+            saved_pair.forward_save_seconds saved_pair.backward_saved_seconds saved_pair.step_over_recomputing_step)
   string(REPLACE "." ";" path "backward.${key}")
   expect_positive(layer ${path})
 endforeach()
+# The saved state: B*H*T*(d+1) floats, B=1 H=2 T=32*2 d=16.
+expect_equal(8704 layer backward saved_pair saved_bytes)
 
 # Options the chosen measurement would ignore are usage errors, not silently dropped.
 foreach(arguments "--half" "--half-weights" "--cache-tokens;64" "--decode;--n;64" "--decode;--baseline-reps;2"

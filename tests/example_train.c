@@ -1,5 +1,7 @@
 /* The README's training example, built and run by the test suite: an IHA layer fitted to a
- * random target by gradient descent, with iha_forward and iha_backward on device buffers.
+ * random target by gradient descent, with iha_forward_save and iha_backward_saved on device
+ * buffers (the forward keeps the attention's output in `saved`, so the backward does not run
+ * it again; iha_backward without saved state is the same call with x alone).
  * Every parameter lives in one buffer (W_Q, W_K, W_V, W_O, alpha_Q, alpha_K, alpha_V, R at
  * offsets) and every gradient in a second one with the same layout. Exit status 0 when the
  * loss has fallen by a fifth or more. */
@@ -56,8 +58,11 @@ static int train(iha_context *ctx)
     for (size_t i = 0; i < nx; ++i) x[i] = uniform(), target[i] = uniform();
     for (size_t i = 0; i < np; ++i) params[i] = i < 4 * nw ? 0.3f * uniform() : 0.5f + uniform();
 
+    size_t ns;
+    CHECK(iha_saved_elements(ctx, &shape, &ns));
     cl_mem xb = buffer(ctx, nx), zb = buffer(ctx, nx), dzb = buffer(ctx, nx), pb = buffer(ctx, np), gb = buffer(ctx, np);
-    if (!xb || !zb || !dzb || !pb || !gb) return 1;
+    cl_mem saved = buffer(ctx, ns);
+    if (!xb || !zb || !dzb || !pb || !gb || !saved) return 1;
     if (upload(ctx, xb, x, nx)) return 1;
     /* The parameters and their gradients at the same offsets of two buffers. */
     iha_layer_weights w;
@@ -73,7 +78,7 @@ static int train(iha_context *ctx)
     double first = 0.0, loss = 0.0;
     for (int step = 0; step < 25; ++step) {
         if (upload(ctx, pb, params, np)) return 1;
-        CHECK(iha_forward(ctx, &shape, &opt, &w, (iha_buffer){xb, 0}, (iha_buffer){zb, 0}));
+        CHECK(iha_forward_save(ctx, &shape, &opt, &w, (iha_buffer){xb, 0}, (iha_buffer){zb, 0}, (iha_buffer){saved, 0}));
         if (download(ctx, zb, z, nx)) return 1;
         loss = 0.0; /* 0.5 * |z - target|^2, whose gradient dLoss/dz is z - target */
         for (size_t i = 0; i < nx; ++i) {
@@ -82,8 +87,10 @@ static int train(iha_context *ctx)
         }
         if (step == 0) first = loss;
         if (upload(ctx, dzb, z, nx)) return 1;
-        /* dx is not needed (x is the input data): NULL skips it. */
-        CHECK(iha_backward(ctx, &shape, &opt, &w, (iha_buffer){xb, 0}, (iha_buffer){dzb, 0}, (iha_buffer){NULL, 0}, &g));
+        /* The same parameters and x as the forward that filled `saved`. dx is not needed (x is the
+         * input data): NULL skips it. */
+        CHECK(iha_backward_saved(ctx, &shape, &opt, &w, (iha_buffer){xb, 0}, (iha_buffer){saved, 0},
+                                 (iha_buffer){dzb, 0}, (iha_buffer){NULL, 0}, &g));
         if (download(ctx, gb, grads, np)) return 1;
         /* A step that the first-order model says removes a tenth of the loss. */
         double norm2 = 0.0;
@@ -94,6 +101,7 @@ static int train(iha_context *ctx)
     }
     printf("loss %.5f -> %.5f on %s\n", first, loss, iha_context_device_name(ctx));
     clReleaseMemObject(xb), clReleaseMemObject(zb), clReleaseMemObject(dzb), clReleaseMemObject(pb), clReleaseMemObject(gb);
+    clReleaseMemObject(saved);
     free(x), free(target), free(z), free(params), free(grads);
     return isfinite(loss) && loss < 0.8 * first ? 0 : 1;
 }

@@ -3,7 +3,9 @@
  * reference (itself checked against finite differences in test_reference.c): every gradient
  * within SPEC's 1e-5 on ragged shapes, every mask, windows, rotary, P = 1 with the identity
  * shortcut, odd head widths and widths the tile kernels take; gradients asked for one at a
- * time; and the refusals, which must leave every output as it was.
+ * time; and the refusals, which must leave every output as it was. Then the saved pair,
+ * iha_forward_save and iha_backward_saved: bit for bit iha_forward's z and iha_backward's
+ * gradients, and their own refusals.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -238,6 +240,171 @@ static void refusals(void **state)
     tu_layer_free(&l);
 }
 
+/* Reads n floats of a guarded buffer at `offset` into a malloc'ed array after checking its guards. */
+static float *read_guarded(cl_mem mem, size_t n, size_t offset)
+{
+    float *got = tu_malloc(n * sizeof *got);
+    tu_buffer_read(tu_ctx, mem, offset, got, n);
+    tu_assert_guard(tu_ctx, mem, n, offset, OUT_GUARD, OUT_SENTINEL);
+    return got;
+}
+
+/* iha_forward_save then iha_backward_saved against iha_forward then iha_backward on the same
+ * inputs: z and every output bit for bit, since both pairs run the same kernels on the same
+ * values and differ only in where O and its log-sum-exp come from (iha_backward's own outputs
+ * are checked against the float64 reference above, on these shapes among others). */
+static void run_saved_case(const lb_case *c, uint64_t seed)
+{
+    tu_layer l;
+    tu_layer_init(&l, &c->s, seed);
+    if (c->identity) tu_layer_identity(&l, 1);
+    tu_device_layer d;
+    tu_device_layer_upload(tu_ctx, &l, 1, &d);
+    const size_t nx = tu_count_x(&c->s), virt = tu_count_virtual(&c->s);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed + 1);
+    float *dz = tu_random_array(&rng, nx, 1.0f);
+    cl_mem bdz = tu_buffer_guarded(tu_ctx, dz, nx, 11, 0, 0.0f);
+    const iha_attention_options o = options_of(c);
+
+    size_t ns = 0;
+    tu_assert_status(tu_ctx, iha_saved_elements(tu_ctx, &c->s, &ns), IHA_OK);
+    assert_int_equal(ns, virt + virt / c->s.head_dim); /* O and one log-sum-exp per row */
+    cl_mem saved = tu_buffer_guarded(tu_ctx, NULL, ns, 5, OUT_GUARD, OUT_SENTINEL);
+    cl_mem z2 = tu_buffer_guarded(tu_ctx, NULL, nx, OUT_OFFSET, OUT_GUARD, OUT_SENTINEL);
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, &c->s, &o, &d.weights, d.x, d.z), IHA_OK);
+    tu_assert_status(tu_ctx,
+                     iha_forward_save(tu_ctx, &c->s, &o, &d.weights, d.x, (iha_buffer){z2, OUT_OFFSET},
+                                      (iha_buffer){saved, 5}),
+                     IHA_OK);
+    float *z_plain = tu_malloc(nx * sizeof *z_plain), *z_saved = read_guarded(z2, nx, OUT_OFFSET);
+    tu_buffer_read(tu_ctx, d.z.mem, d.z.offset, z_plain, nx);
+    assert_memory_equal(z_plain, z_saved, nx * sizeof *z_plain);
+    free(read_guarded(saved, ns, 5)); /* only the guards: the layout is the library's */
+
+    iha_buffer plain[OUTPUTS], from_saved[OUTPUTS];
+    outputs_new(&c->s, ALL, plain);
+    outputs_new(&c->s, ALL, from_saved);
+    const iha_layer_grads gp = grads_of(plain), gs = grads_of(from_saved);
+    const iha_buffer bz = {bdz, 11};
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &c->s, &o, &d.weights, d.x, bz, plain[0], &gp), IHA_OK);
+    tu_assert_status(tu_ctx,
+                     iha_backward_saved(tu_ctx, &c->s, &o, &d.weights, d.x, (iha_buffer){saved, 5}, bz,
+                                        from_saved[0], &gs),
+                     IHA_OK);
+    for (int i = 0; i < OUTPUTS; i++) {
+        const size_t n = output_count(&c->s, i);
+        float *a = read_guarded(plain[i].mem, n, OUT_OFFSET), *b = read_guarded(from_saved[i].mem, n, OUT_OFFSET);
+        if (memcmp(a, b, n * sizeof *a) != 0) fail_msg("%s: iha_backward_saved differs from iha_backward", output_names[i]);
+        free(a);
+        free(b);
+    }
+    outputs_release(plain);
+    outputs_release(from_saved);
+    free(z_plain);
+    free(z_saved);
+    tu_buffer_release(saved);
+    tu_buffer_release(z2);
+    tu_buffer_release(bdz);
+    free(dz);
+    tu_device_layer_release(&d);
+    tu_layer_free(&l);
+}
+
+/* Rotary, a window, the identity shortcut, and partial chunks of the backward's tiles. */
+static void saved_pair_matches(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const lb_case cases[] = {
+        {{2, 5, 12, 2, 8, 3}, IHA_MASK_CAUSAL, 0, 1, 0},
+        {{1, 7, 9, 3, 5, 2}, IHA_MASK_TOKEN_CAUSAL, 3, 0, 0},
+        {{2, 9, 16, 2, 16, 1}, IHA_MASK_CAUSAL, 0, 1, 1},
+        {{2, 37, 16, 2, 20, 2}, IHA_MASK_CAUSAL, 0, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_saved_case(&cases[i], 500 + i);
+}
+
+/* Every refusal of the saved pair leaves z, saved and every output as they were. */
+static void saved_pair_refusals(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = {1, 4, 6, 2, 4, 2};
+    tu_layer l;
+    tu_layer_init(&l, &s, 93);
+    tu_device_layer d;
+    tu_device_layer_upload(tu_ctx, &l, 0, &d);
+    iha_buffer out[OUTPUTS];
+    outputs_new(&s, ALL, out);
+    const iha_layer_grads g = grads_of(out);
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    const size_t nx = tu_count_x(&s);
+    size_t ns = 0;
+    tu_assert_status(NULL, iha_saved_elements(NULL, &s, &ns), IHA_OK);
+    cl_mem bsaved = tu_buffer_guarded(tu_ctx, NULL, ns, OUT_OFFSET, OUT_GUARD, OUT_SENTINEL);
+    cl_mem bz = tu_buffer_guarded(tu_ctx, NULL, nx, OUT_OFFSET, OUT_GUARD, OUT_SENTINEL);
+    const iha_buffer saved = {bsaved, OUT_OFFSET}, z = {bz, OUT_OFFSET}, none = {NULL, 0};
+    const iha_buffer dz = d.x; /* any float tensor of x's shape */
+
+    /* Half storage of activations or weights. */
+    o.storage = IHA_STORAGE_F16;
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &d.weights, d.x, z, saved), IHA_ERROR_UNSUPPORTED);
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, saved, dz, out[0], &g),
+                     IHA_ERROR_UNSUPPORTED);
+    o.storage = IHA_STORAGE_F32;
+    o.weight_storage = IHA_STORAGE_F16;
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &d.weights, d.x, z, saved), IHA_ERROR_UNSUPPORTED);
+    o.weight_storage = IHA_STORAGE_F32;
+    /* No saved buffer, or one a float too small (it ends one float past its buffer). */
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &d.weights, d.x, z, none), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, none, dz, out[0], &g),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    const iha_buffer short_saved = {bsaved, OUT_OFFSET + OUT_GUARD + 1};
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &d.weights, d.x, z, short_saved),
+                     IHA_ERROR_BUFFER_TOO_SMALL);
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, short_saved, dz, out[0], &g),
+                     IHA_ERROR_BUFFER_TOO_SMALL);
+    /* saved overlapping z, dz, x, a weight or an output. */
+    const iha_buffer in_saved = {bsaved, OUT_OFFSET + 1};
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &d.weights, d.x, in_saved, saved),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, saved, in_saved, out[0], &g),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, in_saved, saved, dz, out[0], &g),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, saved, dz, in_saved, &g),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    iha_layer_grads bad = g;
+    bad.alpha_v = in_saved;
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, saved, dz, out[0], &bad),
+                     IHA_ERROR_INVALID_ARGUMENT);
+    iha_layer_weights onto_saved = d.weights;
+    onto_saved.wo = in_saved;
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &onto_saved, d.x, z, saved), IHA_ERROR_INVALID_ARGUMENT);
+    assert_untouched(&s, out);
+    float *zs = read_guarded(bz, nx, OUT_OFFSET), *ss = read_guarded(bsaved, ns, OUT_OFFSET);
+    assert_int_equal(tu_count_nonfinite(zs, nx), nx);
+    assert_int_equal(tu_count_nonfinite(ss, ns), ns);
+    free(zs);
+    free(ss);
+
+    /* iha_saved_elements: the count, and the shapes a layer call refuses. */
+    const iha_shape zero = {1, 0, 6, 2, 4, 2}, huge = {SIZE_MAX / 2, 4, 6, 2, 4, 2};
+    assert_int_equal(ns, 2 * 8 * 4 + 2 * 8);
+    tu_assert_status(NULL, iha_saved_elements(NULL, &zero, &ns), IHA_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(ns, 0);
+    tu_assert_status(NULL, iha_saved_elements(NULL, &huge, &ns), IHA_ERROR_SIZE_OVERFLOW);
+    tu_assert_status(tu_ctx, iha_saved_elements(tu_ctx, NULL, &ns), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_saved_elements(tu_ctx, &s, NULL), IHA_ERROR_INVALID_ARGUMENT);
+    tu_buffer_release(bsaved);
+    tu_buffer_release(bz);
+    outputs_release(out);
+    tu_device_layer_release(&d);
+    tu_layer_free(&l);
+}
+
 /* A device that cannot hold one of the attention backward's packed copies (on CPUs; T = 15 rows
  * pad to 16 there, one block more than any other buffer's) refuses the call before anything is
  * written, although the forward's packed keys already have a buffer large enough. */
@@ -280,6 +447,8 @@ int main(void)
         cmocka_unit_test(null_grads_gives_dx),
         cmocka_unit_test(refusals),
         cmocka_unit_test(device_memory_refused_before_writing),
+        cmocka_unit_test(saved_pair_matches),
+        cmocka_unit_test(saved_pair_refusals),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

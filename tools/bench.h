@@ -116,6 +116,9 @@ typedef struct bench_layer {
     int backward_ran;
     double backward_wall;
     iha_stage_times backward_stages;
+    /* And the training pair that skips the recomputed attention forward: median wall times of
+     * iha_forward_save and iha_backward_saved, and the saved state's bytes. */
+    double forward_save_wall, backward_saved_wall, saved_bytes;
 } bench_layer;
 
 /* One child process: context creation, then the first iha_forward of the layer shape. */

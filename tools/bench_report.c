@@ -270,6 +270,12 @@ static void print_layer(const bench_config *cfg, const bench_results *r)
            "forward\n    stages ms: projections %.2f, mixing %.2f, attention %.2f, collapse %.2f, output %.2f\n",
            1e3 * l->backward_wall, rate(l->backward_wall, l->wall), 1e3 * b->projections, 1e3 * b->mixing,
            1e3 * b->attention, 1e3 * b->collapse, 1e3 * b->output);
+    printf("  saved pair (iha_forward_save, then iha_backward_saved: the attention forward not recomputed, "
+           "%.1f MB saved):\n    forward_save %.2f ms (%.2f x iha_forward), backward_saved %.2f ms (%.2f x "
+           "iha_backward); training step %.2f x forward + iha_backward\n",
+           1e-6 * l->saved_bytes, 1e3 * l->forward_save_wall, rate(l->forward_save_wall, l->wall),
+           1e3 * l->backward_saved_wall, rate(l->backward_saved_wall, l->backward_wall),
+           rate(l->forward_save_wall + l->backward_saved_wall, l->wall + l->backward_wall));
 }
 
 static void print_cold(const bench_results *r)
@@ -523,6 +529,13 @@ static void json_layer(json_writer *w, const bench_config *cfg, const bench_resu
             const double st[5] = {b->projections, b->mixing, b->attention, b->collapse, b->output};
             static const char *const names[5] = {"projections", "mixing", "attention", "collapse", "output"};
             for (int i = 0; i < 5; i++) json_number(w, names[i], st[i]);
+            json_end_object(w);
+            json_begin_object(w, "saved_pair");
+            json_number(w, "forward_save_seconds", l->forward_save_wall);
+            json_number(w, "backward_saved_seconds", l->backward_saved_wall);
+            json_number(w, "saved_bytes", l->saved_bytes);
+            json_number(w, "step_over_recomputing_step",
+                        rate(l->forward_save_wall + l->backward_saved_wall, l->wall + l->backward_wall));
             json_end_object(w);
             json_end_object(w);
         }

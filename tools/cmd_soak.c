@@ -34,8 +34,9 @@ static cli_spec spec = {
     "Runs IHA layer calls in a loop for --seconds and samples, once a second, the process's\n"
     "resident memory, its open file descriptors and the OpenCL context's reference count. With\n"
     "--contexts none, the loop mixes what an application does: iha_forward on two shapes in turn,\n"
-    "iha_forward_host and iha_backward (each every 5th call), a refused call (a too-small output)\n"
-    "every 10th call, iha_context_trim every 25th, and checks that the first shape's output\n"
+    "iha_forward_host (every 5th call), iha_backward (every 10th), iha_forward_save then\n"
+    "iha_backward_saved (every 10th), a refused call (a too-small output) every 10th call,\n"
+    "iha_context_trim every 25th, and checks that the first shape's output\n"
     "stays bit for bit the same. After the warm-up\n"
     "none of the three may grow: the lowest value of the last third of the samples must not\n"
     "exceed the lowest of the first third (memory by at most --max-growth-mib). Exit status:\n"
@@ -155,8 +156,13 @@ static int step_shared(soak *s)
         iha_context_trim(ctx);
     if (i % 5 == 3)
         return call_failed(ctx, forward_host(ctx, l, &s->options[i % 2]), "iha_forward_host");
-    if (i % 5 == 1)
+    if (i % 10 == 1)
         return call_failed(ctx, random_layer_backward(ctx, l, &s->options[i % 2], &s->grads), "iha_backward");
+    if (i % 10 == 6) /* the training pair: iha_forward_save, then iha_backward_saved from its state */
+        return call_failed(ctx, random_layer_forward_save(ctx, l, &s->options[i % 2], &s->grads),
+                           "iha_forward_save") ||
+               call_failed(ctx, random_layer_backward_saved(ctx, l, &s->options[i % 2], &s->grads),
+                           "iha_backward_saved");
     if (call_failed(ctx, forward_device(ctx, l, &s->options[i % 2]), "iha_forward"))
         return -1;
     return i % 50 == 0 ? check_output(s) : 0;

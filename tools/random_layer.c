@@ -219,6 +219,16 @@ int random_layer_grads_create(iha_context *ctx, const iha_shape *shape, random_l
             return -1;
         }
     }
+    size_t saved = 0;
+    iha_status st = iha_saved_elements(ctx, shape, &saved);
+    cl_int e = CL_SUCCESS;
+    if (st == IHA_OK)
+        g->saved = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, saved * sizeof(float), NULL, &e);
+    if (st != IHA_OK || e != CL_SUCCESS) {
+        snprintf(err, err_size, "the saved state: %s", st != IHA_OK ? iha_context_message(ctx) : "clCreateBuffer failed");
+        random_layer_grads_free(g);
+        return -1;
+    }
     return 0;
 }
 
@@ -228,15 +238,40 @@ void random_layer_grads_free(random_layer_grads *g)
         if (g->mem[i]) clReleaseMemObject(g->mem[i]);
         g->mem[i] = NULL;
     }
+    if (g->saved) clReleaseMemObject(g->saved);
+    g->saved = NULL;
+}
+
+/* iha_backward, or with `from_saved` iha_backward_saved. */
+static iha_status backward(iha_context *ctx, random_layer *layer, const iha_attention_options *options,
+                           const random_layer_grads *g, int from_saved)
+{
+    iha_buffer b[9];
+    for (int i = 0; i < 9; i++) b[i] = (iha_buffer){g->mem[i], 0};
+    const iha_layer_grads grads = {b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]};
+    const iha_buffer x = {layer->x_mem, 0}, dz = {layer->z_mem, 0};
+    iha_status st = from_saved ? iha_backward_saved(ctx, &layer->shape, options, &layer->weights, x,
+                                                    (iha_buffer){g->saved, 0}, dz, b[0], &grads)
+                               : iha_backward(ctx, &layer->shape, options, &layer->weights, x, dz, b[0], &grads);
+    return st == IHA_OK ? iha_context_finish(ctx) : st;
 }
 
 iha_status random_layer_backward(iha_context *ctx, random_layer *layer, const iha_attention_options *options,
                                  const random_layer_grads *g)
 {
-    iha_buffer b[9];
-    for (int i = 0; i < 9; i++) b[i] = (iha_buffer){g->mem[i], 0};
-    const iha_layer_grads grads = {b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]};
-    iha_status st = iha_backward(ctx, &layer->shape, options, &layer->weights, (iha_buffer){layer->x_mem, 0},
-                                 (iha_buffer){layer->z_mem, 0}, b[0], &grads);
+    return backward(ctx, layer, options, g, 0);
+}
+
+iha_status random_layer_backward_saved(iha_context *ctx, random_layer *layer, const iha_attention_options *options,
+                                       const random_layer_grads *g)
+{
+    return backward(ctx, layer, options, g, 1);
+}
+
+iha_status random_layer_forward_save(iha_context *ctx, random_layer *layer, const iha_attention_options *options,
+                                     const random_layer_grads *g)
+{
+    iha_status st = iha_forward_save(ctx, &layer->shape, options, &layer->weights, (iha_buffer){layer->x_mem, 0},
+                                     (iha_buffer){layer->z_mem, 0}, (iha_buffer){g->saved, 0});
     return st == IHA_OK ? iha_context_finish(ctx) : st;
 }

@@ -39,9 +39,11 @@ int random_layer_read_output(iha_context *ctx, random_layer *layer, char *err, s
 void random_layer_free(random_layer *layer);
 
 /* iha_backward's outputs for layers of at most `shape`: dx [B][N][D], then the gradients in
- * iha_layer_grads order (wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r), float. */
+ * iha_layer_grads order (wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r), float; and the saved
+ * state of iha_forward_save (iha_saved_elements floats). */
 typedef struct random_layer_grads {
     cl_mem mem[9];
+    cl_mem saved;
 } random_layer_grads;
 
 /* Returns 0, or -1 with a message in err; *g then holds nothing. */
@@ -53,5 +55,11 @@ void random_layer_grads_free(random_layer_grads *g);
  * and soaking), every gradient into g; waits for it. */
 iha_status random_layer_backward(iha_context *ctx, random_layer *layer, const iha_attention_options *options,
                                  const random_layer_grads *g);
+/* The training pair instead: iha_forward_save into the layer's z and g->saved, or
+ * iha_backward_saved from them (dz the layer's z, as above); each waits for its call. */
+iha_status random_layer_forward_save(iha_context *ctx, random_layer *layer, const iha_attention_options *options,
+                                     const random_layer_grads *g);
+iha_status random_layer_backward_saved(iha_context *ctx, random_layer *layer, const iha_attention_options *options,
+                                       const random_layer_grads *g);
 
 #endif

@@ -7,20 +7,27 @@
 #include "common/checked.h"
 #include "layer/call.h"
 #include "layer/plan.h"
+#include "layer/saved.h"
 #include "layer/storage.h"
 
-/* Mixing, attention and collapse: float q, k, v [B][N][H][d] -> float y [B][N][H][d]. */
+/* Mixing, attention and collapse: float q, k, v [B][N][H][d] -> float y [B][N][H][d]. With
+ * saved.mem (iha_forward_save), the attention writes O and its log-sum-exp there
+ * (layer/saved.h) instead of O into workspace. */
 static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_ref q, iha_ref k,
-                           iha_ref v, iha_ref y, double *mark)
+                           iha_ref v, iha_ref y, iha_buffer saved, double *mark)
 {
     const size_t f = sizeof(float);
-    cl_mem qt, kt, vt, o, rope = NULL;
+    cl_mem qt, kt, vt, rope = NULL;
+    iha_ref o = iha__saved_o(saved), lse = {NULL, 0};
     iha_layer_weights mw;
     IHA_FORWARD_IF_ERROR(iha__mixing_float(ctx, p, w, &mw));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_QT, p->virtual_elems * f, &qt));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p->packed_elems * f, &kt));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_VT, p->virtual_elems * f, &vt));
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_O, p->virtual_elems * f, &o));
+    if (saved.mem != NULL)
+        lse = iha__saved_lse(p, saved);
+    else
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_O, p->virtual_elems * f, &o.mem));
     if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p->dims.T, p->dims.d, p->rope_base, &rope));
 
     const int kb = p->attention.key_block;
@@ -30,28 +37,28 @@ static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
 
     IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, (iha_ref){qt, 0}, (iha_ref){kt, 0},
-                                                (iha_ref){vt, 0}, (iha_ref){o, 0}, (iha_ref){NULL, 0}, p->mask,
-                                                p->window, p->scale));
+                                                (iha_ref){vt, 0}, o, lse, p->mask, p->window, p->scale));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
 
-    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, (iha_ref){o, 0}, iha__ref_of(mw.r), y));
+    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, o, iha__ref_of(mw.r), y));
     return iha__stage_done(ctx, &ctx->stage_times.collapse, mark);
 }
 
 /* Refuses, before any allocation, a call whose float workspace exceeds the device's memory: the
- * pseudo tensors and packed keys, and with `token_slots` Q, K, V and Y (the layer's projections,
- * or the core's half inputs converted to float). */
-static iha_status check_workspace(iha_context *ctx, const iha_plan *p, int token_slots)
+ * pseudo tensors (Qt, Vt and, unless saved, O) and packed keys, and with `token_slots` Q, K, V
+ * and Y (the layer's projections, or the core's half inputs converted to float). */
+static iha_status check_workspace(iha_context *ctx, const iha_plan *p, int token_slots, int saved)
 {
     size_t tokens = 0, pseudo = 0, sum = 0, total = SIZE_MAX;
-    if (iha__mul(p->token_elems, token_slots ? 4 : 0, &tokens) && iha__mul(p->virtual_elems, 3, &pseudo) &&
+    if (iha__mul(p->token_elems, token_slots ? 4 : 0, &tokens) && iha__mul(p->virtual_elems, saved ? 2 : 3, &pseudo) &&
         iha__add(tokens, pseudo, &sum) && iha__add(sum, p->packed_elems, &sum))
         total = sum;
     return iha__workspace_check_total(ctx, total, sizeof(float));
 }
 
+/* iha_forward, and with `save` iha_forward_save. */
 static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                          const iha_layer_weights *w, iha_buffer x, iha_buffer z)
+                          const iha_layer_weights *w, iha_buffer x, iha_buffer z, int save, iha_buffer saved)
 {
     double mark;
     IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
@@ -63,8 +70,9 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, a, "z"));
     IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p.x_elems, x, p.x_elems, a, "z", "x"));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
+    if (save) IHA_FORWARD_IF_ERROR(iha__check_saved(ctx, &p, w, saved, x, z, "z", "iha_forward_save"));
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
-    IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, 1));
+    IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, 1, save));
 
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
     cl_mem q, k, v, y;
@@ -81,7 +89,8 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wv, (iha_ref){v, 0}));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, &mark));
 
-    IHA_FORWARD_IF_ERROR(run_core(ctx, &p, w, (iha_ref){q, 0}, (iha_ref){k, 0}, (iha_ref){v, 0}, (iha_ref){y, 0}, &mark));
+    IHA_FORWARD_IF_ERROR(
+        run_core(ctx, &p, w, (iha_ref){q, 0}, (iha_ref){k, 0}, (iha_ref){v, 0}, (iha_ref){y, 0}, saved, &mark));
 
     IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, p.D, hd, (iha_ref){y, 0}, w->wo, zf));
     IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, zf, z, p.x_elems));
@@ -91,7 +100,15 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
 iha_status iha_forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                        const iha_layer_weights *weights, iha_buffer x, iha_buffer z)
 {
-    iha_status st = forward(ctx, shape, options, weights, x, z);
+    iha_status st = forward(ctx, shape, options, weights, x, z, 0, (iha_buffer){NULL, 0});
+    if (st == IHA_OK) iha__program_cache_flush(ctx);
+    return st;
+}
+
+iha_status iha_forward_save(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                            const iha_layer_weights *weights, iha_buffer x, iha_buffer z, iha_buffer saved)
+{
+    iha_status st = forward(ctx, shape, options, weights, x, z, 1, saved);
     if (st == IHA_OK) iha__program_cache_flush(ctx);
     return st;
 }
@@ -109,13 +126,13 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(iha__check_inputs_output(ctx, (iha_buffer[3]){q, k, v}, names, y, "y", n, a));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 0, y, n, "y"));
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
-    IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, p.act_half));
+    IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, p.act_half, 0));
     iha_ref qf, kf, vf, yf;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, q, n, IHA_WS_Q, &qf));
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, k, n, IHA_WS_K, &kf));
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, v, n, IHA_WS_V, &vf));
     IHA_FORWARD_IF_ERROR(iha__output_float(ctx, &p, y, n, IHA_WS_Y, &yf));
-    IHA_FORWARD_IF_ERROR(run_core(ctx, &p, w, qf, kf, vf, yf, &mark));
+    IHA_FORWARD_IF_ERROR(run_core(ctx, &p, w, qf, kf, vf, yf, (iha_buffer){NULL, 0}, &mark));
     return iha__output_finish(ctx, &p, yf, y, n);
 }
 

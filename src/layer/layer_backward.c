@@ -1,7 +1,8 @@
-/* iha_backward: the whole layer's backward pass (SPEC "The backward pass"). The forward's
- * activations are recomputed from x, then the stages run backwards: output projection,
- * collapse, attention (the attention backward's kernels), inverse rotary, mixing, projections.
- * Every argument is checked before anything is enqueued. */
+/* iha_backward and iha_backward_saved: the whole layer's backward pass (SPEC "The backward
+ * pass"). The forward's activations are recomputed from x (all of them, or with saved state
+ * all but the attention's output and log-sum-exp), then the stages run backwards: output
+ * projection, collapse, attention (the attention backward's kernels), inverse rotary, mixing,
+ * projections. Every argument is checked before anything is enqueued. */
 #include <limits.h>
 #include <stdint.h>
 
@@ -9,6 +10,7 @@
 #include "gemm/gemm.h"
 #include "layer/call.h"
 #include "layer/plan.h"
+#include "layer/saved.h"
 #include "layer/storage.h"
 
 /* The call's own tensors, each in workspace slot IHA_WS_GRAD + role. The forward's slots hold
@@ -29,26 +31,29 @@ _Static_assert(G_ROLES <= IHA_WS_GRAD_SLOTS, "the layer backward needs more work
 
 typedef struct grad_buffers {
     cl_mem t[G_ROLES];
+    iha_ref o, lse; /* the G_O and G_LSE slots, or the caller's saved state */
     cl_mem q, k, v, y, packed_keys;
     cl_mem delta, packed[4]; /* the attention backward's: Dt, and on CPUs K, V, Q, dO packed */
 } grad_buffers;
 
 static iha_ref at(cl_mem m) { return (iha_ref){m, 0}; }
 
-/* The IHA_WS_KT slot: the forward's packed keys, then (tile kernels) the attention backward's
- * packed K. */
-static size_t packed_keys_elements(const iha_plan *p, int tiled)
+/* The IHA_WS_KT slot: the forward's packed keys (not with saved state), then (tile kernels) the
+ * attention backward's packed K. */
+static size_t packed_keys_elements(const iha_plan *p, int tiled, int saved)
 {
-    const size_t packed16 = iha__packed_keys_elements(&p->dims, 16);
-    return tiled && packed16 > p->packed_elems ? packed16 : p->packed_elems;
+    const size_t packed16 = tiled ? iha__packed_keys_elements(&p->dims, 16) : 0, forward = saved ? 0 : p->packed_elems;
+    return packed16 > forward ? packed16 : forward;
 }
 
-/* Element counts of the roles' slots into sizes; returns the total of every buffer the call
- * allocates (each slot counted once), 0 on overflow. */
-static size_t workspace_elements(const iha_plan *p, int tiled, size_t sizes[G_ROLES])
+/* Element counts of the roles' slots into sizes (0: not allocated; with saved state, O and its
+ * LSE are the caller's); returns the total of every buffer the call allocates (each slot
+ * counted once), 0 on overflow. */
+static size_t workspace_elements(const iha_plan *p, int tiled, int saved, size_t sizes[G_ROLES])
 {
     const size_t te = p->token_elems, ve = p->virtual_elems, tr = te > p->w_elems ? te : p->w_elems;
-    const size_t fixed[G_ROLES] = {te, te, te, te, ve, ve, ve, ve, ve, ve, ve, ve, p->lse_elems, p->x_elems, tr,
+    const size_t o = saved ? 0 : ve, lse = saved ? 0 : p->lse_elems;
+    const size_t fixed[G_ROLES] = {te, te, te, te, ve, ve, ve, o, ve, ve, ve, ve, lse, p->x_elems, tr,
                                    iha__mix_grad_partial_elements(&p->dims)};
     size_t total = 0;
     for (int i = 0; i < G_ROLES; ++i) {
@@ -59,15 +64,16 @@ static size_t workspace_elements(const iha_plan *p, int tiled, size_t sizes[G_RO
     const size_t packed16 = iha__packed_keys_elements(&p->dims, 16);
     size_t more = 0;
     if (!iha__mul(te, 4, &more) || !iha__add(total, more, &total) ||
-        !iha__add(total, packed_keys_elements(p, tiled), &total) || !iha__add(total, p->lse_elems, &total) ||
+        !iha__add(total, packed_keys_elements(p, tiled, saved), &total) || !iha__add(total, p->lse_elems, &total) ||
         !iha__mul(packed16, tiled ? 3 : 0, &more) || !iha__add(total, more, &total))
         return 0;
     return total;
 }
 
-/* Checks every output: its size, apart from the inputs and weights, disjoint from the others. */
+/* Checks every output: its size, apart from the inputs (x, dz, and saved when its mem is not
+ * NULL) and weights, disjoint from the others. */
 static iha_status check_outputs(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_buffer x,
-                                iha_buffer dz, const iha_buffer out[9])
+                                iha_buffer dz, iha_buffer saved, const iha_buffer out[9])
 {
     static const char *const names[9] = {"dx", "grads->wq", "grads->wk", "grads->wv", "grads->wo",
                                          "grads->alpha_q", "grads->alpha_k", "grads->alpha_v", "grads->r"};
@@ -79,6 +85,9 @@ static iha_status check_outputs(iha_context *ctx, const iha_plan *p, const iha_l
         IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, out[i], elems[i], f, names[i]));
         IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], elems[i], f, x, p->x_elems, f, names[i], "x"));
         IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], elems[i], f, dz, p->x_elems, f, names[i], "dz"));
+        if (saved.mem != NULL)
+            IHA_FORWARD_IF_ERROR(
+                iha__check_apart(ctx, out[i], elems[i], f, saved, iha__saved_elements(p), f, names[i], "saved"));
         /* Sized in activation elements, which are floats here as the weights are. */
         IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, p, w, 1, out[i], elems[i], names[i]));
         for (int j = 0; j < i; ++j)
@@ -89,9 +98,9 @@ static iha_status check_outputs(iha_context *ctx, const iha_plan *p, const iha_l
 }
 
 /* The forward pass again, keeping what the backward reads: Q, K, V, the pseudo tensors as rows,
- * O and its LSE, and Y when dW_O is wanted. */
+ * O and its LSE (unless `saved`: the caller kept them), and Y when dW_O is wanted. */
 static iha_status recompute(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_ref x,
-                            const grad_buffers *g, cl_mem rope, int want_y, double *mark)
+                            const grad_buffers *g, cl_mem rope, int saved, int want_y, double *mark)
 {
     const size_t rows = p->dims.B * p->dims.N, hd = p->dims.H * p->dims.d;
     IHA_FORWARD_IF_ERROR(iha__project(ctx, p, rows, hd, p->D, x, w->wq, at(g->q)));
@@ -104,13 +113,15 @@ static iha_status recompute(iha_context *ctx, const iha_plan *p, const iha_layer
     IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, at(g->v), iha__ref_of(w->alpha_v), at(g->t[G_VT]), NULL, 0));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
 
-    IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &p->dims, at(g->t[G_KT]), at(g->packed_keys), p->attention.key_block));
-    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, at(g->t[G_QT]), at(g->packed_keys),
-                                                at(g->t[G_VT]), at(g->t[G_O]), at(g->t[G_LSE]), p->mask, p->window,
-                                                p->scale));
-    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
+    if (!saved) {
+        IHA_FORWARD_IF_ERROR(
+            iha__pack_keys_enqueue(ctx, &p->dims, at(g->t[G_KT]), at(g->packed_keys), p->attention.key_block));
+        IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, at(g->t[G_QT]), at(g->packed_keys),
+                                                    at(g->t[G_VT]), g->o, g->lse, p->mask, p->window, p->scale));
+        IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
+    }
     if (want_y) {
-        IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, at(g->t[G_O]), iha__ref_of(w->r), at(g->y)));
+        IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, g->o, iha__ref_of(w->r), at(g->y)));
         IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, mark));
     }
     return IHA_OK;
@@ -129,13 +140,13 @@ static iha_status product_bt(iha_context *ctx, const grad_buffers *g, size_t m, 
 }
 
 static iha_status run(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_buffer x, iha_buffer dz,
-                      const iha_buffer out[9], const grad_buffers *g, double *mark)
+                      int saved, const iha_buffer out[9], const grad_buffers *g, double *mark)
 {
     const iha_dims *dims = &p->dims;
     const size_t rows = dims->B * dims->N, hd = dims->H * dims->d, D = p->D;
     cl_mem rope = NULL;
     if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, dims->T, dims->d, p->rope_base, &rope));
-    IHA_FORWARD_IF_ERROR(recompute(ctx, p, w, iha__ref_of(x), g, rope, out[4].mem != NULL, mark));
+    IHA_FORWARD_IF_ERROR(recompute(ctx, p, w, iha__ref_of(x), g, rope, saved, out[4].mem != NULL, mark));
 
     /* Output projection: dY = dZ W_O^T, dW_O = Y^T dZ. */
     const iha_ref dy = at(g->t[G_DY]), dzr = iha__ref_of(dz);
@@ -151,11 +162,11 @@ static iha_status run(iha_context *ctx, const iha_plan *p, const iha_layer_weigh
      * m), dR = G(dY, O). */
     IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, dims, dy, iha__ref_of(w->r), at(g->t[G_DO]), NULL, 0));
     if (out[8].mem != NULL)
-        IHA_FORWARD_IF_ERROR(iha__mix_grad_enqueue(ctx, dims, dy, at(g->t[G_O]), g->t[G_PARTIAL], iha__ref_of(out[8])));
+        IHA_FORWARD_IF_ERROR(iha__mix_grad_enqueue(ctx, dims, dy, g->o, g->t[G_PARTIAL], iha__ref_of(out[8])));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, mark));
 
     /* Attention, then the rotation's gradient. */
-    iha_backward_refs r = {at(g->t[G_QT]), at(g->t[G_KT]), at(g->t[G_VT]), at(g->t[G_O]), at(g->t[G_LSE]),
+    iha_backward_refs r = {at(g->t[G_QT]), at(g->t[G_KT]), at(g->t[G_VT]), g->o, g->lse,
                            at(g->t[G_DO]), at(g->t[G_DQT]), at(g->t[G_DKT]), at(g->t[G_DVT]), NULL,
                            {NULL, NULL, NULL, NULL}};
     r.delta = g->delta;
@@ -197,9 +208,10 @@ static iha_status run(iha_context *ctx, const iha_plan *p, const iha_layer_weigh
     return iha__stage_done(ctx, &ctx->stage_times.projections, mark);
 }
 
+/* iha_backward, and with `from_saved` iha_backward_saved. */
 static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                                 const iha_layer_weights *w, iha_buffer x, iha_buffer dz, iha_buffer dx,
-                                 const iha_layer_grads *grads)
+                                 const iha_layer_weights *w, iha_buffer x, int from_saved, iha_buffer saved,
+                                 iha_buffer dz, iha_buffer dx, const iha_layer_grads *grads)
 {
     double mark;
     IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
@@ -220,22 +232,31 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
                         "iha_backward: heads*heads*pseudo (%zu) must be at most %d", p.mix_elems, INT_MAX);
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, f, "x"));
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, dz, p.x_elems, f, "dz"));
+    if (from_saved)
+        IHA_FORWARD_IF_ERROR(iha__check_saved(ctx, &p, w, saved, x, dz, "dz", "iha_backward_saved"));
+    else
+        saved = (iha_buffer){NULL, 0};
     iha_buffer out[9] = {dx};
     if (grads != NULL) {
         const iha_buffer g[8] = {grads->wq,      grads->wk,      grads->wv,      grads->wo,
                                  grads->alpha_q, grads->alpha_k, grads->alpha_v, grads->r};
         for (int i = 0; i < 8; ++i) out[1 + i] = g[i];
     }
-    IHA_FORWARD_IF_ERROR(check_outputs(ctx, &p, w, x, dz, out));
+    IHA_FORWARD_IF_ERROR(check_outputs(ctx, &p, w, x, dz, saved, out));
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
     const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
     size_t sizes[G_ROLES];
-    const size_t total = workspace_elements(&p, tiled, sizes);
+    const size_t total = workspace_elements(&p, tiled, from_saved, sizes);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total ? total : SIZE_MAX, f));
 
     grad_buffers g;
-    for (int i = 0; i < G_ROLES; ++i)
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, (iha_workspace_slot)(IHA_WS_GRAD + i), sizes[i] * f, &g.t[i]));
+    for (int i = 0; i < G_ROLES; ++i) {
+        g.t[i] = NULL;
+        if (sizes[i] > 0)
+            IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, (iha_workspace_slot)(IHA_WS_GRAD + i), sizes[i] * f, &g.t[i]));
+    }
+    g.o = from_saved ? iha__saved_o(saved) : at(g.t[G_O]);
+    g.lse = from_saved ? iha__saved_lse(&p, saved) : at(g.t[G_LSE]);
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Q, p.token_elems * f, &g.q));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_K, p.token_elems * f, &g.k));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_V, p.token_elems * f, &g.v));
@@ -244,21 +265,32 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
      * the call before anything is written. IHA_WS_KT holds the forward's packed keys, then the
      * attention backward's packed K (the in-order queue runs them one after the other). */
     const size_t packed16 = iha__packed_keys_elements(&p.dims, 16);
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, packed_keys_elements(&p, tiled) * f, &g.packed_keys));
+    g.packed_keys = NULL;
+    const size_t packed_keys = packed_keys_elements(&p, tiled, from_saved);
+    if (packed_keys > 0) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, packed_keys * f, &g.packed_keys));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &g.delta));
     static const iha_workspace_slot packed_slots[4] = {IHA_WS_KT, IHA_WS_VT, IHA_WS_QT, IHA_WS_O};
     for (int i = 0; i < 4; ++i) {
         g.packed[i] = NULL;
         if (tiled) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, packed_slots[i], packed16 * f, &g.packed[i]));
     }
-    return run(ctx, &p, w, x, dz, out, &g, &mark);
+    return run(ctx, &p, w, x, dz, from_saved, out, &g, &mark);
 }
 
 iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                         const iha_layer_weights *weights, iha_buffer x, iha_buffer dz, iha_buffer dx,
                         const iha_layer_grads *grads)
 {
-    iha_status st = layer_backward(ctx, shape, options, weights, x, dz, dx, grads);
+    iha_status st = layer_backward(ctx, shape, options, weights, x, 0, (iha_buffer){NULL, 0}, dz, dx, grads);
+    if (st == IHA_OK) iha__program_cache_flush(ctx);
+    return st;
+}
+
+iha_status iha_backward_saved(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                              const iha_layer_weights *weights, iha_buffer x, iha_buffer saved, iha_buffer dz,
+                              iha_buffer dx, const iha_layer_grads *grads)
+{
+    iha_status st = layer_backward(ctx, shape, options, weights, x, 1, saved, dz, dx, grads);
     if (st == IHA_OK) iha__program_cache_flush(ctx);
     return st;
 }

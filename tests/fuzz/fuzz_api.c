@@ -3,7 +3,7 @@
  *
  * Each input picks a call (iha_forward, iha_attention_core, iha_attention, iha_forward_host,
  * iha_decode_step on a small KV cache with fuzzed per-sequence counts, iha_kv_cache_truncate,
- * iha_attention_backward),
+ * iha_attention_backward, iha_backward, iha_forward_save, iha_backward_saved),
  * a shape, options (storage of activations and weights included: float, half or invalid), and
  * for every tensor a buffer from a pool (sizes 1 to 16384 floats, NULL,
  * or a buffer of another OpenCL context) and an element offset. Dimensions and offsets come
@@ -195,10 +195,11 @@ static int overlap(tensor a, size_t na, size_t ea, tensor b, size_t nb, size_t e
 
 enum {
     CALL_FORWARD, CALL_CORE, CALL_ATTENTION, CALL_HOST, CALL_DECODE, CALL_TRUNCATE, CALL_BACKWARD, CALL_LAYER_BACKWARD,
-    CALL_COUNT
+    CALL_FORWARD_SAVE, CALL_BACKWARD_SAVED, CALL_COUNT
 };
 /* core: X..WV are q, y, k, v; attention: qt, o, kt, vt, lse; backward: backward_in, backward_out;
- * layer backward: X and Z are x and dz, the outputs in call_case.grads. */
+ * layer backward (and backward from saved state): X and Z are x and dz, the outputs in
+ * call_case.grads; the saved pair's state in call_case.saved. */
 enum { X, Z, WQ, WK, WV, WO, AQ, AK, AV, R, TENSORS };
 /* iha_attention_backward's tensors: inputs qt, kt, vt, o, lse, dout and outputs dqt, dkt, dvt. */
 static const int backward_in[6] = {X, WQ, WK, WV, WO, AQ}, backward_out[3] = {Z, AK, AV};
@@ -211,17 +212,23 @@ typedef struct call_case {
     int with_counts;     /* decode: counts given (else NULL: shape.tokens each) */
     uint32_t counts[2];  /* decode: per sequence; truncate: counts[0] = b, counts[1] = tokens */
     tensor grads[9];     /* layer backward: dx, then the gradients in iha_layer_grads order */
+    tensor saved;        /* iha_forward_save, iha_backward_saved */
 } call_case;
+
+/* The calls that take model_dim, and the two that read or write gradients. */
+static int with_model_dim(int call)
+{
+    return call == CALL_FORWARD || call == CALL_HOST || call == CALL_DECODE || call == CALL_LAYER_BACKWARD ||
+           call == CALL_FORWARD_SAVE || call == CALL_BACKWARD_SAVED;
+}
+static int with_grads(int call) { return call == CALL_LAYER_BACKWARD || call == CALL_BACKWARD_SAVED; }
 
 /* 1 when the shape or the options alone make the header refuse the call. */
 static int bad_shape_or_options(const call_case *c)
 {
     const iha_shape *s = &c->shape;
     const iha_attention_options *o = &c->options;
-    const size_t D = c->call == CALL_FORWARD || c->call == CALL_HOST || c->call == CALL_DECODE ||
-                             c->call == CALL_LAYER_BACKWARD
-                         ? s->model_dim
-                         : 1;
+    const size_t D = with_model_dim(c->call) ? s->model_dim : 1;
     if (!s->batch || !s->tokens || !s->heads || !s->head_dim || !s->pseudo || !D || s->head_dim > 256)
         return 1;
     if (o->mask < 0 || o->mask > 2 || o->window < 0 || !isfinite(o->scale))
@@ -258,10 +265,23 @@ static int backward_must_refuse(const call_case *c, size_t virt, size_t lse)
     return 0;
 }
 
+/* The saved pair's state (`saved` floats): given, fitting, apart from x, z or dz, and every
+ * weight given. */
+static int saved_must_refuse(const call_case *c, size_t saved, size_t x, size_t w, size_t mix)
+{
+    const tensor *t = c->t;
+    if (c->saved.which == POOL || !fits(c->saved, saved, 4))
+        return 1;
+    for (int i = 0; i < TENSORS; i++)
+        if (t[i].which != POOL && overlap(c->saved, saved, 4, t[i], i <= Z ? x : i <= WO ? w : mix, 4))
+            return 1;
+    return 0;
+}
+
 /* iha_backward: float storage only; x, dz and the weights as for iha_forward; each given output
  * (dx [x], weight gradients [w], mixing gradients [mix]) fits and lies apart from x, dz, every
- * weight given and every other output. */
-static int layer_backward_must_refuse(const call_case *c, size_t x, size_t w, size_t mix)
+ * weight given, every other output and, for iha_backward_saved, the saved state. */
+static int layer_backward_must_refuse(const call_case *c, size_t x, size_t w, size_t mix, size_t saved)
 {
     if (c->options.storage != IHA_STORAGE_F32 || c->options.weight_storage != IHA_STORAGE_F32)
         return 1;
@@ -288,6 +308,13 @@ static int layer_backward_must_refuse(const call_case *c, size_t x, size_t w, si
             if (c->grads[i].which != POOL && overlap(o, elems[j], 4, c->grads[i], elems[i], 4))
                 return 1;
     }
+    if (c->call != CALL_BACKWARD_SAVED)
+        return 0;
+    if (saved_must_refuse(c, saved, x, w, mix))
+        return 1;
+    for (int j = 0; j < 9; j++)
+        if (c->grads[j].which != POOL && overlap(c->grads[j], elems[j], 4, c->saved, saved, 4))
+            return 1;
     return 0;
 }
 
@@ -295,8 +322,7 @@ static int layer_backward_must_refuse(const call_case *c, size_t x, size_t w, si
 static int must_refuse(const call_case *c, int *cheap)
 {
     const iha_shape *s = &c->shape;
-    const size_t D =
-        c->call == CALL_FORWARD || c->call == CALL_DECODE || c->call == CALL_LAYER_BACKWARD ? s->model_dim : 1;
+    const size_t D = with_model_dim(c->call) ? s->model_dim : 1;
     if (bad_shape_or_options(c))
         return 1;
     size_t T, BH, tok, virt, lse, x, w, mix, hd;
@@ -347,12 +373,15 @@ static int must_refuse(const call_case *c, int *cheap)
                 return 1;
         return 0;
     }
-    if (c->call == CALL_LAYER_BACKWARD) {
+    const size_t saved = virt + lse; /* iha_saved_elements; lse <= virt, so no overflow */
+    if (with_grads(c->call)) {
         for (int i = WQ; i <= WO; i++)
             if (!fits(t[i], w, wb))
                 return 1;
-        return layer_backward_must_refuse(c, x, w, mix);
+        return layer_backward_must_refuse(c, x, w, mix, saved);
     }
+    if (c->call == CALL_FORWARD_SAVE && (a != 4 || wb != 4))
+        return 1; /* float32 only, as the backward that reads the state */
     if (c->call == CALL_DECODE) { /* the cache's shape, and room for every sequence's tokens */
         if (s->batch != kCacheShape.batch || s->heads != kCacheShape.heads || s->head_dim != kCacheShape.head_dim ||
             s->pseudo != kCacheShape.pseudo)
@@ -376,7 +405,7 @@ static int must_refuse(const call_case *c, int *cheap)
     for (int i = AQ; i <= R && nulls == 0; i++)
         if (overlap(t[Z], x, a, t[i], mix, wb))
             return 1;
-    return 0;
+    return c->call == CALL_FORWARD_SAVE && saved_must_refuse(c, saved, x, w, mix);
 }
 
 static iha_status make_call(const call_case *c)
@@ -391,12 +420,17 @@ static iha_status make_call(const call_case *c)
                              buf_of(t[WO]));
     const iha_layer_weights w = {buf_of(t[WQ]), buf_of(t[WK]), buf_of(t[WV]), buf_of(t[WO]),
                                  buf_of(t[AQ]), buf_of(t[AK]), buf_of(t[AV]), buf_of(t[R])};
-    if (c->call == CALL_LAYER_BACKWARD) {
+    if (with_grads(c->call)) {
         const tensor *g = c->grads;
         const iha_layer_grads grads = {buf_of(g[1]), buf_of(g[2]), buf_of(g[3]), buf_of(g[4]),
                                        buf_of(g[5]), buf_of(g[6]), buf_of(g[7]), buf_of(g[8])};
+        if (c->call == CALL_BACKWARD_SAVED) /* whatever the state holds: wrong gradients, never a fault */
+            return iha_backward_saved(g_ctx, &c->shape, &c->options, &w, buf_of(t[X]), buf_of(c->saved),
+                                      buf_of(t[Z]), buf_of(g[0]), &grads);
         return iha_backward(g_ctx, &c->shape, &c->options, &w, buf_of(t[X]), buf_of(t[Z]), buf_of(g[0]), &grads);
     }
+    if (c->call == CALL_FORWARD_SAVE)
+        return iha_forward_save(g_ctx, &c->shape, &c->options, &w, buf_of(t[X]), buf_of(t[Z]), buf_of(c->saved));
     if (c->call == CALL_DECODE)
         return iha_decode_step(g_ctx, g_cache, &c->shape, &c->options, &w, c->with_counts ? c->counts : NULL,
                                buf_of(t[X]), buf_of(t[Z]));
@@ -469,8 +503,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     c.with_counts = (storage & 0x04) != 0;
     c.counts[0] = storage & 0x08 ? (uint32_t)take64(&r) : take8(&r) % 10;
     c.counts[1] = storage & 0x10 ? (uint32_t)take64(&r) : take8(&r) % 10;
-    for (int i = 0; i < 9 && c.call == CALL_LAYER_BACKWARD; i++)
+    for (int i = 0; i < 9 && with_grads(c.call); i++)
         c.grads[i] = take_tensor(&r); /* last: the other calls' inputs keep their meaning */
+    if (c.call == CALL_FORWARD_SAVE || c.call == CALL_BACKWARD_SAVED)
+        c.saved = take_tensor(&r);
 
     if (c.call == CALL_HOST) {
         host_call(&c);
