@@ -61,57 +61,46 @@ static int time_passes(iha_context *ctx, random_layer *layer, const bench_config
     return st == IHA_OK ? 0 : bench_fail(ctx, st, "layer");
 }
 
-/* The saved training pair: one warm-up pair, then reps timed pairs, the median of each call. */
-static iha_status time_saved_pair(iha_context *ctx, random_layer *layer, const bench_config *c,
-                                  const random_layer_grads *g, double *samples, bench_layer *out)
-{
-    const size_t reps = c->reps;
-    iha_status st = random_layer_forward_save(ctx, layer, &c->options, g);
-    if (st == IHA_OK) st = random_layer_backward_saved(ctx, layer, &c->options, g);
-    for (size_t i = 0; i < reps && st == IHA_OK; i++) {
-        double start = timer_seconds();
-        st = random_layer_forward_save(ctx, layer, &c->options, g);
-        samples[i] = timer_seconds() - start;
-        start = timer_seconds();
-        if (st == IHA_OK) st = random_layer_backward_saved(ctx, layer, &c->options, g);
-        samples[reps + i] = timer_seconds() - start;
-    }
-    if (st != IHA_OK) return st;
-    size_t n = 0;
-    st = iha_saved_elements(ctx, &layer->shape, &n);
-    out->forward_save_wall = timer_median(samples, reps);
-    out->backward_saved_wall = timer_median(samples + reps, reps);
-    out->saved_bytes = (double)n * sizeof(float);
-    return st;
-}
-
-/* The layer's backward pass: one warm-up, then reps timed calls, medians of wall and stages;
- * then the saved pair. */
+/* The layer's backward pass and the saved training pair, interleaved so that a noisy stretch of
+ * a shared machine hits both alike: one warm-up of each, then per rep iha_backward (wall and
+ * stages), iha_forward_save and iha_backward_saved; medians of each. */
 static int time_backward(iha_context *ctx, random_layer *layer, const bench_config *c, bench_layer *out)
 {
     random_layer_grads g = {{NULL}, NULL};
     const size_t reps = c->reps;
-    double *samples = malloc(6 * reps * sizeof *samples);
+    double *samples = malloc(8 * reps * sizeof *samples);
     char err[256] = "";
     int failed = samples == NULL || random_layer_grads_create(ctx, &layer->shape, &g, err, sizeof err);
     if (failed && samples) fprintf(stderr, "iha bench: layer backward: %s\n", err);
     iha_status st = failed ? IHA_OK : random_layer_backward(ctx, layer, &c->options, &g);
+    if (!failed && st == IHA_OK) st = random_layer_forward_save(ctx, layer, &c->options, &g);
+    if (!failed && st == IHA_OK) st = random_layer_backward_saved(ctx, layer, &c->options, &g);
     for (size_t i = 0; !failed && i < reps && st == IHA_OK; i++) {
-        const double start = timer_seconds();
+        double start = timer_seconds();
         st = random_layer_backward(ctx, layer, &c->options, &g);
         samples[i] = timer_seconds() - start;
         iha_stage_times t;
         iha_context_stage_times(ctx, &t);
         const double stage[5] = {t.projections, t.mixing, t.attention, t.collapse, t.output};
         for (int k = 0; k < 5; k++) samples[(size_t)(k + 1) * reps + i] = stage[k];
+        start = timer_seconds();
+        if (st == IHA_OK) st = random_layer_forward_save(ctx, layer, &c->options, &g);
+        samples[6 * reps + i] = timer_seconds() - start;
+        start = timer_seconds();
+        if (st == IHA_OK) st = random_layer_backward_saved(ctx, layer, &c->options, &g);
+        samples[7 * reps + i] = timer_seconds() - start;
     }
+    size_t saved = 0;
+    if (!failed && st == IHA_OK) st = iha_saved_elements(ctx, &layer->shape, &saved);
     if (!failed && st == IHA_OK) {
-        double m[6];
-        for (int k = 0; k < 6; k++) m[k] = timer_median(samples + (size_t)k * reps, reps);
+        double m[8];
+        for (int k = 0; k < 8; k++) m[k] = timer_median(samples + (size_t)k * reps, reps);
         out->backward_wall = m[0];
         out->backward_stages = (iha_stage_times){m[1], m[2], m[3], m[4], m[5]};
-        st = time_saved_pair(ctx, layer, c, &g, samples, out);
-        out->backward_ran = st == IHA_OK;
+        out->forward_save_wall = m[6];
+        out->backward_saved_wall = m[7];
+        out->saved_bytes = (double)saved * sizeof(float);
+        out->backward_ran = 1;
     }
     random_layer_grads_free(&g);
     free(samples);
