@@ -268,11 +268,13 @@ typedef struct iha_attention_options {
     float rope_base;    /* rotary base; 0 means 10000; negative, NaN or infinite is invalid */
     /* iha_storage of the call's activations: x and z (iha_forward, iha_decode_step), q, k, v
      * and y (iha_attention_core), qt, kt, vt and o (iha_attention), qt, kt, vt, o, dout, dqt,
-     * dkt and dvt (iha_attention_backward; iha_backward is float32 only). lse stays float. Internal workspace is float: a half input is converted once on entry and a half
+     * dkt and dvt (iha_attention_backward), x, dz and dx (iha_backward, iha_backward_saved; z
+     * for iha_forward_save). lse and the saved state stay float. Internal workspace is float: a half input is converted once on entry and a half
      * output once on exit (memory-bound passes over B*N*D or B*H*T*d elements). A value other
      * than IHA_STORAGE_F32 or IHA_STORAGE_F16 is IHA_ERROR_INVALID_ARGUMENT (also below). */
     int storage;
-    /* iha_storage of every weight: wq, wk, wv, wo, alpha_q, alpha_k, alpha_v and r. With
+    /* iha_storage of every weight: wq, wk, wv, wo, alpha_q, alpha_k, alpha_v and r, and of every
+     * gradient of iha_layer_grads (the backward calls convert them from float at the end). With
      * IHA_STORAGE_F16, a projection of at most 16 rows (a decoding step) reads the half weights
      * directly (cl/convert.cl, memory-bound: half the bytes of float weights); larger ones
      * convert each weight matrix into float workspace (D*H*d floats) and run the context's
@@ -376,16 +378,20 @@ typedef struct iha_layer_grads {
  *     activations from x (one extra forward pass, about a fifth of the call's time), then runs
  *     the steps backwards: output projection, collapse, attention (as iha_attention_backward),
  *     inverse rotary, mixing, projections.
- *   - The same shape and options as iha_forward. Float32 only: options->storage or
- *     weight_storage half is IHA_ERROR_UNSUPPORTED, as are B*N, D or H*d above INT_MAX/2 and
- *     H*H*P above INT_MAX (its transposes, products and mixing gradients index with int).
+ *   - The same shape and options as iha_forward. options->storage half: x, dz and dx are half;
+ *     weight_storage half: the weights and every gradient are half. The call converts them to
+ *     float on entry (and the results back at the end) and computes in float; the gradients
+ *     then meet SPEC's half-storage contract against float64 on the float inputs
+ *     (tests/test_half.c). B*N, D or H*d above INT_MAX/2 and H*H*P above INT_MAX are
+ *     IHA_ERROR_UNSUPPORTED (its transposes, products and mixing gradients index with int).
  *   - With P = 1 and the identity shortcut (alpha and r NULL in weights), a gradient of
  *     alpha_q/k/v or r, when asked for, is the gradient at the identity.
  *   - Every output must lie apart from x, dz, every weight and every other output
  *     (IHA_ERROR_INVALID_ARGUMENT); every element of each output is written.
  *   - Workspace, all of it: about 9*B*N*H*d + B*N*D + 13*B*H*T*d floats (T = N*P; 9 instead of
- *     13 on GPUs), every buffer counted against the device's memory and allocated before
- *     anything is enqueued; never a T x T matrix.
+ *     13 on GPUs), with half storage also float copies of x, dz and dx (3*B*N*D) and of the
+ *     weights and gradients (8*D*H*d + 8*H*H*P), every buffer counted against the device's
+ *     memory and allocated before anything is enqueued; never a T x T matrix.
  *   - iha_context_stage_times: projections (the forward's, and dX, dW_Q, dW_K, dW_V), mixing
  *     (the forward's, and dQ, dK, dV, dalpha), attention (forward, backward and the inverse
  *     rotary), collapse (the forward's, and dO, dR), output (dY, dW_O).
@@ -411,9 +417,10 @@ iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_atte
  *     iha_forward_save that wrote `saved`, with nothing written to them or to saved in between.
  *     The library cannot check that: anything else gives wrong gradients (never an access out
  *     of bounds).
- *   - Float32 only, as iha_backward: options->storage or weight_storage half is
- *     IHA_ERROR_UNSUPPORTED. saved.mem NULL is IHA_ERROR_INVALID_ARGUMENT; a saved buffer
- *     smaller than iha_saved_elements is IHA_ERROR_BUFFER_TOO_SMALL.
+ *   - saved is float whatever options->storage and weight_storage say; the other tensors
+ *     follow them as in iha_forward and iha_backward. saved.mem NULL is
+ *     IHA_ERROR_INVALID_ARGUMENT; a saved buffer smaller than iha_saved_elements is
+ *     IHA_ERROR_BUFFER_TOO_SMALL.
  *   - iha_forward_save: saved must lie apart from x, z and every weight. z is bit for bit what
  *     iha_forward writes. Its workspace is iha_forward's less the B*H*T*d floats of O.
  *   - iha_backward_saved: iha_backward's rules and limits, with saved one more input that must

@@ -2,7 +2,8 @@
  * conversions bit for bit; every layer call with half activations and/or half weights within
  * SPEC's half-storage contract against float64 on the float inputs, on each path (the
  * half-weight GEMV for few rows, converted weights and SGEMM for many, the identity shortcut,
- * element offsets counted in halves, guards around outputs); the decode step with half x, z,
+ * element offsets counted in halves, guards around outputs); the layer's backward pass and the
+ * saved training pair with half activations and/or weights; the decode step with half x, z,
  * weights and cache; and the refusals (unknown storage, a buffer one half short, overlaps
  * between tensors of different element sizes, the float-only unfused baseline). */
 #include <setjmp.h>
@@ -328,6 +329,104 @@ static void attention_backward_half(void **state)
     attention_backward_case(&shapes[2], IHA_MASK_NONE, 0, 63);
 }
 
+/* ---- The layer's backward pass ---- */
+
+/* An output of n elements in the given storage at `offset`, NaN-filled with guards. */
+static iha_buffer output_as(size_t n, int half, size_t offset)
+{
+    if (half) return (iha_buffer){half_buffer(NULL, n, offset), offset};
+    return (iha_buffer){tu_buffer_guarded(tu_ctx, NULL, n, offset, TU_GUARD, TU_SENTINEL), offset};
+}
+
+static void read_as(iha_buffer b, size_t n, int half, float *out, const char *what)
+{
+    if (half) {
+        half_read_checked(b.mem, b.offset, n, out, what);
+        return;
+    }
+    tu_buffer_read(tu_ctx, b.mem, b.offset, out, n);
+    tu_assert_guard(tu_ctx, b.mem, n, b.offset, TU_GUARD, TU_SENTINEL);
+}
+
+/* iha_backward with dx, x and dz in the activations' storage and the gradients in the weights',
+ * against the float64 reference on the float inputs (SPEC's half-storage contract); then the
+ * saved pair on the same storage, bit for bit iha_backward's outputs. */
+static void run_backward_case(const half_case *c)
+{
+    const iha_shape s = {c->B, c->N, c->D, c->H, c->d, c->P};
+    tu_layer l;
+    tu_layer_init(&l, &s, 91 + c->d + 7 * c->P);
+    if (c->identity) tu_layer_identity(&l, 1);
+    iha_attention_options o = tu_options(c->mask, c->window, c->rope);
+    o.storage = c->act_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    o.weight_storage = c->weight_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    const size_t nx = tu_count_x(&s), nw = tu_count_w(&s), nm = tu_count_mix(&s);
+    tu_rng rng;
+    tu_rng_seed(&rng, 5 + c->d);
+    float *dz = tu_random_array(&rng, nx, 1.0f);
+    const float *host_w[8] = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
+    iha_buffer wb[8];
+    for (int i = 0; i < 8; ++i) wb[i] = upload_as(host_w[i], i < 4 ? nw : nm, c->weight_half, (size_t)i % 3);
+    const iha_layer_weights w = {wb[0], wb[1], wb[2], wb[3], wb[4], wb[5], wb[6], wb[7]};
+    const iha_buffer x = upload_as(l.x, nx, c->act_half, 1), bdz = upload_as(dz, nx, c->act_half, 2);
+
+    enum { OUTS = 9 };
+    size_t count[OUTS];
+    int half[OUTS];
+    iha_buffer out[OUTS], again[OUTS];
+    for (int i = 0; i < OUTS; ++i) {
+        count[i] = i == 0 ? nx : i < 5 ? nw : nm;
+        half[i] = i == 0 ? c->act_half : c->weight_half;
+        out[i] = output_as(count[i], half[i], 3);
+        again[i] = output_as(count[i], half[i], 1);
+    }
+    const iha_layer_grads g = {out[1], out[2], out[3], out[4], out[5], out[6], out[7], out[8]};
+    const iha_layer_grads g2 = {again[1], again[2], again[3], again[4], again[5], again[6], again[7], again[8]};
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &w, x, bdz, out[0], &g), IHA_OK);
+
+    size_t ns = 0;
+    tu_assert_status(tu_ctx, iha_saved_elements(tu_ctx, &s, &ns), IHA_OK);
+    cl_mem saved = tu_buffer_guarded(tu_ctx, NULL, ns, 0, TU_GUARD, TU_SENTINEL);
+    const iha_buffer z = output_as(nx, c->act_half, 0);
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &w, x, z, (iha_buffer){saved, 0}), IHA_OK);
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &w, x, (iha_buffer){saved, 0}, bdz, again[0], &g2),
+                     IHA_OK);
+
+    double *ref[OUTS];
+    for (int i = 0; i < OUTS; ++i) ref[i] = tu_malloc(count[i] * sizeof(double));
+    const ref_grads rg = {ref[0], ref[1], ref[2], ref[3], ref[4], ref[5], ref[6], ref[7], ref[8]};
+    const ref_problem rp = tu_layer_problem(&l, &o);
+    assert_int_equal(ref_backward(&rp, dz, &rg), 0);
+    static const char *const names[OUTS] = {"dx", "dwq", "dwk", "dwv", "dwo", "dalpha_q", "dalpha_k", "dalpha_v", "dr"};
+    for (int i = 0; i < OUTS; ++i) {
+        float *got = tu_malloc(count[i] * sizeof *got), *got2 = tu_malloc(count[i] * sizeof *got2);
+        read_as(out[i], count[i], half[i], got, names[i]);
+        read_as(again[i], count[i], half[i], got2, names[i]);
+        tu_assert_close(names[i], got, ref[i], count[i], TOL_F16);
+        if (memcmp(got, got2, count[i] * sizeof *got) != 0)
+            fail_msg("%s: iha_backward_saved differs from iha_backward with half storage", names[i]);
+        free(got), free(got2), free(ref[i]);
+        tu_buffer_release(out[i].mem), tu_buffer_release(again[i].mem);
+    }
+    for (int i = 0; i < 8; ++i) tu_buffer_release(wb[i].mem);
+    tu_buffer_release(x.mem), tu_buffer_release(bdz.mem), tu_buffer_release(z.mem), tu_buffer_release(saved);
+    free(dz);
+    tu_layer_free(&l);
+}
+
+static void layer_backward_half(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const half_case cases[] = {
+        /* B N D H d P mask window rope act weight offsets identity */
+        {2, 5, 12, 2, 8, 3, IHA_MASK_CAUSAL, 0, 1, 1, 1, 0, 0},
+        {1, 9, 16, 2, 16, 1, IHA_MASK_CAUSAL, 0, 1, 0, 1, 0, 1},
+        {1, 7, 9, 3, 5, 2, IHA_MASK_TOKEN_CAUSAL, 3, 0, 1, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_backward_case(&cases[i]);
+}
+
 /* ---- Decoding ---- */
 
 /* Token at a time with half x, z, weights and cache: the rows equal the full forward's. */
@@ -454,6 +553,7 @@ int main(void)
         cmocka_unit_test(gemv_column_tail),
         cmocka_unit_test(core_and_attention_half),
         cmocka_unit_test(attention_backward_half),
+        cmocka_unit_test(layer_backward_half),
         cmocka_unit_test(decode_step_half_everything),
         cmocka_unit_test(refusals),
     };

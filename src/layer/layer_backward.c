@@ -2,7 +2,9 @@
  * pass"). The forward's activations are recomputed from x (all of them, or with saved state
  * all but the attention's output and log-sum-exp), then the stages run backwards: output
  * projection, collapse, attention (the attention backward's kernels), inverse rotary, mixing,
- * projections. Every argument is checked before anything is enqueued. */
+ * projections. Every argument is checked before anything is enqueued. Half storage is
+ * converted at the edges: float copies of x, dz and the weights in, float results converted
+ * into the half outputs at the end; everything between runs in float. */
 #include <limits.h>
 #include <stdint.h>
 
@@ -25,6 +27,8 @@ enum {
     G_XT,                                  /* x transposed [D][B*N] */
     G_TRANSPOSED,                          /* one weight or Y transposed at a time */
     G_PARTIAL,                             /* the mixing gradients' partial sums */
+    G_EDGE_IN,                             /* half storage: x, dz, then the 8 weights, as float */
+    G_EDGE_OUT,                            /* half storage: dx, then the 8 gradients, as float */
     G_ROLES
 };
 _Static_assert(G_ROLES <= IHA_WS_GRAD_SLOTS, "the layer backward needs more workspace slots");
@@ -53,8 +57,12 @@ static size_t workspace_elements(const iha_plan *p, int tiled, int saved, size_t
 {
     const size_t te = p->token_elems, ve = p->virtual_elems, tr = te > p->w_elems ? te : p->w_elems;
     const size_t o = saved ? 0 : ve, lse = saved ? 0 : p->lse_elems;
+    /* The edges: iha__plan_make bounds x_elems and w_elems by SIZE_MAX / 8 and mix_elems by
+     * H*H*P <= INT_MAX (checked before this), so these sums do not overflow. */
+    const size_t weights = p->weight_half ? 4 * p->w_elems + 4 * p->mix_elems : 0;
+    const size_t in = (p->act_half ? 2 * p->x_elems : 0) + weights, out = (p->act_half ? p->x_elems : 0) + weights;
     const size_t fixed[G_ROLES] = {te, te, te, te, ve, ve, ve, o, ve, ve, ve, ve, lse, p->x_elems, tr,
-                                   iha__mix_grad_partial_elements(&p->dims)};
+                                   iha__mix_grad_partial_elements(&p->dims), in, out};
     size_t total = 0;
     for (int i = 0; i < G_ROLES; ++i) {
         sizes[i] = fixed[i];
@@ -70,6 +78,16 @@ static size_t workspace_elements(const iha_plan *p, int tiled, int saved, size_t
     return total;
 }
 
+/* Element counts and sizes of the outputs: dx in the activations' storage, the gradients in
+ * the weights'. */
+static void output_layout(const iha_plan *p, size_t elems[9], size_t bytes[9])
+{
+    for (int i = 0; i < 9; ++i) {
+        elems[i] = i == 0 ? p->x_elems : i < 5 ? p->w_elems : p->mix_elems;
+        bytes[i] = i == 0 ? p->act_bytes : p->weight_bytes;
+    }
+}
+
 /* Checks every output: its size, apart from the inputs (x, dz, and saved when its mem is not
  * NULL) and weights, disjoint from the others. */
 static iha_status check_outputs(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_buffer x,
@@ -77,23 +95,69 @@ static iha_status check_outputs(iha_context *ctx, const iha_plan *p, const iha_l
 {
     static const char *const names[9] = {"dx", "grads->wq", "grads->wk", "grads->wv", "grads->wo",
                                          "grads->alpha_q", "grads->alpha_k", "grads->alpha_v", "grads->r"};
-    const size_t f = sizeof(float);
-    size_t elems[9];
+    const size_t f = sizeof(float), a = p->act_bytes;
+    size_t elems[9], bytes[9];
+    output_layout(p, elems, bytes);
     for (int i = 0; i < 9; ++i) {
-        elems[i] = i == 0 ? p->x_elems : i < 5 ? p->w_elems : p->mix_elems;
         if (out[i].mem == NULL) continue;
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, out[i], elems[i], f, names[i]));
-        IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], elems[i], f, x, p->x_elems, f, names[i], "x"));
-        IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], elems[i], f, dz, p->x_elems, f, names[i], "dz"));
+        const size_t n = elems[i], b = bytes[i];
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, out[i], n, b, names[i]));
+        IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], n, b, x, p->x_elems, a, names[i], "x"));
+        IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], n, b, dz, p->x_elems, a, names[i], "dz"));
         if (saved.mem != NULL)
-            IHA_FORWARD_IF_ERROR(
-                iha__check_apart(ctx, out[i], elems[i], f, saved, iha__saved_elements(p), f, names[i], "saved"));
-        /* Sized in activation elements, which are floats here as the weights are. */
-        IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, p, w, 1, out[i], elems[i], names[i]));
+            IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], n, b, saved, iha__saved_elements(p), f, names[i], "saved"));
+        IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights_bytes(ctx, p, w, 1, out[i], n, b, names[i]));
         for (int j = 0; j < i; ++j)
             if (out[j].mem != NULL)
-                IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, out[i], elems[i], out[j], elems[j], f, names[i], names[j]));
+                IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], n, b, out[j], elems[j], bytes[j], names[i], names[j]));
     }
+    return IHA_OK;
+}
+
+/* Half storage at the edges. Into the float views: x and dz, and every weight (NULL stays NULL,
+ * the identity shortcut), converted into G_EDGE_IN; the outputs that are half get float
+ * stand-ins in G_EDGE_OUT. Float tensors are their own views. */
+static iha_status edges_in(iha_context *ctx, const iha_plan *p, const grad_buffers *g, const iha_layer_weights *w,
+                           iha_buffer *x, iha_buffer *dz, iha_layer_weights *wf, const iha_buffer out[9],
+                           iha_buffer outf[9])
+{
+    *wf = *w;
+    for (int i = 0; i < 9; ++i) outf[i] = out[i];
+    cl_mem in = g->t[G_EDGE_IN], res = g->t[G_EDGE_OUT];
+    size_t at_in = 0, at_out = 0;
+    if (p->act_half) {
+        iha_buffer *acts[2] = {x, dz};
+        for (int i = 0; i < 2; ++i, at_in += p->x_elems) {
+            IHA_FORWARD_IF_ERROR(
+                iha__convert_enqueue(ctx, 0, iha__ref_of(*acts[i]), (iha_ref){in, at_in}, p->x_elems));
+            *acts[i] = (iha_buffer){in, at_in};
+        }
+        if (out[0].mem != NULL) outf[0] = (iha_buffer){res, 0};
+        at_out = p->x_elems;
+    }
+    if (!p->weight_half) return IHA_OK;
+    iha_buffer *ws[8] = {&wf->wq, &wf->wk, &wf->wv, &wf->wo, &wf->alpha_q, &wf->alpha_k, &wf->alpha_v, &wf->r};
+    for (int i = 0; i < 8; ++i) {
+        const size_t n = i < 4 ? p->w_elems : p->mix_elems;
+        if (ws[i]->mem != NULL) {
+            IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, 0, iha__ref_of(*ws[i]), (iha_ref){in, at_in}, n));
+            *ws[i] = (iha_buffer){in, at_in};
+        }
+        if (out[1 + i].mem != NULL) outf[1 + i] = (iha_buffer){res, at_out};
+        at_in += n;
+        at_out += n;
+    }
+    return IHA_OK;
+}
+
+/* The half outputs from their float stand-ins. */
+static iha_status edges_out(iha_context *ctx, const iha_plan *p, const iha_buffer out[9], const iha_buffer outf[9])
+{
+    size_t elems[9], bytes[9];
+    output_layout(p, elems, bytes);
+    for (int i = 0; i < 9; ++i)
+        if (out[i].mem != NULL && bytes[i] != sizeof(float))
+            IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, 1, iha__ref_of(outf[i]), iha__ref_of(out[i]), elems[i]));
     return IHA_OK;
 }
 
@@ -217,8 +281,6 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 1, &p));
-    IHA_RETURN_ERROR_IF(p.act_half || p.weight_half, ctx, IHA_ERROR_UNSUPPORTED,
-                        "iha_backward supports float32 storage only (options->storage and weight_storage)");
     IHA_RETURN_ERROR_IF(w == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "weights is NULL");
     IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 1));
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
@@ -230,8 +292,8 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
                         rows, p.D, hd, INT_MAX / 2);
     IHA_RETURN_ERROR_IF(p.mix_elems > INT_MAX, ctx, IHA_ERROR_UNSUPPORTED,
                         "iha_backward: heads*heads*pseudo (%zu) must be at most %d", p.mix_elems, INT_MAX);
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, f, "x"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, dz, p.x_elems, f, "dz"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, p.act_bytes, "x"));
+    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, dz, p.x_elems, p.act_bytes, "dz"));
     if (from_saved)
         IHA_FORWARD_IF_ERROR(iha__check_saved(ctx, &p, w, saved, x, dz, "dz", "iha_backward_saved"));
     else
@@ -274,7 +336,16 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
         g.packed[i] = NULL;
         if (tiled) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, packed_slots[i], packed16 * f, &g.packed[i]));
     }
-    return run(ctx, &p, w, x, dz, from_saved, out, &g, &mark);
+    /* From here on everything is float: the stages run on the float views with a plan that
+     * says so (the projections would otherwise convert the already converted weights). */
+    iha_layer_weights wf;
+    iha_buffer outf[9];
+    IHA_FORWARD_IF_ERROR(edges_in(ctx, &p, &g, w, &x, &dz, &wf, out, outf));
+    iha_plan pf = p;
+    pf.act_half = pf.weight_half = 0;
+    pf.act_bytes = pf.weight_bytes = f;
+    IHA_FORWARD_IF_ERROR(run(ctx, &pf, &wf, x, dz, from_saved, outf, &g, &mark));
+    return edges_out(ctx, &p, out, outf);
 }
 
 iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,

@@ -189,11 +189,18 @@ iha_status iha__check_inputs_output(iha_context *ctx, const iha_buffer in[3], co
 iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
                                          int with_projections, iha_buffer out, size_t out_elems, const char *out_name)
 {
+    return iha__check_apart_from_weights_bytes(ctx, p, w, with_projections, out, out_elems, p->act_bytes, out_name);
+}
+
+iha_status iha__check_apart_from_weights_bytes(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
+                                               int with_projections, iha_buffer out, size_t out_elems,
+                                               size_t out_bytes, const char *out_name)
+{
     const iha_buffer weights[8] = {w->alpha_q, w->alpha_k, w->alpha_v, w->r, w->wq, w->wk, w->wv, w->wo};
     static const char *const names[8] = {"alpha_q", "alpha_k", "alpha_v", "r", "wq", "wk", "wv", "wo"};
     for (int i = 0; i < (with_projections ? 8 : 4); ++i) {
         if (weights[i].mem == NULL) continue; /* the identity shortcut */
-        IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out, out_elems, p->act_bytes, weights[i],
+        IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out, out_elems, out_bytes, weights[i],
                                               i < 4 ? p->mix_elems : p->w_elems, p->weight_bytes, out_name, names[i]));
     }
     return IHA_OK;

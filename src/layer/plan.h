@@ -62,4 +62,9 @@ iha_status iha__check_inputs_output(iha_context *ctx, const iha_buffer in[3], co
  * and collapse weights (when given) and, when with_projections, wq, wk, wv and wo. */
 iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w,
                                          int with_projections, iha_buffer out, size_t out_elems, const char *out_name);
+/* The same for an output of out_bytes elements (a gradient in the weights' storage, or the
+ * float saved state). */
+iha_status iha__check_apart_from_weights_bytes(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w,
+                                               int with_projections, iha_buffer out, size_t out_elems,
+                                               size_t out_bytes, const char *out_name);
 #endif

@@ -17,12 +17,11 @@ iha_status iha_saved_elements(iha_context *ctx, const iha_shape *shape, size_t *
 iha_status iha__check_saved(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_buffer saved,
                             iha_buffer x, iha_buffer other, const char *other_name, const char *call)
 {
-    IHA_RETURN_ERROR_IF(p->act_half || p->weight_half, ctx, IHA_ERROR_UNSUPPORTED,
-                        "%s supports float32 storage only (options->storage and weight_storage)", call);
     IHA_RETURN_ERROR_IF(saved.mem == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "%s: saved.mem is NULL", call);
-    const size_t n = iha__saved_elements(p), f = sizeof(float);
+    /* The state is float whatever the storage of the activations and weights. */
+    const size_t n = iha__saved_elements(p), f = sizeof(float), a = p->act_bytes;
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, saved, n, f, "saved"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, saved, n, x, p->x_elems, f, "saved", "x"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, saved, n, other, p->x_elems, f, "saved", other_name));
-    return iha__check_apart_from_weights(ctx, p, w, 1, saved, n, "saved");
+    IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, saved, n, f, x, p->x_elems, a, "saved", "x"));
+    IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, saved, n, f, other, p->x_elems, a, "saved", other_name));
+    return iha__check_apart_from_weights_bytes(ctx, p, w, 1, saved, n, f, "saved");
 }

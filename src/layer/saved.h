@@ -13,9 +13,9 @@ static inline iha_ref iha__saved_lse(const iha_plan *p, iha_buffer saved)
     return (iha_ref){saved.mem, saved.offset + p->virtual_elems};
 }
 
-/* The checks both calls share: float32 storage of activations and weights (the saved pair is
- * for the float32-only iha_backward_saved), saved given and large enough, and apart from x and
- * every weight. `other` (z or dz, of x's size) must lie apart from it too. */
+/* The checks both calls share: saved given, large enough (float, whatever the storage of the
+ * activations and weights), and apart from x and every weight. `other` (z or dz, of x's size
+ * and storage) must lie apart from it too. */
 iha_status iha__check_saved(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_buffer saved,
                             iha_buffer x, iha_buffer other, const char *other_name, const char *call);
 #endif

@@ -30,7 +30,7 @@ typedef enum iha_workspace_slot {
     /* The layer backward's own tensors, IHA_WS_GRAD_SLOTS slots from IHA_WS_GRAD (roles in
      * src/layer/layer_backward.c), apart from the slots the attention backward packs into. */
     IHA_WS_GRAD,
-    IHA_WS_COUNT = IHA_WS_GRAD + 16
+    IHA_WS_COUNT = IHA_WS_GRAD + 18
 } iha_workspace_slot;
 #define IHA_WS_GRAD_SLOTS (IHA_WS_COUNT - IHA_WS_GRAD)
 

@@ -265,47 +265,55 @@ static int backward_must_refuse(const call_case *c, size_t virt, size_t lse)
     return 0;
 }
 
-/* The saved pair's state (`saved` floats): given, fitting, apart from x, z or dz, and every
- * weight given. */
+/* Bytes per element of x, z and dz (a), and of the weights (wb): the storage options'. */
+static size_t act_bytes(const call_case *c) { return c->options.storage == IHA_STORAGE_F16 ? 2 : 4; }
+static size_t weight_bytes(const call_case *c) { return c->options.weight_storage == IHA_STORAGE_F16 ? 2 : 4; }
+
+/* The saved pair's state (`saved` floats, whatever the storage): given, fitting, apart from x,
+ * z or dz, and every weight given. */
 static int saved_must_refuse(const call_case *c, size_t saved, size_t x, size_t w, size_t mix)
 {
     const tensor *t = c->t;
     if (c->saved.which == POOL || !fits(c->saved, saved, 4))
         return 1;
     for (int i = 0; i < TENSORS; i++)
-        if (t[i].which != POOL && overlap(c->saved, saved, 4, t[i], i <= Z ? x : i <= WO ? w : mix, 4))
+        if (t[i].which != POOL &&
+            overlap(c->saved, saved, 4, t[i], i <= Z ? x : i <= WO ? w : mix, i <= Z ? act_bytes(c) : weight_bytes(c)))
             return 1;
     return 0;
 }
 
-/* iha_backward: float storage only; x, dz and the weights as for iha_forward; each given output
- * (dx [x], weight gradients [w], mixing gradients [mix]) fits and lies apart from x, dz, every
- * weight given, every other output and, for iha_backward_saved, the saved state. */
+/* iha_backward: x, dz and the weights as for iha_forward, in their storage; each given output
+ * (dx [x] in the activations' storage, weight gradients [w] and mixing gradients [mix] in the
+ * weights') fits and lies apart from x, dz, every weight given, every other output and, for
+ * iha_backward_saved, the saved state. */
 static int layer_backward_must_refuse(const call_case *c, size_t x, size_t w, size_t mix, size_t saved)
 {
-    if (c->options.storage != IHA_STORAGE_F32 || c->options.weight_storage != IHA_STORAGE_F32)
-        return 1;
     const size_t rows = c->shape.batch * c->shape.tokens, hd = c->shape.heads * c->shape.head_dim; /* x, w fit */
     if (rows > INT_MAX / 2 || c->shape.model_dim > INT_MAX / 2 || hd > INT_MAX / 2 || mix > INT_MAX)
         return 1; /* the int indices of its transposes, products and mixing gradients */
     const tensor *t = c->t;
-    if (!fits(t[X], x, 4) || !fits(t[Z], x, 4))
+    const size_t a = act_bytes(c), wb = weight_bytes(c);
+    if (!fits(t[X], x, a) || !fits(t[Z], x, a))
         return 1;
-    size_t elems[9], in[TENSORS];
-    for (int i = 0; i < TENSORS; i++)
+    size_t elems[9], bytes[9], in[TENSORS], in_bytes[TENSORS];
+    for (int i = 0; i < TENSORS; i++) {
         in[i] = i <= Z ? x : i <= WO ? w : mix;
+        in_bytes[i] = i <= Z ? a : wb;
+    }
     for (int j = 0; j < 9; j++) {
         const tensor o = c->grads[j];
         elems[j] = j == 0 ? x : j < 5 ? w : mix;
+        bytes[j] = j == 0 ? a : wb;
         if (o.which == POOL)
             continue; /* not asked for */
-        if (!fits(o, elems[j], 4))
+        if (!fits(o, elems[j], bytes[j]))
             return 1;
         for (int i = 0; i < TENSORS; i++)
-            if (t[i].which != POOL && overlap(o, elems[j], 4, t[i], in[i], 4))
+            if (t[i].which != POOL && overlap(o, elems[j], bytes[j], t[i], in[i], in_bytes[i]))
                 return 1;
         for (int i = 0; i < j; i++)
-            if (c->grads[i].which != POOL && overlap(o, elems[j], 4, c->grads[i], elems[i], 4))
+            if (c->grads[i].which != POOL && overlap(o, elems[j], bytes[j], c->grads[i], elems[i], bytes[i]))
                 return 1;
     }
     if (c->call != CALL_BACKWARD_SAVED)
@@ -313,7 +321,7 @@ static int layer_backward_must_refuse(const call_case *c, size_t x, size_t w, si
     if (saved_must_refuse(c, saved, x, w, mix))
         return 1;
     for (int j = 0; j < 9; j++)
-        if (c->grads[j].which != POOL && overlap(c->grads[j], elems[j], 4, c->saved, saved, 4))
+        if (c->grads[j].which != POOL && overlap(c->grads[j], elems[j], bytes[j], c->saved, saved, 4))
             return 1;
     return 0;
 }
@@ -380,8 +388,6 @@ static int must_refuse(const call_case *c, int *cheap)
                 return 1;
         return layer_backward_must_refuse(c, x, w, mix, saved);
     }
-    if (c->call == CALL_FORWARD_SAVE && (a != 4 || wb != 4))
-        return 1; /* float32 only, as the backward that reads the state */
     if (c->call == CALL_DECODE) { /* the cache's shape, and room for every sequence's tokens */
         if (s->batch != kCacheShape.batch || s->heads != kCacheShape.heads || s->head_dim != kCacheShape.head_dim ||
             s->pseudo != kCacheShape.pseudo)
