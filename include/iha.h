@@ -404,7 +404,7 @@ iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_atte
 /* Training without running the attention forward twice: iha_forward_save is iha_forward that
  * also keeps the attention step's output and log-sum-exp in `saved`, and iha_backward_saved is
  * iha_backward that reads them there instead of recomputing them (the attention forward is
- * most of iha_backward's recomputation, about a sixth of its time at the demo shape; the
+ * most of iha_backward's recomputation, about a fifth of its time at the demo shape; the
  * projections, mixing and collapse are still recomputed from x, which costs little and keeps
  * `saved` small). A training step is then
  *     iha_forward_save(ctx, &shape, &options, &weights, x, z, saved);
@@ -426,7 +426,8 @@ iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_atte
  *   - iha_backward_saved: iha_backward's rules and limits, with saved one more input that must
  *     lie apart from x, dz and the weights, and that no output may overlap. Its outputs are bit
  *     for bit iha_backward's for the same inputs. Its workspace is iha_backward's less
- *     B*H*T*d + B*H*T floats, and less the forward's packed keys. */
+ *     B*H*T*d + B*H*T floats (on GPUs also less the forward's packed keys; on CPUs the
+ *     attention backward's own packed keys take that buffer anyway). */
 /* The number of floats of a saved buffer for this shape, into *elements (0 on failure). ctx may
  * be NULL; when it is not, a failure's reason goes to its message. The shape is checked as a
  * layer call checks it: IHA_ERROR_INVALID_ARGUMENT, IHA_ERROR_SIZE_OVERFLOW or

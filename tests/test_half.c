@@ -391,6 +391,11 @@ static void run_backward_case(const half_case *c)
     tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &w, x, z, (iha_buffer){saved, 0}), IHA_OK);
     tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &w, x, (iha_buffer){saved, 0}, bdz, again[0], &g2),
                      IHA_OK);
+    tu_assert_guard(tu_ctx, saved, ns, 0, TU_GUARD, TU_SENTINEL);
+    float *zs = tu_malloc(nx * sizeof *zs);
+    read_as(z, nx, c->act_half, zs, "z (iha_forward_save)");
+    assert_int_equal(tu_count_nonfinite(zs, nx), 0);
+    free(zs);
 
     double *ref[OUTS];
     for (int i = 0; i < OUTS; ++i) ref[i] = tu_malloc(count[i] * sizeof(double));
@@ -423,6 +428,8 @@ static void layer_backward_half(void **state)
         {2, 5, 12, 2, 8, 3, IHA_MASK_CAUSAL, 0, 1, 1, 1, 0, 0},
         {1, 9, 16, 2, 16, 1, IHA_MASK_CAUSAL, 0, 1, 0, 1, 0, 1},
         {1, 7, 9, 3, 5, 2, IHA_MASK_TOKEN_CAUSAL, 3, 0, 1, 0, 0, 0},
+        /* 24 rows: the forward's projections convert the half weights instead of the GEMV */
+        {2, 12, 16, 2, 8, 2, IHA_MASK_CAUSAL, 0, 1, 1, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_backward_case(&cases[i]);
 }

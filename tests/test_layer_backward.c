@@ -320,6 +320,19 @@ static void run_saved_case(const lb_case *c, uint64_t seed)
         free(a);
         free(b);
     }
+    /* The state is read, not recomputed: zeroed, it changes dx. */
+    float *zeros = calloc(ns, sizeof *zeros);
+    assert_non_null(zeros);
+    tu_buffer_write(tu_ctx, saved, 5, zeros, ns);
+    tu_assert_status(tu_ctx,
+                     iha_backward_saved(tu_ctx, &c->s, &o, &d.weights, d.x, (iha_buffer){saved, 5}, bz,
+                                        from_saved[0], NULL),
+                     IHA_OK);
+    float *a = read_guarded(plain[0].mem, nx, OUT_OFFSET), *b = read_guarded(from_saved[0].mem, nx, OUT_OFFSET);
+    if (memcmp(a, b, nx * sizeof *a) == 0) fail_msg("iha_backward_saved gave the same dx from a zeroed state");
+    free(a);
+    free(b);
+    free(zeros);
     outputs_release(plain);
     outputs_release(from_saved);
     free(z_plain);

@@ -274,7 +274,9 @@ int cmd_soak(int argc, char **argv)
     double next = 1.0;
     size_t count = 0, from = 0;
     int failed = 0;
-    while (!failed && count <= seconds) {
+    /* Samples wait for a point of the call cycle, so the wall time bounds the loop too: with
+     * slow calls (a large --n, a slow device) fewer samples than seconds are taken. */
+    while (!failed && count <= seconds && timer_seconds() - start < (double)seconds + 1.0) {
         failed = s.mode == CONTEXTS_NONE ? step_shared(&s) : step_new_context(&s);
         s.calls++;
         const double t = timer_seconds() - start;

@@ -161,15 +161,24 @@ static iha_status edges_out(iha_context *ctx, const iha_plan *p, const iha_buffe
     return IHA_OK;
 }
 
+/* What the forward's projections read: the plan and weights in the caller's storage. With half
+ * weights iha_forward reads them directly for a few rows (the GEMV kernel) and converts them for
+ * more; recomputing through the same path keeps Q, K, V and all that follows bit for bit the
+ * forward's, which the saved state (O and its LSE from iha_forward_save) relies on. */
+typedef struct projections {
+    const iha_plan *plan;
+    const iha_layer_weights *w;
+} projections;
+
 /* The forward pass again, keeping what the backward reads: Q, K, V, the pseudo tensors as rows,
  * O and its LSE (unless `saved`: the caller kept them), and Y when dW_O is wanted. */
-static iha_status recompute(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_ref x,
-                            const grad_buffers *g, cl_mem rope, int saved, int want_y, double *mark)
+static iha_status recompute(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, const projections *pr,
+                            iha_ref x, const grad_buffers *g, cl_mem rope, int saved, int want_y, double *mark)
 {
     const size_t rows = p->dims.B * p->dims.N, hd = p->dims.H * p->dims.d;
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, p, rows, hd, p->D, x, w->wq, at(g->q)));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, p, rows, hd, p->D, x, w->wk, at(g->k)));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, p, rows, hd, p->D, x, w->wv, at(g->v)));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wq, at(g->q)));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wk, at(g->k)));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wv, at(g->v)));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, mark));
 
     IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, at(g->q), iha__ref_of(w->alpha_q), at(g->t[G_QT]), rope, 0));
@@ -203,14 +212,13 @@ static iha_status product_bt(iha_context *ctx, const grad_buffers *g, size_t m, 
     return iha__sgemm(ctx, m, n, k, a.mem, a.offset, k, t, 0, n, c.mem, c.offset, n);
 }
 
-static iha_status run(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_buffer x, iha_buffer dz,
-                      int saved, const iha_buffer out[9], const grad_buffers *g, double *mark)
+static iha_status run(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, const projections *pr,
+                      iha_buffer x, iha_buffer dz, int saved, const iha_buffer out[9], const grad_buffers *g,
+                      cl_mem rope, double *mark)
 {
     const iha_dims *dims = &p->dims;
     const size_t rows = dims->B * dims->N, hd = dims->H * dims->d, D = p->D;
-    cl_mem rope = NULL;
-    if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, dims->T, dims->d, p->rope_base, &rope));
-    IHA_FORWARD_IF_ERROR(recompute(ctx, p, w, iha__ref_of(x), g, rope, saved, out[4].mem != NULL, mark));
+    IHA_FORWARD_IF_ERROR(recompute(ctx, p, w, pr, iha__ref_of(x), g, rope, saved, out[4].mem != NULL, mark));
 
     /* Output projection: dY = dZ W_O^T, dW_O = Y^T dZ. */
     const iha_ref dy = at(g->t[G_DY]), dzr = iha__ref_of(dz);
@@ -308,7 +316,9 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
     const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
     size_t sizes[G_ROLES];
-    const size_t total = workspace_elements(&p, tiled, from_saved, sizes);
+    size_t total = workspace_elements(&p, tiled, from_saved, sizes);
+    const size_t converted_weight = iha__project_workspace_elements(&p, rows);
+    if (total && !iha__add(total, converted_weight, &total)) total = 0;
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total ? total : SIZE_MAX, f));
 
     grad_buffers g;
@@ -336,15 +346,21 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
         g.packed[i] = NULL;
         if (tiled) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, packed_slots[i], packed16 * f, &g.packed[i]));
     }
+    cl_mem converted = NULL, rope = NULL;
+    if (converted_weight > 0)
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_WEIGHT, converted_weight * f, &converted));
+    if (p.rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p.dims.T, p.dims.d, p.rope_base, &rope));
     /* From here on everything is float: the stages run on the float views with a plan that
-     * says so (the projections would otherwise convert the already converted weights). */
+     * says so (the projections would otherwise convert the already converted weights), except
+     * the forward's three projections, which run as iha_forward ran them. */
     iha_layer_weights wf;
     iha_buffer outf[9];
     IHA_FORWARD_IF_ERROR(edges_in(ctx, &p, &g, w, &x, &dz, &wf, out, outf));
     iha_plan pf = p;
     pf.act_half = pf.weight_half = 0;
     pf.act_bytes = pf.weight_bytes = f;
-    IHA_FORWARD_IF_ERROR(run(ctx, &pf, &wf, x, dz, from_saved, outf, &g, &mark));
+    const projections pr = {&p, w};
+    IHA_FORWARD_IF_ERROR(run(ctx, &pf, &wf, &pr, x, dz, from_saved, outf, &g, rope, &mark));
     return edges_out(ctx, &p, out, outf);
 }
 

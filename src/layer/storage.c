@@ -59,6 +59,11 @@ iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_laye
     return IHA_OK;
 }
 
+size_t iha__project_workspace_elements(const iha_plan *p, size_t rows)
+{
+    return p->weight_half && rows > HALF_GEMV_MAX_ROWS ? p->w_elems : 0;
+}
+
 iha_status iha__project(iha_context *ctx, const iha_plan *p, size_t rows, size_t n, size_t k, iha_ref x, iha_buffer w,
                         iha_ref out)
 {

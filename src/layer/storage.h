@@ -21,6 +21,11 @@ iha_status iha__output_finish(iha_context *ctx, const iha_plan *p, iha_ref resul
  * projection weights of *out are those of *w, unchanged. */
 iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_layer_weights *out);
 
+/* The float workspace (IHA_WS_WEIGHT, in elements) iha__project needs for `rows` rows: one
+ * converted weight matrix with half weights past the GEMV's rows, else 0. Calls that allocate
+ * everything before their first enqueue get it first. */
+size_t iha__project_workspace_elements(const iha_plan *p, size_t rows);
+
 /* out [rows][n] = x [rows][k] * w [k][n] with float x and out, and w in the weight storage. */
 iha_status iha__project(iha_context *ctx, const iha_plan *p, size_t rows, size_t n, size_t k, iha_ref x, iha_buffer w,
                         iha_ref out);
