@@ -390,8 +390,10 @@ typedef struct iha_layer_grads {
  *     (IHA_ERROR_INVALID_ARGUMENT); every element of each output is written.
  *   - Workspace, all of it: about 9*B*N*H*d + B*N*D + 13*B*H*T*d floats (T = N*P; 9 instead of
  *     13 on GPUs), with half storage also float copies of x, dz and dx (3*B*N*D) and of the
- *     weights and gradients (8*D*H*d + 8*H*H*P), every buffer counted against the device's
- *     memory and allocated before anything is enqueued; never a T x T matrix.
+ *     weights and gradients (8*D*H*d + 8*H*H*P, and past 16 rows one more D*H*d for the
+ *     forward's projections, converted as iha_forward converts them), every buffer counted
+ *     against the device's memory and allocated before anything is enqueued; never a T x T
+ *     matrix.
  *   - iha_context_stage_times: projections (the forward's, and dX, dW_Q, dW_K, dW_V), mixing
  *     (the forward's, and dQ, dK, dV, dalpha), attention (forward, backward and the inverse
  *     rotary), collapse (the forward's, and dO, dR), output (dY, dW_O).
