@@ -210,54 +210,50 @@ static void refusals(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     refusal_fixture f;
     fixture_init(&f, (iha_shape){1, 4, 6, 2, 4, 2}, 91);
-    const iha_shape s = f.s;
-    const tu_device_layer d = f.d;
-    iha_buffer *out = f.out;
-    iha_layer_grads g = f.g;
     iha_attention_options o;
     iha_attention_options_init(&o);
-    const iha_buffer dz = d.x; /* any float tensor of x's shape */
+    const iha_buffer dz = f.d.x; /* any float tensor of x's shape */
 
     /* An unknown storage. */
     o.storage = 7;
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &g), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, dz, f.out[0], &f.g), IHA_ERROR_INVALID_ARGUMENT);
     o.storage = IHA_STORAGE_F32;
     /* Rotary with an odd width, and the identity shortcut with P > 1. */
     const iha_shape odd = {1, 4, 6, 2, 3, 2};
     o.rope = 1;
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &odd, &o, &d.weights, d.x, dz, out[0], &g),
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &odd, &o, &f.d.weights, f.d.x, dz, f.out[0], &f.g),
                      IHA_ERROR_INVALID_ARGUMENT);
     o.rope = 0;
-    iha_layer_weights none = d.weights;
+    iha_layer_weights none = f.d.weights;
     none.alpha_q.mem = none.alpha_k.mem = none.alpha_v.mem = none.r.mem = NULL;
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &none, d.x, dz, out[0], &g), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, NULL, d.x, dz, out[0], &g), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &none, f.d.x, dz, f.out[0], &f.g), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, NULL, f.d.x, dz, f.out[0], &f.g), IHA_ERROR_INVALID_ARGUMENT);
     /* Outputs overlapping x, dz, a weight, or each other; an output too small. */
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, d.x, &g), IHA_ERROR_INVALID_ARGUMENT);
-    const iha_buffer dz2 = d.z; /* a second tensor of x's shape, so that dx can overlap dz alone */
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz2, dz2, &g), IHA_ERROR_INVALID_ARGUMENT);
-    iha_layer_grads onto_mixing = g;
-    onto_mixing.r = d.weights.alpha_v;
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &onto_mixing),
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, dz, f.d.x, &f.g), IHA_ERROR_INVALID_ARGUMENT);
+    const iha_buffer dz2 = f.d.z; /* a second tensor of x's shape, so that dx can overlap dz alone */
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, dz2, dz2, &f.g), IHA_ERROR_INVALID_ARGUMENT);
+    iha_layer_grads onto_mixing = f.g;
+    onto_mixing.r = f.d.weights.alpha_v;
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, dz, f.out[0], &onto_mixing),
                      IHA_ERROR_INVALID_ARGUMENT);
-    iha_layer_grads bad = g;
-    bad.wo = d.weights.wq;
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &bad),
+    iha_layer_grads bad = f.g;
+    bad.wo = f.d.weights.wq;
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, dz, f.out[0], &bad),
                      IHA_ERROR_INVALID_ARGUMENT);
-    bad = g;
-    bad.alpha_k = out[5]; /* the same buffer as alpha_q's gradient */
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &bad),
+    bad = f.g;
+    bad.alpha_k = f.out[5]; /* the same buffer as alpha_q's gradient */
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, dz, f.out[0], &bad),
                      IHA_ERROR_INVALID_ARGUMENT);
-    bad = g;
-    bad.r = (iha_buffer){out[8].mem, OUT_OFFSET + OUT_GUARD + 1}; /* ends one float past the buffer */
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, dz, out[0], &bad),
+    bad = f.g;
+    bad.r = (iha_buffer){f.out[8].mem, OUT_OFFSET + OUT_GUARD + 1}; /* ends one float past the buffer */
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, dz, f.out[0], &bad),
                      IHA_ERROR_BUFFER_TOO_SMALL);
     /* x or dz missing. */
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, (iha_buffer){NULL, 0}, dz, out[0], &g),
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &f.d.weights, (iha_buffer){NULL, 0}, dz, f.out[0], &f.g),
                      IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, (iha_buffer){NULL, 0}, out[0], &g),
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, (iha_buffer){NULL, 0}, f.out[0], &f.g),
                      IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(NULL, iha_backward(NULL, &s, &o, &d.weights, d.x, dz, out[0], &g), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(NULL, iha_backward(NULL, &f.s, &o, &f.d.weights, f.d.x, dz, f.out[0], &f.g), IHA_ERROR_INVALID_ARGUMENT);
     fixture_free(&f);
 }
 
@@ -362,53 +358,49 @@ static void saved_pair_refusals(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     refusal_fixture f;
     fixture_init(&f, (iha_shape){1, 4, 6, 2, 4, 2}, 93);
-    const iha_shape s = f.s;
-    const tu_device_layer d = f.d;
-    iha_buffer *out = f.out;
-    const iha_layer_grads g = f.g;
     iha_attention_options o;
     iha_attention_options_init(&o);
-    const size_t nx = tu_count_x(&s);
+    const size_t nx = tu_count_x(&f.s);
     size_t ns = 0;
-    tu_assert_status(NULL, iha_saved_elements(NULL, &s, &ns), IHA_OK);
+    tu_assert_status(NULL, iha_saved_elements(NULL, &f.s, &ns), IHA_OK);
     cl_mem bsaved = tu_buffer_guarded(tu_ctx, NULL, ns, OUT_OFFSET, OUT_GUARD, OUT_SENTINEL);
     cl_mem bz = tu_buffer_guarded(tu_ctx, NULL, nx, OUT_OFFSET, OUT_GUARD, OUT_SENTINEL);
     const iha_buffer saved = {bsaved, OUT_OFFSET}, z = {bz, OUT_OFFSET}, none = {NULL, 0};
-    const iha_buffer dz = d.x; /* any float tensor of x's shape */
+    const iha_buffer dz = f.d.x; /* any float tensor of x's shape */
 
     /* An unknown weight storage. */
     o.weight_storage = -1;
-    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &d.weights, d.x, z, saved), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, saved, dz, out[0], &g),
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, z, saved), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, saved, dz, f.out[0], &f.g),
                      IHA_ERROR_INVALID_ARGUMENT);
     o.weight_storage = IHA_STORAGE_F32;
     /* No saved buffer, or one a float too small (it ends one float past its buffer). */
-    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &d.weights, d.x, z, none), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, none, dz, out[0], &g),
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, z, none), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, none, dz, f.out[0], &f.g),
                      IHA_ERROR_INVALID_ARGUMENT);
     const iha_buffer short_saved = {bsaved, OUT_OFFSET + OUT_GUARD + 1};
-    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &d.weights, d.x, z, short_saved),
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, z, short_saved),
                      IHA_ERROR_BUFFER_TOO_SMALL);
-    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, short_saved, dz, out[0], &g),
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, short_saved, dz, f.out[0], &f.g),
                      IHA_ERROR_BUFFER_TOO_SMALL);
     /* saved overlapping z, dz, x, a weight or an output. */
     const iha_buffer in_saved = {bsaved, OUT_OFFSET + 1};
-    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &d.weights, d.x, in_saved, saved),
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, in_saved, saved),
                      IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, saved, in_saved, out[0], &g),
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, saved, in_saved, f.out[0], &f.g),
                      IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, in_saved, saved, dz, out[0], &g),
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &f.s, &o, &f.d.weights, in_saved, saved, dz, f.out[0], &f.g),
                      IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, saved, dz, in_saved, &g),
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, saved, dz, in_saved, &f.g),
                      IHA_ERROR_INVALID_ARGUMENT);
-    iha_layer_grads bad = g;
+    iha_layer_grads bad = f.g;
     bad.alpha_v = in_saved;
-    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &s, &o, &d.weights, d.x, saved, dz, out[0], &bad),
+    tu_assert_status(tu_ctx, iha_backward_saved(tu_ctx, &f.s, &o, &f.d.weights, f.d.x, saved, dz, f.out[0], &bad),
                      IHA_ERROR_INVALID_ARGUMENT);
-    iha_layer_weights onto_saved = d.weights;
+    iha_layer_weights onto_saved = f.d.weights;
     onto_saved.wo = in_saved;
-    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &s, &o, &onto_saved, d.x, z, saved), IHA_ERROR_INVALID_ARGUMENT);
-    assert_untouched(&s, out);
+    tu_assert_status(tu_ctx, iha_forward_save(tu_ctx, &f.s, &o, &onto_saved, f.d.x, z, saved), IHA_ERROR_INVALID_ARGUMENT);
+    assert_untouched(&f.s, f.out);
     float *zs = read_guarded(bz, nx, OUT_OFFSET), *ss = read_guarded(bsaved, ns, OUT_OFFSET);
     assert_int_equal(tu_count_nonfinite(zs, nx), nx);
     assert_int_equal(tu_count_nonfinite(ss, ns), ns);
@@ -422,7 +414,7 @@ static void saved_pair_refusals(void **state)
     assert_int_equal(ns, 0);
     tu_assert_status(NULL, iha_saved_elements(NULL, &huge, &ns), IHA_ERROR_SIZE_OVERFLOW);
     tu_assert_status(tu_ctx, iha_saved_elements(tu_ctx, NULL, &ns), IHA_ERROR_INVALID_ARGUMENT);
-    tu_assert_status(tu_ctx, iha_saved_elements(tu_ctx, &s, NULL), IHA_ERROR_INVALID_ARGUMENT);
+    tu_assert_status(tu_ctx, iha_saved_elements(tu_ctx, &f.s, NULL), IHA_ERROR_INVALID_ARGUMENT);
     tu_buffer_release(bsaved);
     tu_buffer_release(bz);
     fixture_free(&f);

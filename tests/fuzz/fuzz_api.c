@@ -241,12 +241,16 @@ static int bad_shape_or_options(const call_case *c)
     return o->rope && (c->call == CALL_ATTENTION || c->call == CALL_BACKWARD);
 }
 
+/* Bytes per element of activations (a), and of the weights (wb): the storage options'. */
+static size_t act_bytes(const call_case *c) { return c->options.storage == IHA_STORAGE_F16 ? 2 : 4; }
+static size_t weight_bytes(const call_case *c) { return c->options.weight_storage == IHA_STORAGE_F16 ? 2 : 4; }
+
 /* iha_attention_backward: activations in the storage's size (weight_storage is ignored: no
  * weights), lse float; every input and output fits (lse, in WO, is required), and no output
  * overlaps an input or another output. */
 static int backward_must_refuse(const call_case *c, size_t virt, size_t lse)
 {
-    const size_t a = c->options.storage == IHA_STORAGE_F16 ? 2 : 4;
+    const size_t a = act_bytes(c);
     const tensor *t = c->t;
     for (int i = 0; i < 6; i++)
         if (!fits(t[backward_in[i]], backward_in[i] == WO ? lse : virt, backward_in[i] == WO ? 4 : a))
@@ -264,10 +268,6 @@ static int backward_must_refuse(const call_case *c, size_t virt, size_t lse)
     }
     return 0;
 }
-
-/* Bytes per element of x, z and dz (a), and of the weights (wb): the storage options'. */
-static size_t act_bytes(const call_case *c) { return c->options.storage == IHA_STORAGE_F16 ? 2 : 4; }
-static size_t weight_bytes(const call_case *c) { return c->options.weight_storage == IHA_STORAGE_F16 ? 2 : 4; }
 
 /* The saved pair's state (`saved` floats, whatever the storage): given, fitting, apart from x,
  * z or dz, and every weight given. */
@@ -340,7 +340,7 @@ static int must_refuse(const call_case *c, int *cheap)
         !mul(&mix, mix, s->pseudo))
         return 1;
     const tensor *t = c->t;
-    const size_t a = c->options.storage == IHA_STORAGE_F16 ? 2 : 4, wb = c->options.weight_storage == IHA_STORAGE_F16 ? 2 : 4;
+    const size_t a = act_bytes(c), wb = weight_bytes(c);
     *cheap = T <= 96 && virt <= 8192 && x <= 8192 && (s->head_dim == 1 || s->head_dim == 3 || s->head_dim == 8 ||
                                                       s->head_dim == 16);
     if (c->call == CALL_BACKWARD)
