@@ -119,6 +119,15 @@ else()
   message(FATAL_ERROR "ceilings.attention_loops.state: unexpected '${loops}'")
 endif()
 
+# The attention kernel's configuration and where it came from (a profile entry, a built-in
+# default or the safe fallback).
+expect_type(STRING attention config)
+member(source attention config_source)
+if(NOT source MATCHES "^(profile_exact|profile_nearest|profile_device_default|builtin|builtin_safe)$")
+  message(FATAL_ERROR "attention.config_source: unexpected '${source}'")
+endif()
+expect_type(STRING attention config_source_bucket)
+
 expect_equal(skipped cold_start state)
 expect_equal(skipped decode state)
 expect_equal(skipped backward state) # only with --backward
@@ -150,6 +159,8 @@ endforeach()
 # each of B*H = 2 sequences, 4 bytes each.
 expect_equal(4096 decode cache_bytes_read)
 expect_type(NULL decode fraction_of_copy_bandwidth)
+expect_type(STRING decode config)
+expect_type(STRING decode config_source)
 
 # The backward pass on the core's problem and inputs, beside the core it is compared with.
 execute_process(

@@ -71,12 +71,24 @@ typedef struct bench_ceilings {
     double clblast_square_readings[2], host_square_readings[2]; /* seconds */
 } bench_ceilings;
 
+/* The configuration one of the library's kernels ran with (iha_context_last_choices), so that
+ * a report says which code its rates belong to: a tuned profile entry, a built-in default, or
+ * the safe fallback (a correct, slow configuration used when the others are unusable for the
+ * bucket), whose rates say nothing about the kernel's design. */
+typedef struct bench_choice {
+    int found; /* 0 when the call reported no entry for the kernel */
+    char config[512];
+    int source; /* an iha_config_source */
+    char source_bucket[160];
+} bench_choice;
+
 /* Skipped with --decode, which measures a decoding step instead. */
 typedef struct bench_core {
     bench_state state;
     double flops; /* 4*d per visible pair, B*H sequences */
     double bytes; /* fewest bytes: Qt, Kt, Vt read and O written once, 4*B*H*T*d*4 */
     double seconds;
+    bench_choice choice; /* the attention kernel's */
 } bench_core;
 
 /* The baseline is timed on single (b, h) sequences and scaled by B*H (see bench_core.c). */
@@ -142,6 +154,7 @@ typedef struct bench_decode {
     double attention_seconds; /* the step's attention stage */
     double cache_bytes_read;  /* pseudo-keys and -values the new tokens' queries see, read once */
     double cache_bytes_per_token;
+    bench_choice choice; /* the decode kernel's */
 } bench_decode;
 
 /* The host's 1-minute load average (/proc/loadavg) when the run started and when it ended, and
@@ -168,6 +181,8 @@ typedef struct bench_results {
 
 /* Prints "iha bench: <what>: <status name>: <context message>" to stderr; returns -1. */
 int bench_fail(iha_context *ctx, iha_status status, const char *what);
+/* The last call's configuration of `kernel` ("attention", "decode", ...) into *out. */
+void bench_choice_get(const iha_context *ctx, const char *kernel, bench_choice *out);
 
 /* The measurements, in the order they run (bench_<section>.c). Each returns 0, or -1 after
  * printing the failure to stderr; a section that cannot run on this device sets BENCH_NOT_RUN

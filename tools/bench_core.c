@@ -213,8 +213,10 @@ int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, be
     if (create_buffers(ctx, c, &b))
         return -1;
     iha_status st = fused_once(ctx, c, &b); /* warm-up: builds the kernels */
-    if (st == IHA_OK)
+    if (st == IHA_OK) {
+        bench_choice_get(ctx, "attention", &core->choice);
         st = time_call(ctx, c, &b, fused_once, &core->seconds);
+    }
     int failed = st != IHA_OK ? bench_fail(ctx, st, "attention core") : 0;
     if (!failed)
         core->state = BENCH_RAN;

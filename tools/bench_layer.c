@@ -111,12 +111,9 @@ static int time_backward(iha_context *ctx, random_layer *layer, const bench_conf
 /* Whether the last layer call's GEMM entry names the library's kernel ("backend=1"). */
 static int uses_library_gemm(const iha_context *ctx)
 {
-    iha_kernel_choice choices[8];
-    size_t n = 0;
-    if (iha_context_last_choices(ctx, choices, 8, &n) != IHA_OK) return 0;
-    for (size_t i = 0; i < n && i < 8; i++)
-        if (strcmp(choices[i].kernel, "gemm") == 0) return strstr(choices[i].config, "backend=1") != NULL;
-    return 0;
+    bench_choice gemm;
+    bench_choice_get(ctx, "gemm", &gemm);
+    return gemm.found && strstr(gemm.config, "backend=1") != NULL;
 }
 
 int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out)

@@ -36,6 +36,58 @@ static const char *state_name(bench_state s)
     return s == BENCH_RAN ? "ran" : s == BENCH_SKIPPED ? "skipped" : "not_run";
 }
 
+/* iha_config_source values, as JSON names and as words for the table. */
+static const char *source_name(int source)
+{
+    switch (source) {
+    case IHA_CONFIG_PROFILE_EXACT: return "profile_exact";
+    case IHA_CONFIG_PROFILE_NEAREST: return "profile_nearest";
+    case IHA_CONFIG_PROFILE_DEVICE: return "profile_device_default";
+    case IHA_CONFIG_BUILTIN_TYPE: return "builtin";
+    case IHA_CONFIG_BUILTIN_SAFE: return "builtin_safe";
+    default: return "unknown";
+    }
+}
+
+static const char *source_words(int source)
+{
+    switch (source) {
+    case IHA_CONFIG_PROFILE_EXACT: return "the tuning profile's entry for this bucket";
+    case IHA_CONFIG_PROFILE_NEAREST: return "the tuning profile's nearest bucket";
+    case IHA_CONFIG_PROFILE_DEVICE: return "the tuning profile's device-wide default";
+    case IHA_CONFIG_BUILTIN_TYPE: return "the built-in default for this device type (no usable profile entry)";
+    default: return "the SAFE FALLBACK";
+    }
+}
+
+/* "  configuration  ATT_ROWS=4 ... (source)", and under the safe fallback a warning that the
+ * rate is not the kernel's: sessions once read that fallback's speed as a compiler problem. */
+static void print_choice(const bench_choice *c)
+{
+    if (!c->found) return;
+    printf("  configuration  %s\n                 from %s", c->config, source_words(c->source));
+    if (c->source_bucket[0]) printf(" (%s)", c->source_bucket);
+    printf("\n");
+    if (c->source == IHA_CONFIG_BUILTIN_SAFE)
+        printf("  warning: neither the profile nor the built-in default was usable for this bucket, so the\n"
+               "  kernel ran its slow, always-valid configuration; these rates are not the tuned kernel's\n");
+}
+
+/* config, config_source and config_source_bucket ("" unless the source is a profile bucket);
+ * null when the call reported no configuration. */
+static void json_choice(json_writer *w, const bench_choice *c)
+{
+    if (!c->found) {
+        json_null(w, "config");
+        json_null(w, "config_source");
+        json_null(w, "config_source_bucket");
+        return;
+    }
+    json_string(w, "config", c->config);
+    json_string(w, "config_source", source_name(c->source));
+    json_string(w, "config_source_bucket", c->source_bucket);
+}
+
 static void describe_mask(const iha_shape *s, const iha_attention_options *o, char *buf, size_t size)
 {
     if (o->window > 0)
@@ -195,6 +247,7 @@ static void print_core(const bench_config *cfg, const bench_results *r)
     } else {
         printf("  %-34s %s\n", "unfused baseline", b->state == BENCH_SKIPPED ? "skipped (--no-baseline)" : b->note);
     }
+    print_choice(&c->choice);
     if (!ceilings_ran(r))
         return;
     const double g = rate(c->flops, c->seconds), bw = rate(c->bytes, c->seconds);
@@ -320,6 +373,7 @@ static void print_decode(const bench_config *cfg, const bench_results *r)
         printf(", %.2f of the copy bandwidth", rate(d->cache_bytes_read, d->attention_seconds) /
                                                    r->ceilings.copy_bytes_per_second);
     printf("\n  cache           %.0f bytes per token\n", d->cache_bytes_per_token);
+    print_choice(&d->choice);
 }
 
 void bench_print_table(const bench_config *c, const bench_results *r)
@@ -453,6 +507,7 @@ static void json_core(json_writer *w, const bench_config *cfg, const bench_resul
         json_number(w, "fraction_of_attention_loops", fraction(g, loops_gflops(k) * 1e9, loops_ran(r)));
         json_number(w, "fraction_of_copy_bandwidth",
                     fraction(rate(c->bytes, c->seconds), k->copy_bytes_per_second, ceilings_ran(r)));
+        json_choice(w, &c->choice);
     }
     json_end_object(w);
 
@@ -582,6 +637,7 @@ static void json_decode(json_writer *w, const bench_config *cfg, const bench_res
         json_number(w, "fraction_of_copy_bandwidth",
                     fraction(bandwidth, r->ceilings.copy_bytes_per_second, ceilings_ran(r)));
         json_number(w, "cache_bytes_per_token", d->cache_bytes_per_token);
+        json_choice(w, &d->choice);
     } else if (d->state == BENCH_NOT_RUN) {
         json_string(w, "note", d->note);
     }

@@ -71,6 +71,22 @@ int bench_fail(iha_context *ctx, iha_status status, const char *what)
     return -1;
 }
 
+void bench_choice_get(const iha_context *ctx, const char *kernel, bench_choice *out)
+{
+    memset(out, 0, sizeof *out);
+    iha_kernel_choice choices[8];
+    size_t n = 0;
+    if (iha_context_last_choices(ctx, choices, 8, &n) != IHA_OK) return;
+    for (size_t i = 0; i < n && i < 8; i++) {
+        if (strcmp(choices[i].kernel, kernel) != 0) continue;
+        out->found = 1;
+        snprintf(out->config, sizeof out->config, "%s", choices[i].config);
+        out->source = choices[i].source;
+        snprintf(out->source_bucket, sizeof out->source_bucket, "%s", choices[i].source_bucket);
+        return;
+    }
+}
+
 static int read_options(bench_config *c)
 {
     memset(c, 0, sizeof *c);

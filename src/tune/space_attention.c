@@ -31,8 +31,12 @@ static const iha_tune_key keys[] = {
     {"mask", 1}, {"windowed", 1}, {"elem_bytes", 1}, {"d", 0}, {"P", 0}, {"T", 0}, {"span", 0},
 };
 
-/* Private state per work-item: queries and accumulators of ROWS*TILES rows of d floats each. */
-static int tile_fits(const long *v) { return v[0] * v[1] <= 32 && v[0] * v[1] * v[2] <= 2048; }
+/* Private state per work-item: queries and accumulators of ROWS*TILES rows of d floats each,
+ * at most 32 KiB of each (32 rows at d = 128). On PoCL that state lives on the stack and
+ * 4 x 8 tiles at d = 128 compile to the same 256-bit code as 4 x 4 (BENCHMARKS.md, session 12:
+ * the "cliff" once blamed on PoCL was this constraint's safe fallback); devices that keep
+ * private memory in registers are steered by measurement, like any other candidate. */
+static int tile_fits(const long *v) { return v[0] * v[1] <= 32 && v[0] * v[1] * v[2] <= 4096; }
 /* A vector wider than the head wastes its lanes. */
 static int vector_fits_head(const long *v) { return v[0] <= (iha__pow2_ceil(v[1]) > 4 ? iha__pow2_ceil(v[1]) : 4); }
 
