@@ -1,18 +1,22 @@
 /* The backward pass of attention written like the forward kernel (cl/attention.cl), for CPUs:
- * register tiles of BW_ROWS rows against blocks of 16 columns packed [d][16], so each tile of
- * scores grows by HEAD_DIM broadcast-FMAs into float16 vectors. The roles mirror each other:
- *  - attention_bwd_dq_tiles_f32: rows are queries, the 16 lanes are keys (K and V packed):
- *      S = q.K, Pr = 2^(S - lse), dP = dO.V, dS = Pr (dP - Dt), dq += dS K (K as rows);
- *  - attention_bwd_dkv_tiles_f32: rows are keys, the 16 lanes are queries (Q and dO packed):
- *      S^T = k.Q, Pr^T = 2^(S^T - lse[lanes]), dP^T = v.dO, dS^T = Pr^T (dP^T - Dt[lanes]),
- *      dv += Pr^T dO and dk += dS^T Q (dO and Q as rows).
- * Scores are in base 2 with scale * log2(e) folded into the rows, and lse (natural log) is
- * turned into base 2 once per row or lane, so no exponential needs a running maximum: every
- * exponent is at most ~0. Blocks outside a tile's visible interval (masks.clh, and its inverse
- * seeing_queries) are skipped. Every output row has one writer, so no atomics.
- * Any HEAD_DIM: the rows' last chunk of a width that 16 does not divide is loaded and stored
- * as its TAIL elements (whole 4- and 8-float vectors where TAIL allows), decided once per
- * chunk pass, outside the key loop, as the forward's v13 does (BENCHMARKS.md). */
+ * register tiles of BW_ROWS key rows against blocks of 16 queries packed [d][16] (Q and dO), so
+ * each tile of scores grows by HEAD_DIM broadcast-FMAs into float16 vectors, and one pass over
+ * the visible pairs computes all three gradients (FlashAttention-2's loop order, with the
+ * query side's sums kept per work-item instead of in atomics):
+ *   S^T = k.Q, Pr^T = 2^(S^T - lse[lanes]), dP^T = v.dO, dS^T = Pr^T (dP^T - Dt[lanes]),
+ *   dv += Pr^T dO and dk += dS^T Q (dO and Q as rows, in registers per key row),
+ *   dq[lanes] += dS^T^T K (into the work-item's partial sums, read and written per block).
+ * A work-item owns every SEGMENTS-th group of BW_ROWS * BW_TILES keys of one (b, h) and one
+ * partial dq of the whole sequence, so no two work-items write the same float;
+ * attention_bwd_dq_sum_f32 then adds the SEGMENTS partials into dq. Each pair costs 10*d
+ * FLOPs, where a dq pass of its own would recompute S and dP (14*d; BENCHMARKS.md, "Backward").
+ * Scores are in base 2 with scale * log2(e) folded into the key rows, and lse (natural log) is
+ * turned into base 2 once per lane, so no exponential needs a running maximum: every exponent
+ * is at most ~0. Blocks outside a tile's queries (masks.clh's seeing_queries) are skipped.
+ * Any HEAD_DIM: rows are kept and summed in chunks of 16 floats (ROWPAD, zero-padded), and the
+ * last chunk of a width that 16 does not divide is loaded and stored as its TAIL elements
+ * (whole 4- and 8-float vectors where TAIL allows), decided once per chunk pass, outside the
+ * query loop, as the forward's v13 does (BENCHMARKS.md). */
 
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined by the host"
@@ -32,6 +36,8 @@
 #define CHUNKS ((HEAD_DIM + 15) / 16)
 /* Elements of the last chunk when 16 does not divide HEAD_DIM (0 when it does). */
 #define TAIL (HEAD_DIM % 16)
+/* A row in private memory and in the partial sums: whole chunks of 16, zeros past HEAD_DIM. */
+#define ROWPAD (CHUNKS * 16)
 #define LOG2E 1.4426950408889634f
 
 #include "exp2_bounded.clh"
@@ -43,7 +49,7 @@ IHA_DEFINE_EXP2_BOUNDED(exp2_bounded16, float16, int16)
 #define LANE_IOTA ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 
 /* s[r] = a[r] . the 16 packed columns of blk: HEAD_DIM broadcast-FMAs per row. */
-static inline __attribute__((always_inline)) void tile_dots(float (*a)[HEAD_DIM], const __global float *blk,
+static inline __attribute__((always_inline)) void tile_dots(float (*a)[ROWPAD], const __global float *blk,
                                                            float16 *s)
 {
     #pragma unroll
@@ -154,124 +160,89 @@ static inline void store_rows(__global float *out, int t0, int T, float16 (*acc)
     }
 }
 
-/* One dq tile: its query rows (times scale * log2(e)), their dO rows, lse (base 2) and Dt. */
-typedef struct dq_tile {
-    float qs[BW_ROWS][HEAD_DIM], g[BW_ROWS][HEAD_DIM];
-    float l2[BW_ROWS], dt[BW_ROWS];
-    bw_span span;
-    float16 acc[BW_ROWS][CHUNKS];
-} dq_tile;
-
-/* dq for BW_ROWS * BW_TILES query rows per work-item, over their visible key blocks. */
-__kernel void attention_bwd_dq_tiles_f32(__global const float *q, ulong q_off,     /* [B*H][T][HEAD_DIM] */
-                                         __global const float *kp, ulong kp_off,   /* K packed [B*H][T/16][d][16] */
-                                         __global const float *vp, ulong vp_off,   /* V packed likewise */
-                                         __global const float *k, ulong k_off,     /* [B*H][T][HEAD_DIM] */
-                                         __global const float *dout, ulong d_off,  /* [B*H][T][HEAD_DIM] */
-                                         __global const float *lse, ulong lse_off, /* [B*H][T] natural log */
-                                         __global const float *delta,              /* [B*H][T] */
-                                         __global float *dq, ulong dq_off,         /* [B*H][T][HEAD_DIM] */
-                                         int T, int P, int mask, int window, float scale)
-{
-    const int t0 = get_global_id(0) * BW_ROWS * BW_TILES, bh = get_global_id(1);
-    if (t0 >= T) return;
-    const int blocks = (T + KB - 1) / KB;
-    const size_t rows_base = (size_t)bh * T * HEAD_DIM, packed_base = (size_t)bh * blocks * HEAD_DIM * KB;
-    const float scale_log2 = scale * LOG2E;
-
-    dq_tile tiles[BW_TILES];
-    int lo_min = T, hi_max = 0;
-    for (int i = 0; i < BW_TILES; ++i) {
-        dq_tile *tl = &tiles[i];
-        for (int r = 0; r < BW_ROWS; ++r) {
-            /* Rows past T repeat the last one and are not stored. */
-            const int t = min(t0 + i * BW_ROWS + r, T - 1);
-            span_add(&tl->span, r, visible_range(t, T, P, mask, window));
-            for (int c = 0; c < HEAD_DIM; ++c) {
-                tl->qs[r][c] = q[q_off + rows_base + (size_t)t * HEAD_DIM + c] * scale_log2;
-                tl->g[r][c] = dout[d_off + rows_base + (size_t)t * HEAD_DIM + c];
-            }
-            /* A row that saw no key (lse = -inf) gets probability 0 everywhere: lse = +inf. */
-            const float l = lse[lse_off + (size_t)bh * T + t];
-            tl->l2[r] = l == -INFINITY ? INFINITY : l * LOG2E;
-            tl->dt[r] = delta[(size_t)bh * T + t];
-            for (int cv = 0; cv < CHUNKS; ++cv) tl->acc[r][cv] = (float16)(0.0f);
-        }
-        lo_min = min(lo_min, tl->span.lo_min), hi_max = max(hi_max, tl->span.hi_max);
-    }
-
-    const int zero = T < 0;
-    float ds[BW_ROWS * KB];
-    for (int blk = lo_min / KB; blk <= hi_max / KB; ++blk) {
-        const int j0 = blk * KB;
-        const __global float *kb = kp + kp_off + packed_base + (size_t)blk * HEAD_DIM * KB;
-        const __global float *vb = vp + vp_off + packed_base + (size_t)blk * HEAD_DIM * KB;
-        for (int i = 0; i < BW_TILES; ++i) {
-            dq_tile *tl = &tiles[i];
-            if (!span_touches(&tl->span, j0)) continue; /* skipped, not computed and masked */
-            float16 s[BW_ROWS], dp[BW_ROWS];
-            tile_dots(tl->qs, kb, s);
-            tile_dots(tl->g, vb, dp);
-            #pragma unroll
-            for (int r = 0; r < BW_ROWS; ++r) {
-                const float16 p = masked(&tl->span, r, j0, exp2_bounded16(s[r] - (float16)(tl->l2[r])));
-                vstore16(p * (dp[r] - (float16)(tl->dt[r])), r, ds);
-            }
-            tile_accumulate(tl->acc, ds, k + k_off + rows_base, j0, T - 1, zero);
-        }
-    }
-    for (int i = 0; i < BW_TILES; ++i) store_rows(dq + dq_off + rows_base, t0 + i * BW_ROWS, T, tiles[i].acc, scale);
-}
-
-/* One dk/dv tile: its key rows (times scale * log2(e)) and value rows. */
-typedef struct dkv_tile {
-    float ks[BW_ROWS][HEAD_DIM], vs[BW_ROWS][HEAD_DIM];
+/* One key tile: its key rows (times scale * log2(e)) and value rows, zero-padded to ROWPAD. */
+typedef struct key_tile {
+    float ks[BW_ROWS][ROWPAD], vs[BW_ROWS][ROWPAD];
     bw_span span;
     float16 acc_k[BW_ROWS][CHUNKS], acc_v[BW_ROWS][CHUNKS];
-} dkv_tile;
+} key_tile;
 
-/* dk and dv for BW_ROWS * BW_TILES key rows per work-item, over the query blocks that see them. */
-__kernel void attention_bwd_dkv_tiles_f32(__global const float *qp, ulong qp_off,   /* Q packed [B*H][T/16][d][16] */
-                                          __global const float *gp, ulong gp_off,   /* dO packed likewise */
-                                          __global const float *q, ulong q_off,     /* [B*H][T][HEAD_DIM] */
-                                          __global const float *k, ulong k_off,     /* [B*H][T][HEAD_DIM] */
-                                          __global const float *v, ulong v_off,     /* [B*H][T][HEAD_DIM] */
-                                          __global const float *dout, ulong d_off,  /* [B*H][T][HEAD_DIM] */
-                                          __global const float *lse, ulong lse_off, /* [B*H][T] natural log */
-                                          __global const float *delta,              /* [B*H][T] */
-                                          __global float *dk, ulong dk_off,         /* [B*H][T][HEAD_DIM] */
-                                          __global float *dv, ulong dv_off,         /* [B*H][T][HEAD_DIM] */
-                                          int T, int P, int mask, int window, float scale)
+/* a[i] += sum over the work-item's key rows of ds[row][j + i] * their chunk cv, for 4 queries
+ * j.. j + 3: the key rows' chunks are read from the tiles (L1), the probabilities' gradients as
+ * broadcasts from ds ([BW_TILES * BW_ROWS][KB], read at an offset of `zero`: see
+ * tile_accumulate). 4 queries x 2 ymm accumulators, so each key chunk serves 8 FMAs. */
+static inline __attribute__((always_inline)) void dq_quad(float16 *a, const key_tile *tiles, const float *ds, int j,
+                                                         int cv)
 {
-    const int u0 = get_global_id(0) * BW_ROWS * BW_TILES, bh = get_global_id(1);
-    if (u0 >= T) return;
-    const int blocks = (T + KB - 1) / KB;
-    const size_t rows_base = (size_t)bh * T * HEAD_DIM, packed_base = (size_t)bh * blocks * HEAD_DIM * KB;
-    const float scale_log2 = scale * LOG2E;
+    for (int i = 0; i < BW_TILES; ++i) {
+        #pragma unroll
+        for (int r = 0; r < BW_ROWS; ++r) {
+            const float16 kr = vload16(cv, tiles[i].ks[r]);
+            const float *w = ds + (i * BW_ROWS + r) * KB + j;
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) a[q] = fma((float16)(w[q]), kr, a[q]);
+        }
+    }
+}
 
-    dkv_tile tiles[BW_TILES];
+/* The block's 16 query rows of the partial sums (ROWPAD floats each, rows past T included:
+ * their gradients are 0) += dS^T^T K over the work-item's key rows, chunk by chunk. */
+static inline void dq_accumulate(__global float *part, const key_tile *tiles, const float *ds, int zero)
+{
+    #pragma unroll 1
+    for (int cv = 0; cv < CHUNKS; ++cv) {
+        const float *dc = ds + cv * zero;
+        #pragma unroll 1
+        for (int j = 0; j < KB; j += 4) {
+            __global float *row = part + (size_t)j * ROWPAD;
+            float16 a[4];
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) a[q] = vload16(cv, row + q * ROWPAD);
+            dq_quad(a, tiles, dc, j, cv);
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) vstore16(a[q], cv, row + q * ROWPAD);
+        }
+    }
+}
+
+/* One group of BW_ROWS * BW_TILES keys from u0: dk and dv of its rows, stored, and their share
+ * of dq added into `part`, over the query blocks that see them. */
+static void key_group(const __global float *qpb, const __global float *gpb, const __global float *qb,
+                      const __global float *kb, const __global float *vb, const __global float *gb,
+                      const __global float *lse_bh, const __global float *delta_bh, __global float *dkb,
+                      __global float *dvb, __global float *part, int u0, int T, int P, int mask, int window,
+                      float scale)
+{
+    const float scale_log2 = scale * LOG2E;
+    key_tile tiles[BW_TILES];
     int lo_min = T, hi_max = 0;
     for (int i = 0; i < BW_TILES; ++i) {
-        dkv_tile *tl = &tiles[i];
+        key_tile *tl = &tiles[i];
         for (int r = 0; r < BW_ROWS; ++r) {
+            /* Rows past T repeat the last one and are not stored; their dq share is zeroed
+             * below (a repeated key must not be counted twice). */
             const int u = min(u0 + i * BW_ROWS + r, T - 1);
             span_add(&tl->span, r, seeing_queries(u, T, P, mask, window));
-            for (int c = 0; c < HEAD_DIM; ++c) {
-                tl->ks[r][c] = k[k_off + rows_base + (size_t)u * HEAD_DIM + c] * scale_log2;
-                tl->vs[r][c] = v[v_off + rows_base + (size_t)u * HEAD_DIM + c];
+            for (int c = 0; c < ROWPAD; ++c) {
+                tl->ks[r][c] = c < HEAD_DIM ? kb[(size_t)u * HEAD_DIM + c] * scale_log2 : 0.0f;
+                tl->vs[r][c] = c < HEAD_DIM ? vb[(size_t)u * HEAD_DIM + c] : 0.0f;
             }
             for (int cv = 0; cv < CHUNKS; ++cv) tl->acc_k[r][cv] = tl->acc_v[r][cv] = (float16)(0.0f);
         }
         lo_min = min(lo_min, tl->span.lo_min), hi_max = max(hi_max, tl->span.hi_max);
     }
+    /* The repeated rows past T take no part in dq: their key rows are zeroed. */
+    for (int i = 0; i < BW_TILES; ++i)
+        for (int r = 0; r < BW_ROWS; ++r)
+            if (u0 + i * BW_ROWS + r >= T)
+                for (int c = 0; c < ROWPAD; ++c) tiles[i].ks[r][c] = 0.0f;
 
     const int zero = T < 0;
-    float pr[BW_ROWS * KB], ds[BW_ROWS * KB];
-    const __global float *lse_bh = lse + lse_off + (size_t)bh * T, *delta_bh = delta + (size_t)bh * T;
+    float pr[BW_ROWS * KB], ds[BW_TILES * BW_ROWS * KB];
     for (int blk = lo_min / KB; blk <= hi_max / KB; ++blk) {
         const int j0 = blk * KB;
-        const __global float *qb = qp + qp_off + packed_base + (size_t)blk * HEAD_DIM * KB;
-        const __global float *gb = gp + gp_off + packed_base + (size_t)blk * HEAD_DIM * KB;
+        const __global float *qpk = qpb + (size_t)blk * HEAD_DIM * KB;
+        const __global float *gpk = gpb + (size_t)blk * HEAD_DIM * KB;
         /* The block's queries' lse (base 2) and Dt; lanes past T repeat the last query, whose
          * probability the mask makes 0. */
         float16 l2, dt;
@@ -290,23 +261,76 @@ __kernel void attention_bwd_dkv_tiles_f32(__global const float *qp, ulong qp_off
         /* Queries that saw no key (lse = -inf) get probability 0: lse = +inf. */
         l2 = select(l2, (float16)(INFINITY), l2 == (float16)(-INFINITY));
         for (int i = 0; i < BW_TILES; ++i) {
-            dkv_tile *tl = &tiles[i];
-            if (!span_touches(&tl->span, j0)) continue;
-            float16 s[BW_ROWS], dp[BW_ROWS];
-            tile_dots(tl->ks, qb, s);
-            tile_dots(tl->vs, gb, dp);
+            key_tile *tl = &tiles[i];
+            float *dsi = ds + i * BW_ROWS * KB;
+            if (!span_touches(&tl->span, j0)) {
+                /* Skipped, not computed and masked; it adds nothing to dq. */
+                #pragma unroll
+                for (int r = 0; r < BW_ROWS; ++r) vstore16((float16)(0.0f), r, dsi);
+                continue;
+            }
+            float16 sc[BW_ROWS], dp[BW_ROWS];
+            tile_dots(tl->ks, qpk, sc);
+            tile_dots(tl->vs, gpk, dp);
             #pragma unroll
             for (int r = 0; r < BW_ROWS; ++r) {
-                const float16 p = masked(&tl->span, r, j0, exp2_bounded16(s[r] - l2));
+                const float16 p = masked(&tl->span, r, j0, exp2_bounded16(sc[r] - l2));
                 vstore16(p, r, pr);
-                vstore16(p * (dp[r] - dt), r, ds);
+                vstore16(p * (dp[r] - dt), r, dsi);
             }
-            tile_accumulate(tl->acc_v, pr, dout + d_off + rows_base, j0, T - 1, zero);
-            tile_accumulate(tl->acc_k, ds, q + q_off + rows_base, j0, T - 1, zero);
+            tile_accumulate(tl->acc_v, pr, gb, j0, T - 1, zero);
+            tile_accumulate(tl->acc_k, dsi, qb, j0, T - 1, zero);
         }
+        dq_accumulate(part + (size_t)j0 * ROWPAD, tiles, ds, zero);
     }
     for (int i = 0; i < BW_TILES; ++i) {
-        store_rows(dk + dk_off + rows_base, u0 + i * BW_ROWS, T, tiles[i].acc_k, scale);
-        store_rows(dv + dv_off + rows_base, u0 + i * BW_ROWS, T, tiles[i].acc_v, 1.0f);
+        store_rows(dkb, u0 + i * BW_ROWS, T, tiles[i].acc_k, scale);
+        store_rows(dvb, u0 + i * BW_ROWS, T, tiles[i].acc_v, 1.0f);
     }
+}
+
+/* dk, dv and SEGMENTS partial dq sums: work-item (s, bh) takes the key groups s, s + segments,
+ * ... of sequence bh, and its partial [blocks * 16][ROWPAD] at part + (s * B*H + bh) * that. */
+__kernel void attention_bwd_tiles_f32(__global const float *qp, ulong qp_off,   /* Q packed [B*H][T/16][d][16] */
+                                      __global const float *gp, ulong gp_off,   /* dO packed likewise */
+                                      __global const float *q, ulong q_off,     /* [B*H][T][HEAD_DIM] */
+                                      __global const float *k, ulong k_off,     /* [B*H][T][HEAD_DIM] */
+                                      __global const float *v, ulong v_off,     /* [B*H][T][HEAD_DIM] */
+                                      __global const float *dout, ulong d_off,  /* [B*H][T][HEAD_DIM] */
+                                      __global const float *lse, ulong lse_off, /* [B*H][T] natural log */
+                                      __global const float *delta,              /* [B*H][T] */
+                                      __global float *dk, ulong dk_off,         /* [B*H][T][HEAD_DIM] */
+                                      __global float *dv, ulong dv_off,         /* [B*H][T][HEAD_DIM] */
+                                      __global float *part,                     /* see above */
+                                      int segments, int T, int P, int mask, int window, float scale)
+{
+    const int s = get_global_id(0), bh = get_global_id(1), bhs = get_global_size(1);
+    if (s >= segments) return;
+    const int blocks = (T + KB - 1) / KB, per_group = BW_ROWS * BW_TILES;
+    const size_t rows_base = (size_t)bh * T * HEAD_DIM, packed_base = (size_t)bh * blocks * HEAD_DIM * KB;
+    const size_t part_rows = (size_t)blocks * KB * ROWPAD;
+    __global float *pb = part + ((size_t)s * bhs + bh) * part_rows;
+    for (size_t i = 0; i < part_rows; i += 16) vstore16((float16)(0.0f), 0, pb + i);
+    for (int u0 = s * per_group; u0 < T; u0 += segments * per_group)
+        key_group(qp + qp_off + packed_base, gp + gp_off + packed_base, q + q_off + rows_base, k + k_off + rows_base,
+                  v + v_off + rows_base, dout + d_off + rows_base, lse + lse_off + (size_t)bh * T,
+                  delta + (size_t)bh * T, dk + dk_off + rows_base, dv + dv_off + rows_base, pb, u0, T, P, mask,
+                  window, scale);
+}
+
+/* dq = ln 2 * the sum of the segments' partials (their key rows carried scale * log2(e)): one
+ * work-item per row t of sequence bh. */
+__kernel void attention_bwd_dq_sum_f32(__global const float *part, int segments, __global float *dq, ulong dq_off,
+                                       int T)
+{
+    const int t = get_global_id(0), bh = get_global_id(1), bhs = get_global_size(1);
+    if (t >= T) return;
+    const size_t part_rows = (size_t)((T + KB - 1) / KB) * KB * ROWPAD;
+    float16 acc[CHUNKS];
+    for (int cv = 0; cv < CHUNKS; ++cv) acc[cv] = (float16)(0.0f);
+    for (int s = 0; s < segments; ++s) {
+        const __global float *row = part + ((size_t)s * bhs + bh) * part_rows + (size_t)t * ROWPAD;
+        for (int cv = 0; cv < CHUNKS; ++cv) acc[cv] += vload16(cv, row);
+    }
+    store_rows(dq + dq_off + (size_t)bh * T * HEAD_DIM, t, t + 1, (float16(*)[CHUNKS])acc, M_LN2_F);
 }

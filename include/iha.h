@@ -354,10 +354,13 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
  * options->storage half stores the eight activation tensors in half (lse stays float), with
  * float arithmetic. Each output must not overlap any input or another output
  * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. Internal workspace: B*H*T
- * floats, on devices that are not GPUs four packed copies of the inputs
- * (4*B*H*ceil(T/16)*16*d floats), and with half storage float copies of the eight tensors
- * (8*B*H*T*d floats), counted against the device's memory before anything is enqueued. There it runs register-tile kernels like the forward's; on GPUs simpler
- * row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward").
+ * floats; on devices that are not GPUs packed copies of qt and dout (2*B*H*ceil(T/16)*16*d
+ * floats) and S partial sums of dqt (S*B*H*ceil(T/16)*16*ceil(d/16)*16 floats, where
+ * S = ceil(4 * compute units / (B*H)), at most 8: 1 for B*H = 8 on 2 cores); with half storage
+ * float copies of the eight tensors (8*B*H*T*d floats). All of it is counted against the
+ * device's memory before anything is enqueued. Devices that are not GPUs run one
+ * register-tile pass, built like the forward's kernel, that computes all three gradients; GPUs
+ * run simpler row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward").
  * iha_backward below is the whole layer's backward pass. */
 iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                   iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
@@ -428,8 +431,7 @@ iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_atte
  *   - iha_backward_saved: iha_backward's rules and limits, with saved one more input that must
  *     lie apart from x, dz and the weights, and that no output may overlap. Its outputs are bit
  *     for bit iha_backward's for the same inputs. Its workspace is iha_backward's less
- *     B*H*T*d + B*H*T floats (on GPUs also less the forward's packed keys; on CPUs the
- *     attention backward's own packed keys take that buffer anyway). */
+ *     B*H*T*d + B*H*T floats and the forward's packed keys. */
 /* The number of floats of a saved buffer for this shape, into *elements (0 on failure). ctx may
  * be NULL; when it is not, a failure's reason goes to its message. The shape is checked as a
  * layer call checks it: IHA_ERROR_INVALID_ARGUMENT, IHA_ERROR_SIZE_OVERFLOW or

@@ -106,8 +106,12 @@ static void shapes_against_reference(void **state)
         {1, 20, 2, 256, 1, IHA_MASK_NONE, 0, 0.0f, 0},          {1, 7, 1, 48, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},
         {2, 9, 2, 32, 3, IHA_MASK_TOKEN_CAUSAL, 2, 0.0f, 0},    {1, 21, 1, 16, 3, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
         {1, 13, 1, 32, 3, IHA_MASK_NONE, 3, 0.0f, 0},           {1, 30, 1, 64, 2, IHA_MASK_CAUSAL, 4, 0.0f, 0},
-        /* several tile work-items at d > 64 (64 rows each) */
+        /* several key groups at d > 64 (64 rows each), each in a work-item of its own */
         {1, 75, 1, 128, 2, IHA_MASK_CAUSAL, 0, 0.0f, 0},        {1, 50, 1, 256, 3, IHA_MASK_TOKEN_CAUSAL, 20, 0.0f, 0},
+        /* work-items that take several key groups, adding into one partial dq: on 2 compute
+         * units B*H = 8 makes one per sequence (two groups of 32 keys) and B*H = 2 four (five
+         * groups: the first work-item takes groups 0 and 4) */
+        {2, 20, 4, 24, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},         {1, 45, 2, 16, 3, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
         /* P = 1 under the causal masks, windows of N and beyond, other scales, input offsets */
         {1, 9, 2, 16, 1, IHA_MASK_CAUSAL, 0, 0.7f, 3}, {1, 11, 1, 9, 1, IHA_MASK_TOKEN_CAUSAL, 4, -0.3f, 1},
         {1, 6, 1, 32, 2, IHA_MASK_CAUSAL, 6, 0.0f, 5}, {1, 5, 1, 7, 3, IHA_MASK_NONE, 9, 0.25f, 2},
@@ -141,16 +145,20 @@ static void internal_case(const bwd_case *c, int tiles, int dead_row, uint64_t s
         lf[bh * T + 1] = -INFINITY;
         for (size_t x = 0; x < c->d; x++) of[(bh * T + 1) * c->d + x] = 0.0f, gref[(bh * T + 1) * c->d + x] = 0.0f;
     }
-    cl_mem b[6], out[3], packed[4] = {NULL, NULL, NULL, NULL}, delta = tu_buffer_new(tu_ctx, rows);
+    cl_mem b[6], out[3], packed[3] = {NULL, NULL, NULL}, delta = tu_buffer_new(tu_ctx, rows);
     for (int i = 0; i < 3; i++) b[i] = tu_buffer_guarded(tu_ctx, in[i], n, 0, 0, 0);
     b[3] = tu_buffer_guarded(tu_ctx, of, n, 0, 0, 0);
     b[4] = tu_buffer_guarded(tu_ctx, lf, rows, 0, 0, 0);
     b[5] = tu_buffer_guarded(tu_ctx, in[3], n, 0, 0, 0);
     for (int i = 0; i < 3; i++) out[i] = tu_buffer_guarded(tu_ctx, NULL, n, 0, 0, 0);
-    for (int i = 0; tiles && i < 4; i++) packed[i] = tu_buffer_new(tu_ctx, iha__packed_keys_elements(&dims, 16));
+    /* The tile kernel's workspace: packed Q and dO, then its partial dq sums, each followed by
+     * a guard that must come back untouched. */
+    size_t work[3] = {iha__packed_keys_elements(&dims, 16), iha__packed_keys_elements(&dims, 16), 0};
+    assert_true(iha__attention_backward_partial_elements(tu_ctx, &dims, &work[2]));
+    for (int i = 0; tiles && i < 3; i++) packed[i] = tu_buffer_guarded(tu_ctx, NULL, work[i], 0, GUARD, -7.0f);
     iha_backward_refs r = {{b[0], 0},   {b[1], 0},   {b[2], 0},   {b[3], 0}, {b[4], 0},
                            {b[5], 0},   {out[0], 0}, {out[1], 0}, {out[2], 0}, delta,
-                           {packed[0], packed[1], packed[2], packed[3]}};
+                           {packed[0], packed[1]}, packed[2]};
     const float scale = c->scale != 0.0f ? c->scale : 1.0f / sqrtf((float)c->d);
     tu_assert_status(tu_ctx, iha__attention_backward_enqueue(tu_ctx, &dims, &r, c->mask, (size_t)c->window, scale),
                      IHA_OK);
@@ -165,8 +173,10 @@ static void internal_case(const bwd_case *c, int tiles, int dead_row, uint64_t s
         tu_assert_close(names[tiles][i], got, ref[i], n, TU_TOL_F32);
         free(ref[i]);
     }
+    for (int i = 0; tiles && i < 3; i++) tu_assert_guard(tu_ctx, packed[i], work[i], 0, GUARD, -7.0f);
     free(got), free(o), free(lse), free(of), free(lf), free(gref);
-    for (int i = 0; i < 4; i++) free(in[i]), tu_buffer_release(packed[i]);
+    for (int i = 0; i < 4; i++) free(in[i]);
+    for (int i = 0; i < 3; i++) tu_buffer_release(packed[i]);
     for (int i = 0; i < 6; i++) tu_buffer_release(b[i]);
     for (int i = 0; i < 3; i++) tu_buffer_release(out[i]);
     tu_buffer_release(delta);

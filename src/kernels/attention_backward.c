@@ -1,19 +1,22 @@
-/* Host side of the attention backward kernels: the row dots Dt, then dq, then dk and dv, all on
- * the context's in-order queue. CPUs take the register-tile kernels of
- * cl/attention_backward_tiles.cl (on packed copies of K, V, Q and dO); GPUs the
- * row-per-work-item kernels of cl/attention_backward.cl. */
+/* Host side of the attention backward kernels, all on the context's in-order queue: the row dots
+ * Dt, then CPUs take cl/attention_backward_tiles.cl's one pass over the visible pairs (on packed
+ * copies of Q and dO, with partial dq sums) and its sum of the partials; GPUs take
+ * cl/attention_backward.cl's dq and then dk and dv, one row per work-item. */
 #include "kernels/kernels.h"
 
 #include <stdio.h>
 
+#include "common/checked.h"
 #include "runtime/launch.h"
 
-/* Rows of the tile kernels' register tiles. A work-item takes 8 tiles (32 rows) at d <= 64 and
- * 16 (64 rows) above, so that it streams the keys and values (or queries and dO) it needs once
- * for all its rows: at T = 8192, d = 128 one tile per work-item left the kernels waiting on
+/* Rows of the tile kernel's register tiles. A work-item takes groups of 8 tiles (32 key rows)
+ * at d <= 64 and 16 (64 rows) above, so that it streams the queries and dO it needs once for all
+ * of a group's rows: at T = 8192, d = 128 one tile per work-item left the kernels waiting on
  * that stream (27.5 GFLOP/s against 77-86 with 16 to 64 tiles; BENCHMARKS.md, "Backward").
  * The tiles' state (four arrays of 4 rows of d floats) then lives in L2, read once per block. */
 #define BW_ROWS 4
+
+static int tiles_per_group(size_t head_dim) { return head_dim <= 64 ? 8 : 16; }
 
 int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
 {
@@ -21,6 +24,31 @@ int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
      * hold them, a GPU's registers do not. */
     (void)head_dim; /* every width: the kernels load and store a partial last chunk */
     return !ctx->info.is_gpu;
+}
+
+/* Work-items per (b, h) of the tile kernel, each with its own partial dq: enough for four per
+ * compute unit over all B*H sequences (a work-item runs a whole sequence's share, so fewer
+ * leave units idle), at most 8 (each is a dq-sized buffer), and no more than the sequence has
+ * key groups. B*H = 8 on 2 compute units: 1, so the partial is one copy of dq. */
+#define MAX_SEGMENTS 8
+
+static size_t segments(const iha_context *ctx, const iha_dims *dims)
+{
+    const size_t bh = dims->B * dims->H, cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
+    const size_t per_group = (size_t)BW_ROWS * (size_t)tiles_per_group(dims->d);
+    const size_t groups = (dims->T + per_group - 1) / per_group;
+    size_t s = (4 * cu + bh - 1) / bh;
+    if (s > MAX_SEGMENTS) s = MAX_SEGMENTS;
+    return s < 1 ? 1 : s > groups ? groups : s;
+}
+
+int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_dims *dims, size_t *elements)
+{
+    /* segments x B*H partials of ceil(T/16)*16 rows of d rounded up to 16 floats. */
+    const size_t rows = (dims->T + 15) / 16 * 16, width = (dims->d + 15) / 16 * 16;
+    size_t n;
+    return iha__mul(segments(ctx, dims), dims->B * dims->H, &n) && iha__mul(n, rows, &n) &&
+           iha__mul(n, width, elements);
 }
 
 static void arg_ref(iha_args *a, iha_ref r) { iha__arg_tensor(a, r.mem, r.offset); }
@@ -70,34 +98,19 @@ iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dim
         return iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dkv_f32");
     }
 
-    /* K, V, Q and dO in 16-column blocks [B*H][T/16][d][16], zero-padded. */
-    const iha_ref sources[4] = {r->kt, r->vt, r->qt, r->dout};
-    for (int i = 0; i < 4; ++i)
+    /* Q and dO in 16-column blocks [B*H][T/16][d][16], zero-padded. */
+    const iha_ref sources[2] = {r->qt, r->dout};
+    for (int i = 0; i < 2; ++i)
         IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, dims, sources[i], (iha_ref){r->packed[i], 0}, 16));
-    const int tiles_per_item = dims->d <= 64 ? 8 : 16;
-    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, BW_ROWS, tiles_per_item);
-    const size_t per_item = (size_t)BW_ROWS * (size_t)tiles_per_item;
-    const size_t tiles[2] = {(dims->T + per_item - 1) / per_item, dims->B * dims->H}, one[2] = {1, 1};
+    const cl_int segs = (cl_int)segments(ctx, dims);
+    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, BW_ROWS,
+             tiles_per_group(dims->d));
+    const size_t items[2] = {(size_t)segs, dims->B * dims->H}, one[2] = {1, 1};
 
-    IHA_FORWARD_IF_ERROR(
-        iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_dq_tiles_f32", &k));
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_tiles_f32", &k));
     a = iha__args_begin(k);
-    arg_ref(&a, r->qt);
     iha__arg_tensor(&a, r->packed[0], 0);
     iha__arg_tensor(&a, r->packed[1], 0);
-    arg_ref(&a, r->kt);
-    arg_ref(&a, r->dout);
-    arg_ref(&a, r->lse);
-    iha__arg_mem(&a, r->delta);
-    arg_ref(&a, r->dqt);
-    arg_mask(&a, dims, mask, window, scale);
-    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, tiles, one, "attention_bwd_dq_tiles_f32"));
-
-    IHA_FORWARD_IF_ERROR(
-        iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_dkv_tiles_f32", &k));
-    a = iha__args_begin(k);
-    iha__arg_tensor(&a, r->packed[2], 0);
-    iha__arg_tensor(&a, r->packed[3], 0);
     arg_ref(&a, r->qt);
     arg_ref(&a, r->kt);
     arg_ref(&a, r->vt);
@@ -106,6 +119,16 @@ iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dim
     iha__arg_mem(&a, r->delta);
     arg_ref(&a, r->dkt);
     arg_ref(&a, r->dvt);
+    iha__arg_mem(&a, r->partial);
+    iha__arg_int(&a, segs);
     arg_mask(&a, dims, mask, window, scale);
-    return iha__launch(ctx, &a, 2, tiles, one, "attention_bwd_dkv_tiles_f32");
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, items, one, "attention_bwd_tiles_f32"));
+
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_dq_sum_f32", &k));
+    a = iha__args_begin(k);
+    iha__arg_mem(&a, r->partial);
+    iha__arg_int(&a, segs);
+    arg_ref(&a, r->dqt);
+    iha__arg_int(&a, (cl_int)dims->T);
+    return iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dq_sum_f32");
 }

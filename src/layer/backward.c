@@ -35,21 +35,24 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
         for (int i = 0; i < j; ++i)
             IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, out[j], n, out[i], n, a, out_names[j], out_names[i]));
     }
-    /* Workspace: Dt, one float per virtual row; for the tile kernels packed copies of K, V, Q
-     * and dO; with half activations float copies of the five inputs and the three outputs. */
+    /* Workspace: Dt, one float per virtual row; for the tile kernel packed copies of Q and dO
+     * and its partial dq sums; with half activations float copies of the five inputs and the
+     * three outputs. */
     const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
     const size_t packed = iha__packed_keys_elements(&p.dims, 16);
-    size_t total = SIZE_MAX, copies, floats;
-    if (iha__mul(packed, tiled ? 4 : 0, &copies) && iha__mul(n, p.act_half ? 8 : 0, &floats) &&
-        iha__add(copies, floats, &copies))
+    size_t partial = 0, total = SIZE_MAX, copies, floats;
+    if ((!tiled || iha__attention_backward_partial_elements(ctx, &p.dims, &partial)) &&
+        iha__mul(packed, tiled ? 2 : 0, &copies) && iha__add(copies, partial, &copies) &&
+        iha__mul(n, p.act_half ? 8 : 0, &floats) && iha__add(copies, floats, &copies))
         iha__add(copies, p.lse_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
-    cl_mem delta, packs[4] = {NULL, NULL, NULL, NULL};
+    cl_mem delta, packs[2] = {NULL, NULL}, sums = NULL;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &delta));
     if (tiled) {
         /* The slots the forward calls use for their pseudo tensors, free during this call. */
-        static const iha_workspace_slot slots[4] = {IHA_WS_KT, IHA_WS_VT, IHA_WS_QT, IHA_WS_O};
-        for (int i = 0; i < 4; ++i) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, slots[i], packed * f, &packs[i]));
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_QT, packed * f, &packs[0]));
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_O, packed * f, &packs[1]));
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_VT, partial * f, &sums));
     }
     /* Float views: the inputs themselves, or their conversions in the layer backward's slots,
      * which no other part of this call uses. */
@@ -63,7 +66,7 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
         IHA_FORWARD_IF_ERROR(
             iha__output_float(ctx, &p, out[j], n, (iha_workspace_slot)(IHA_WS_GRAD + 5 + j), &view[6 + j]));
     iha_backward_refs r = {view[0], view[1], view[2], view[3], view[4], view[5], view[6], view[7], view[8],
-                           delta,   {packs[0], packs[1], packs[2], packs[3]}};
+                           delta,   {packs[0], packs[1]}, sums};
     IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, &p.dims, &r, p.mask, p.window, p.scale));
     for (int j = 0; j < 3; ++j) IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, view[6 + j], out[j], n));
     return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);

@@ -17,8 +17,8 @@
 
 /* The call's own tensors, each in workspace slot IHA_WS_GRAD + role. The forward's slots hold
  * what they hold in iha_forward (Q, K, V, Y, and the packed keys in IHA_WS_KT); the attention
- * backward packs into IHA_WS_QT, IHA_WS_KT, IHA_WS_VT and IHA_WS_O, so the pseudo tensors it
- * reads live here. */
+ * backward's tile kernel packs into IHA_WS_QT and IHA_WS_O and keeps its partial dq sums in
+ * IHA_WS_VT, so the pseudo tensors it reads live here. */
 enum {
     G_DY, G_DQ, G_DK, G_DV,                /* token tensors [B][N][H][d] */
     G_QT, G_KT, G_VT, G_O, G_DO,           /* pseudo tensors [B][H][T][d], keys as rows */
@@ -37,23 +37,16 @@ typedef struct grad_buffers {
     cl_mem t[G_ROLES];
     iha_ref o, lse; /* the G_O and G_LSE slots, or the caller's saved state */
     cl_mem q, k, v, y, packed_keys;
-    cl_mem delta, packed[4]; /* the attention backward's: Dt, and on CPUs K, V, Q, dO packed */
+    cl_mem delta, packed[2], partial; /* the attention backward's: Dt, and on CPUs Q, dO packed and
+                                         the partial dq sums */
 } grad_buffers;
 
 static iha_ref at(cl_mem m) { return (iha_ref){m, 0}; }
 
-/* The IHA_WS_KT slot: the forward's packed keys (not with saved state), then (tile kernels) the
- * attention backward's packed K. */
-static size_t packed_keys_elements(const iha_plan *p, int tiled, int saved)
-{
-    const size_t packed16 = tiled ? iha__packed_keys_elements(&p->dims, 16) : 0, forward = saved ? 0 : p->packed_elems;
-    return packed16 > forward ? packed16 : forward;
-}
-
 /* Element counts of the roles' slots into sizes (0: not allocated; with saved state, O and its
  * LSE are the caller's); returns the total of every buffer the call allocates (each slot
- * counted once), 0 on overflow. */
-static size_t workspace_elements(const iha_plan *p, int tiled, int saved, size_t sizes[G_ROLES])
+ * counted once), 0 on overflow. `partial`: the tile kernel's partial sums (0 without it). */
+static size_t workspace_elements(const iha_plan *p, int tiled, int saved, size_t partial, size_t sizes[G_ROLES])
 {
     const size_t te = p->token_elems, ve = p->virtual_elems, tr = te > p->w_elems ? te : p->w_elems;
     const size_t o = saved ? 0 : ve, lse = saved ? 0 : p->lse_elems;
@@ -68,12 +61,14 @@ static size_t workspace_elements(const iha_plan *p, int tiled, int saved, size_t
         sizes[i] = fixed[i];
         if (!iha__add(total, fixed[i], &total)) return 0;
     }
-    /* Q, K, V, Y, the packed keys, Dt, and with the tile kernels their packed V, Q and dO. */
+    /* Q, K, V, Y, the forward's packed keys, Dt, and with the tile kernel its packed Q and dO
+     * and partial sums. */
     const size_t packed16 = iha__packed_keys_elements(&p->dims, 16);
     size_t more = 0;
     if (!iha__mul(te, 4, &more) || !iha__add(total, more, &total) ||
-        !iha__add(total, packed_keys_elements(p, tiled, saved), &total) || !iha__add(total, p->lse_elems, &total) ||
-        !iha__mul(packed16, tiled ? 3 : 0, &more) || !iha__add(total, more, &total))
+        !iha__add(total, saved ? 0 : p->packed_elems, &total) || !iha__add(total, p->lse_elems, &total) ||
+        !iha__mul(packed16, tiled ? 2 : 0, &more) || !iha__add(total, more, &total) ||
+        !iha__add(total, partial, &total))
         return 0;
     return total;
 }
@@ -239,10 +234,8 @@ static iha_status run(iha_context *ctx, const iha_plan *p, const iha_layer_weigh
 
     /* Attention, then the rotation's gradient. */
     iha_backward_refs r = {at(g->t[G_QT]), at(g->t[G_KT]), at(g->t[G_VT]), g->o, g->lse,
-                           at(g->t[G_DO]), at(g->t[G_DQT]), at(g->t[G_DKT]), at(g->t[G_DVT]), NULL,
-                           {NULL, NULL, NULL, NULL}};
-    r.delta = g->delta;
-    for (int i = 0; i < 4; ++i) r.packed[i] = g->packed[i];
+                           at(g->t[G_DO]), at(g->t[G_DQT]), at(g->t[G_DKT]), at(g->t[G_DVT]), g->delta,
+                           {g->packed[0], g->packed[1]}, g->partial};
     IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, dims, &r, p->mask, p->window, p->scale));
     if (rope) {
         IHA_FORWARD_IF_ERROR(iha__rope_inverse_enqueue(ctx, dims, r.dqt, rope));
@@ -315,8 +308,10 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(check_outputs(ctx, &p, w, x, dz, saved, out));
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
     const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
-    size_t sizes[G_ROLES];
-    size_t total = workspace_elements(&p, tiled, from_saved, sizes);
+    size_t sizes[G_ROLES], partial = 0;
+    size_t total = !tiled || iha__attention_backward_partial_elements(ctx, &p.dims, &partial)
+                       ? workspace_elements(&p, tiled, from_saved, partial, sizes)
+                       : 0;
     const size_t converted_weight = iha__project_workspace_elements(&p, rows);
     if (total && !iha__add(total, converted_weight, &total)) total = 0;
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total ? total : SIZE_MAX, f));
@@ -334,17 +329,15 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_V, p.token_elems * f, &g.v));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Y, p.token_elems * f, &g.y));
     /* Every buffer exists before the first enqueue, so a device that cannot hold one refuses
-     * the call before anything is written. IHA_WS_KT holds the forward's packed keys, then the
-     * attention backward's packed K (the in-order queue runs them one after the other). */
+     * the call before anything is written. */
     const size_t packed16 = iha__packed_keys_elements(&p.dims, 16);
-    g.packed_keys = NULL;
-    const size_t packed_keys = packed_keys_elements(&p, tiled, from_saved);
-    if (packed_keys > 0) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, packed_keys * f, &g.packed_keys));
+    g.packed_keys = g.packed[0] = g.packed[1] = g.partial = NULL;
+    if (!from_saved) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p.packed_elems * f, &g.packed_keys));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &g.delta));
-    static const iha_workspace_slot packed_slots[4] = {IHA_WS_KT, IHA_WS_VT, IHA_WS_QT, IHA_WS_O};
-    for (int i = 0; i < 4; ++i) {
-        g.packed[i] = NULL;
-        if (tiled) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, packed_slots[i], packed16 * f, &g.packed[i]));
+    if (tiled) {
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_QT, packed16 * f, &g.packed[0]));
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_O, packed16 * f, &g.packed[1]));
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_VT, partial * f, &g.partial));
     }
     cl_mem converted = NULL, rope = NULL;
     if (converted_weight > 0)
