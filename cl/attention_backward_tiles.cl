@@ -219,10 +219,12 @@ static void key_group(const __global float *qpb, const __global float *gpb, cons
     for (int i = 0; i < BW_TILES; ++i) {
         key_tile *tl = &tiles[i];
         for (int r = 0; r < BW_ROWS; ++r) {
-            /* Rows past T repeat the last one and are not stored; their dq share is zeroed
-             * below (a repeated key must not be counted twice). */
+            /* Rows past T repeat the last one and are not stored. Their span is empty, so their
+             * probabilities and gradients are selected to 0 (and a repeated key adds nothing to
+             * dq): zeroing their key rows instead would make 2^(0 - lse) of a very negative lse
+             * overflow, and select is what keeps any such value out. */
             const int u = min(u0 + i * BW_ROWS + r, T - 1);
-            span_add(&tl->span, r, seeing_queries(u, T, P, mask, window));
+            span_add(&tl->span, r, u0 + i * BW_ROWS + r < T ? seeing_queries(u, T, P, mask, window) : (int2)(T, -1));
             for (int c = 0; c < ROWPAD; ++c) {
                 tl->ks[r][c] = c < HEAD_DIM ? kb[(size_t)u * HEAD_DIM + c] * scale_log2 : 0.0f;
                 tl->vs[r][c] = c < HEAD_DIM ? vb[(size_t)u * HEAD_DIM + c] : 0.0f;
@@ -231,11 +233,6 @@ static void key_group(const __global float *qpb, const __global float *gpb, cons
         }
         lo_min = min(lo_min, tl->span.lo_min), hi_max = max(hi_max, tl->span.hi_max);
     }
-    /* The repeated rows past T take no part in dq: their key rows are zeroed. */
-    for (int i = 0; i < BW_TILES; ++i)
-        for (int r = 0; r < BW_ROWS; ++r)
-            if (u0 + i * BW_ROWS + r >= T)
-                for (int c = 0; c < ROWPAD; ++c) tiles[i].ks[r][c] = 0.0f;
 
     const int zero = T < 0;
     float pr[BW_ROWS * KB], ds[BW_TILES * BW_ROWS * KB];

@@ -349,14 +349,15 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
  *   outputs  dqt, dkt, dvt        [batch][heads][tokens*pseudo][head_dim]
  * where o and lse are what iha_attention wrote for qt, kt, vt with the same shape and options
  * (lse is required here), and dout = dLoss/do; shape->model_dim is ignored. FlashAttention-2 style: the probabilities are
- * recomputed from lse, so the extra memory is B*H*T floats, never a T x T matrix. The same
+ * recomputed from lse, so no T x T matrix is ever formed (workspace below). The same
  * options as iha_attention (mask, window, scale; rope must be 0; weight_storage is ignored);
  * options->storage half stores the eight activation tensors in half (lse stays float), with
  * float arithmetic. Each output must not overlap any input or another output
  * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. Internal workspace: B*H*T
  * floats; on devices that are not GPUs packed copies of qt and dout (2*B*H*ceil(T/16)*16*d
  * floats) and S partial sums of dqt (S*B*H*ceil(T/16)*16*ceil(d/16)*16 floats, where
- * S = ceil(4 * compute units / (B*H)), at most 8: 1 for B*H = 8 on 2 cores); with half storage
+ * S = ceil(4 * compute units / (B*H)), at most 64/(B*H) (at least 1) and at most ceil(T/32)
+ * (ceil(T/64) for d > 64): 1 for B*H = 8 on 2 cores); with half storage
  * float copies of the eight tensors (8*B*H*T*d floats). All of it is counted against the
  * device's memory before anything is enqueued. Devices that are not GPUs run one
  * register-tile pass, built like the forward's kernel, that computes all three gradients; GPUs
@@ -391,8 +392,9 @@ typedef struct iha_layer_grads {
  *     alpha_q/k/v or r, when asked for, is the gradient at the identity.
  *   - Every output must lie apart from x, dz, every weight and every other output
  *     (IHA_ERROR_INVALID_ARGUMENT); every element of each output is written.
- *   - Workspace, all of it: about 9*B*N*H*d + B*N*D + 13*B*H*T*d floats (T = N*P; 9 instead of
- *     13 on GPUs), with half storage also float copies of x, dz and dx (3*B*N*D) and of the
+ *   - Workspace, all of it: about 9*B*N*H*d + B*N*D + (11 + S)*B*H*T*d floats (T = N*P; S the
+ *     attention backward's partial sums of dQt, see iha_attention_backward; 9 instead of 11 + S
+ *     on GPUs), with half storage also float copies of x, dz and dx (3*B*N*D) and of the
  *     weights and gradients (8*D*H*d + 8*H*H*P, and past 16 rows one more D*H*d for the
  *     forward's projections, converted as iha_forward converts them), every buffer counted
  *     against the device's memory and allocated before anything is enqueued; never a T x T

@@ -26,11 +26,13 @@ int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
     return !ctx->info.is_gpu;
 }
 
-/* Work-items per (b, h) of the tile kernel, each with its own partial dq: enough for four per
- * compute unit over all B*H sequences (a work-item runs a whole sequence's share, so fewer
- * leave units idle), at most 8 (each is a dq-sized buffer), and no more than the sequence has
- * key groups. B*H = 8 on 2 compute units: 1, so the partial is one copy of dq. */
-#define MAX_SEGMENTS 8
+/* Work-items per (b, h) of the tile kernel, each with a partial dq of its own: enough for four
+ * per compute unit over all B*H sequences (a work-item runs a whole sequence's share, so fewer
+ * leave units idle), no more than the sequence has key groups, and at most 64 work-items in
+ * all unless B*H alone is more (the partials take S*B*H*T*d floats; 64 keeps them within
+ * 64*T*d, which with few sequences is little). B*H = 8 on 2 compute units: S = 1, one copy of
+ * dq. */
+#define MAX_PARTIALS 64
 
 static size_t segments(const iha_context *ctx, const iha_dims *dims)
 {
@@ -38,7 +40,7 @@ static size_t segments(const iha_context *ctx, const iha_dims *dims)
     const size_t per_group = (size_t)BW_ROWS * (size_t)tiles_per_group(dims->d);
     const size_t groups = (dims->T + per_group - 1) / per_group;
     size_t s = (4 * cu + bh - 1) / bh;
-    if (s > MAX_SEGMENTS) s = MAX_SEGMENTS;
+    if (s > MAX_PARTIALS / bh) s = MAX_PARTIALS / bh;
     return s < 1 ? 1 : s > groups ? groups : s;
 }
 

@@ -93,7 +93,9 @@ typedef struct iha_backward_refs {
 int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim);
 /* The tile kernel's partial sums, in floats, into *elements; returns 0 when the count overflows size_t. */
 int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_dims *dims, size_t *elements);
-/* Dt = dO . O per row, then dqt, then dkt and dvt. Every output element is written. */
+/* Dt = dO . O per row, then the gradients: with packed buffers one pass for dkt, dvt and the
+ * partial sums of dqt, then their sum into dqt; without, dqt, then dkt and dvt. Every output
+ * element is written. */
 iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *refs,
                                            int mask, size_t window, float scale);
 /* ---- The layer backward's other steps (cl/layer_backward.cl) ---- */
