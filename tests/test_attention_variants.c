@@ -107,14 +107,21 @@ static void check(iha_context *ctx, const char *what, iha_buffer b, size_t n, co
     free(out);
 }
 
+/* The shape and options of one case. */
+static void problem_of(const shape_case *c, iha_shape *s, iha_attention_options *o)
+{
+    *s = (iha_shape){c->B, c->N, 0, c->H, c->d, c->P};
+    iha_attention_options_init(o);
+    o->mask = c->mask;
+    o->window = c->window;
+}
+
 /* iha_attention with LSE on one shape, in the configuration the profile forces. */
 static void run_shape(iha_context *ctx, const shape_case *c, const char *expected_config, uint64_t seed)
 {
-    const iha_shape s = {c->B, c->N, 0, c->H, c->d, c->P};
+    iha_shape s;
     iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.mask = c->mask;
-    o.window = c->window;
+    problem_of(c, &s, &o);
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     const size_t n = tu_count_virtual(&s), nl = c->B * c->H * c->N * c->P;
@@ -190,11 +197,9 @@ static void variant_test(void **state)
         }
         /* A configuration the space refuses for this bucket (4x8 tiles past d = 128) never runs:
          * the lookup passes over it, so there is nothing to force. */
-        const iha_shape shape = {c->B, c->N, 0, c->H, c->d, c->P};
+        iha_shape shape;
         iha_attention_options o;
-        iha_attention_options_init(&o);
-        o.mask = c->mask;
-        o.window = c->window;
+        problem_of(c, &shape, &o);
         iha_tune_bucket bucket;
         const char *why = NULL;
         assert_true(t->bucket_of(ctx, &shape, &o, &bucket));
