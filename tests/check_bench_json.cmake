@@ -199,10 +199,24 @@ foreach(key seconds backward_over_forward stage_seconds.attention stage_seconds.
 endforeach()
 # The saved state: B*H*T*(d+1) floats, B=1 H=2 T=32*2 d=16.
 expect_equal(8704 layer backward saved_pair saved_bytes)
+expect_equal(OFF layer half_weights)
+
+# The same with the layer's weights, x and z (and dz, dx, the gradients) in half.
+execute_process(
+  COMMAND "${IHA}" bench --backward --half-weights --n 16 --d 16 --heads 2 --p 2 --layer-n 32 --model-dim 32 --reps 1
+          --no-baseline --no-cold-start --no-ceilings --json
+  RESULT_VARIABLE status OUTPUT_VARIABLE report ERROR_VARIABLE errors)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "iha bench --backward --half-weights exited with ${status}:\n${errors}")
+endif()
+expect_equal(ON layer half_weights)
+expect_positive(layer seconds)
+expect_positive(layer backward seconds)
+expect_positive(layer backward saved_pair backward_saved_seconds)
 
 # Options the chosen measurement would ignore are usage errors, not silently dropped.
-foreach(arguments "--half" "--half-weights" "--cache-tokens;64" "--decode;--n;64" "--decode;--baseline-reps;2"
-                  "--backward;--decode")
+foreach(arguments "--half" "--half-weights;--no-layer" "--cache-tokens;64" "--decode;--n;64"
+                  "--decode;--baseline-reps;2" "--backward;--decode")
   execute_process(COMMAND "${IHA}" bench ${arguments} --json RESULT_VARIABLE status OUTPUT_VARIABLE report
                   ERROR_VARIABLE errors)
   if(NOT status EQUAL 2 OR NOT report STREQUAL "" OR errors STREQUAL "")

@@ -29,7 +29,9 @@ typedef struct bench_config {
     int run_decode;                /* --decode: only the decoding step (and the ceilings), not the core */
     size_t decode_tokens;          /* tokens already in the cache, per sequence */
     int decode_half;               /* the cache stores half */
-    int decode_half_weights;       /* the layer's weights and x, z are stored half */
+    int half_weights;              /* --half-weights: the weights and x, z (the layer's, with --backward
+                                      also dz, dx and the gradients; or the decoding step's) are
+                                      stored half */
 } bench_config;
 
 /* What a section holds: measured, skipped by an option, or not possible (note says why). */

@@ -91,7 +91,7 @@ int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
     bench_config cc = *c;
     iha_layer_weights half_w;
     memset(&half_w, 0, sizeof half_w);
-    if (c->decode_half_weights) {
+    if (c->half_weights) {
         cc.options.weight_storage = IHA_STORAGE_F16;
         cc.options.storage = IHA_STORAGE_F16;
         if (upload_half_weights(ctx, &layer, &half_w)) {
@@ -102,7 +102,7 @@ int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
             return 0;
         }
     }
-    const iha_layer_weights *weights = c->decode_half_weights ? &half_w : &layer.weights;
+    const iha_layer_weights *weights = c->half_weights ? &half_w : &layer.weights;
     c = &cc;
     iha_status st = iha_kv_cache_create(ctx, &shape, c->decode_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32, &cache);
     if (st != IHA_OK) {
@@ -116,7 +116,7 @@ int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
         (chunk_rows < shape.batch * shape.tokens ? chunk_rows : shape.batch * shape.tokens) * shape.model_dim;
     const void *x_host = layer.x;
     uint16_t *x_half = NULL; /* as many bytes as the float rows; the first half of them used */
-    if (c->decode_half_weights) {
+    if (c->half_weights) {
         x_half = calloc(2 * x_elems, sizeof *x_half);
         if (x_half) iha_half_from_float(layer.x, x_half, x_elems);
         x_host = x_half;

@@ -29,7 +29,8 @@ static iha_status forward_once(iha_context *ctx, random_layer *layer, const iha_
 }
 
 /* Runs reps timed passes after the caller's warm-up, storing the median of each stage. */
-static int time_passes(iha_context *ctx, random_layer *layer, const bench_config *c, bench_layer *out)
+static int time_passes(iha_context *ctx, random_layer *layer, const bench_config *c, const iha_attention_options *o,
+                       bench_layer *out)
 {
     const size_t reps = c->reps;
     double *samples = malloc(6 * reps * sizeof *samples);
@@ -42,7 +43,7 @@ static int time_passes(iha_context *ctx, random_layer *layer, const bench_config
     iha_status st = IHA_OK;
     for (size_t i = 0; i < reps && st == IHA_OK; i++) {
         double start = timer_seconds();
-        st = forward_once(ctx, layer, &c->options);
+        st = forward_once(ctx, layer, o);
         wall[i] = timer_seconds() - start;
         iha_stage_times t;
         iha_context_stage_times(ctx, &t);
@@ -64,7 +65,8 @@ static int time_passes(iha_context *ctx, random_layer *layer, const bench_config
 /* The layer's backward pass and the saved training pair, interleaved so that a noisy stretch of
  * a shared machine hits both alike: one warm-up of each, then per rep iha_backward (wall and
  * stages), iha_forward_save and iha_backward_saved; medians of each. */
-static int time_backward(iha_context *ctx, random_layer *layer, const bench_config *c, bench_layer *out)
+static int time_backward(iha_context *ctx, random_layer *layer, const bench_config *c, const iha_attention_options *o,
+                         bench_layer *out)
 {
     random_layer_grads g = {{NULL}, NULL};
     const size_t reps = c->reps;
@@ -72,22 +74,22 @@ static int time_backward(iha_context *ctx, random_layer *layer, const bench_conf
     char err[256] = "";
     int failed = samples == NULL || random_layer_grads_create(ctx, &layer->shape, &g, err, sizeof err);
     if (failed && samples) fprintf(stderr, "iha bench: layer backward: %s\n", err);
-    iha_status st = failed ? IHA_OK : random_layer_backward(ctx, layer, &c->options, &g);
-    if (!failed && st == IHA_OK) st = random_layer_forward_save(ctx, layer, &c->options, &g);
-    if (!failed && st == IHA_OK) st = random_layer_backward_saved(ctx, layer, &c->options, &g);
+    iha_status st = failed ? IHA_OK : random_layer_backward(ctx, layer, o, &g);
+    if (!failed && st == IHA_OK) st = random_layer_forward_save(ctx, layer, o, &g);
+    if (!failed && st == IHA_OK) st = random_layer_backward_saved(ctx, layer, o, &g);
     for (size_t i = 0; !failed && i < reps && st == IHA_OK; i++) {
         double start = timer_seconds();
-        st = random_layer_backward(ctx, layer, &c->options, &g);
+        st = random_layer_backward(ctx, layer, o, &g);
         samples[i] = timer_seconds() - start;
         iha_stage_times t;
         iha_context_stage_times(ctx, &t);
         const double stage[5] = {t.projections, t.mixing, t.attention, t.collapse, t.output};
         for (int k = 0; k < 5; k++) samples[(size_t)(k + 1) * reps + i] = stage[k];
         start = timer_seconds();
-        if (st == IHA_OK) st = random_layer_forward_save(ctx, layer, &c->options, &g);
+        if (st == IHA_OK) st = random_layer_forward_save(ctx, layer, o, &g);
         samples[6 * reps + i] = timer_seconds() - start;
         start = timer_seconds();
-        if (st == IHA_OK) st = random_layer_backward_saved(ctx, layer, &c->options, &g);
+        if (st == IHA_OK) st = random_layer_backward_saved(ctx, layer, o, &g);
         samples[7 * reps + i] = timer_seconds() - start;
     }
     size_t saved = 0;
@@ -127,10 +129,21 @@ int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out)
         fprintf(stderr, "iha bench: layer: %s\n", err);
         return -1;
     }
-    iha_status st = forward_once(ctx, &layer, &c->options); /* warm-up: builds kernels, sizes workspace */
-    int failed = st != IHA_OK ? bench_fail(ctx, st, "layer") : time_passes(ctx, &layer, c, out);
+    /* --half-weights: x, z and the weights in half (the gradient buffers are float-sized, which
+     * holds their halves; dz is the half z). */
+    iha_attention_options o = c->options;
+    if (c->half_weights) {
+        o.storage = o.weight_storage = IHA_STORAGE_F16;
+        if (random_layer_use_half(ctx, &layer, err, sizeof err)) {
+            fprintf(stderr, "iha bench: layer: %s\n", err);
+            random_layer_free(&layer);
+            return -1;
+        }
+    }
+    iha_status st = forward_once(ctx, &layer, &o); /* warm-up: builds kernels, sizes workspace */
+    int failed = st != IHA_OK ? bench_fail(ctx, st, "layer") : time_passes(ctx, &layer, c, &o, out);
     if (!failed) out->library_gemm = uses_library_gemm(ctx);
-    if (!failed && c->run_backward) failed = time_backward(ctx, &layer, c, out);
+    if (!failed && c->run_backward) failed = time_backward(ctx, &layer, c, &o, out);
     random_layer_free(&layer);
     if (!failed)
         out->state = BENCH_RAN;

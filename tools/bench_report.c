@@ -287,8 +287,9 @@ static void print_layer(const bench_config *cfg, const bench_results *r)
     const iha_shape *s = &cfg->layer;
     char mask[128];
     describe_mask(s, &cfg->options, mask, sizeof mask);
-    printf("\nlayer: B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, %s (iha_forward, stages timed one by one)\n", s->batch,
-           s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask);
+    printf("\nlayer: B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, %s%s (iha_forward, stages timed one by one)\n", s->batch,
+           s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask,
+           cfg->half_weights ? ", weights, x and z half" : "");
     const bench_layer *l = &r->layer;
     if (l->state != BENCH_RAN) {
         printf("  skipped (--no-layer)\n");
@@ -359,7 +360,7 @@ static void print_decode(const bench_config *cfg, const bench_results *r)
            "%s\n",
            s->batch, s->heads, s->head_dim, s->pseudo, cfg->layer.model_dim, cfg->decode_tokens,
            cfg->decode_tokens * s->pseudo, cfg->decode_half ? "half" : "float",
-           cfg->decode_half_weights ? "half" : "float", mask);
+           cfg->half_weights ? "half" : "float", mask);
     const bench_decode *d = &r->decode;
     if (d->state != BENCH_RAN) {
         printf("  %s\n", d->note);
@@ -552,6 +553,7 @@ static void json_layer(json_writer *w, const bench_config *cfg, const bench_resu
     json_string(w, "state", state_name(l->state));
     if (l->state == BENCH_RAN) {
         json_shape(w, &cfg->layer, &cfg->options, 1);
+        json_bool(w, "half_weights", cfg->half_weights);
         json_number(w, "seconds", l->wall);
         json_number(w, "flops", cost_total(&l->flops));
         json_number(w, "gflops", rate(1e-9 * cost_total(&l->flops), l->wall));
@@ -625,7 +627,7 @@ static void json_decode(json_writer *w, const bench_config *cfg, const bench_res
         json_number(w, "window", (double)cfg->options.window);
         json_size(w, "cached_tokens", cfg->decode_tokens);
         json_bool(w, "half", cfg->decode_half);
-        json_bool(w, "half_weights", cfg->decode_half_weights);
+        json_bool(w, "half_weights", cfg->half_weights);
     }
     if (d->state == BENCH_RAN) {
         const double bandwidth = rate(d->cache_bytes_read, d->attention_seconds);

@@ -35,7 +35,7 @@ static cli_option options[] = {
     {"decode", NULL, "measure a decoding step (one new token per sequence) instead of core, layer, cold start", NULL},
     {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
     {"half", NULL, "with --decode: store the cache in half precision", NULL},
-    {"half-weights", NULL, "with --decode: store the weights (and x, z) in half precision", NULL},
+    {"half-weights", NULL, "store the layer's (or with --decode the step's) weights, x and z in half precision", NULL},
     {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
     {NULL, NULL, NULL, NULL},
 };
@@ -59,8 +59,10 @@ static cli_spec spec = {
     "With --decode, instead of the core, baseline, layer and cold start: a decoding step (one\n"
     "token per sequence; B, H, d, P, --model-dim, mask and window as given) against a cache of\n"
     "--cache-tokens tokens, its cache-read bandwidth next to the copy bandwidth, tokens/s;\n"
-    "--cache-tokens, --half and --half-weights need --decode; --n, --baseline-reps and --backward\n"
-    "refuse it.\n"
+    "--cache-tokens and --half need --decode; --n, --baseline-reps and --backward refuse it.\n"
+    "--half-weights stores the weights, x and z in half (IHA_STORAGE_F16 activations and weights):\n"
+    "the layer's, and with --backward also dz, dx and every gradient; with --decode the step's.\n"
+    "The attention core stays float.\n"
     "Exit status: 0 success, 1 failure, 2 usage.",
     options,
 };
@@ -119,13 +121,13 @@ static int read_options(bench_config *c)
     c->run_decode = cli_get(&spec, "decode") != NULL;
     c->run_backward = cli_get(&spec, "backward") != NULL;
     c->decode_half = cli_get(&spec, "half") != NULL;
-    c->decode_half_weights = cli_get(&spec, "half-weights") != NULL;
+    c->half_weights = cli_get(&spec, "half-weights") != NULL;
     c->decode_tokens = 4096;
     if (cli_get_size(&spec, "cache-tokens", 1, 1 << 22, &c->decode_tokens))
         return -1;
     /* An option that the chosen measurement would not use is refused rather than ignored: a run
      * with --half but without --decode would otherwise look like a half-precision result. */
-    static const char *const decode_only[] = {"cache-tokens", "half", "half-weights", NULL};
+    static const char *const decode_only[] = {"cache-tokens", "half", NULL};
     static const char *const core_only[] = {"n", "baseline-reps", "backward", NULL};
     const char *const *unused = c->run_decode ? core_only : decode_only;
     for (size_t i = 0; unused[i]; i++) {
@@ -136,6 +138,11 @@ static int read_options(bench_config *c)
                              "sets the decoding step's cache)", unused[i]);
         else
             cli_error(&spec, "--%s sets the decoding step and needs --decode (see 'iha bench --help')", unused[i]);
+        return -1;
+    }
+    if (c->half_weights && !c->run_decode && !c->run_layer) {
+        cli_error(&spec, "--half-weights applies to the layer (or with --decode the decoding step), which "
+                         "--no-layer skips");
         return -1;
     }
     if (c->run_decode)
