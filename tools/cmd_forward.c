@@ -2,12 +2,9 @@
  * cmd_forward.c - "iha forward": one IHA layer on NumPy files, for checking the library
  * against other implementations and for using it without writing C.
  */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "args.h"
 #include "cli.h"
@@ -19,7 +16,7 @@
 
 static cli_option options[] = {
     {"in", "DIR", "directory with x.npy, wq/wk/wv/wo.npy, alpha_q/k/v.npy, r.npy (required)", NULL},
-    {"out", "FILE", "where to write Z as float32 .npy [B, N, D] (required)", NULL},
+    {"out", "FILE", "where to write Z as float32 .npy [B, N, D]: a regular file or a new path (required)", NULL},
     {"mask", "MASK", "causal (default), token_causal or none", NULL},
     {"window", "W", "sliding window in tokens; 0 (default) is global", NULL},
     {"rope-base", "B", "apply rotary embedding at virtual positions with this base (d even)", NULL},
@@ -37,6 +34,9 @@ static cli_spec spec = {
     "[D,H*d], wo [H*d,D], alpha_q alpha_k alpha_v r [H,H,P]. H and P come from alpha_q.npy,\n"
     "d = columns of wq.npy / H. With --half the tensors are rounded to half precision on the\n"
     "device (SPEC's contract: relative L2 error at most 2e-3); Z is still written as float32.\n"
+    "FILE is replaced whole, through a temporary file beside it, keeping its permissions; a\n"
+    "symbolic link is followed to its target and stays a link; a FIFO, a device, a socket or a\n"
+    "directory is refused before the run (exit status 1).\n"
     "Exit status: 0 success, 1 failure, 2 usage error.",
     options,
 };
@@ -68,19 +68,11 @@ static int read_options(iha_attention_options *attention)
 }
 
 /* Finding out that the output cannot be written after a long run would waste it. */
-static int check_output_dir(const char *out)
+static int check_output(const char *out)
 {
-    const char *slash = strrchr(out, '/');
-    char dir[4096];
-    int n = slash ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - out), out) : snprintf(dir, sizeof dir, ".");
-    if (n < 0 || (size_t)n >= sizeof dir) {
-        cli_error(&spec, "--out path is too long");
-        return -1;
-    }
-    if (dir[0] == '\0') /* "--out /z.npy" */
-        snprintf(dir, sizeof dir, "/");
-    if (access(dir, W_OK | X_OK) != 0) {
-        cli_error(&spec, "cannot write into directory '%s' of --out: %s", dir, strerror(errno));
+    char err[1024];
+    if (npy_check_output(out, err, sizeof err)) {
+        cli_error(&spec, "--out: %s", err);
         return -1;
     }
     return 0;
@@ -121,7 +113,7 @@ int cmd_forward(int argc, char **argv)
     iha_attention_options attention;
     if (read_options(&attention))
         return CLI_EXIT_USAGE;
-    if (check_output_dir(cli_get(&spec, "out")))
+    if (check_output(cli_get(&spec, "out")))
         return CLI_EXIT_FAILURE;
     layer_files files;
     char err[1024];

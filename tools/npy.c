@@ -3,7 +3,7 @@
  * float32 writer. See npy.h for the contract; the format is NumPy's NEP 1 ("format.py").
  */
 #ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, getpid: the writer's atomic rename */
+#define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, getpid, readlink, fchown: the writer's atomic rename */
 #endif
 #include "npy.h"
 
@@ -31,14 +31,26 @@ static int fail(char *err, size_t err_size, const char *format, ...)
     return -1;
 }
 
-/* Copies up to 24 characters of untrusted header text into a message, replacing anything
- * unprintable, so that a message never carries control bytes to the terminal. */
-static const char *excerpt(const char *p, const char *end, char buf[32])
+/* Untrusted header text for a message: printable ASCII as it is, every other byte and the
+ * backslash as \xNN, so that a message never carries control bytes to the terminal and says
+ * exactly which bytes the file holds. At most EXCERPT_BYTES bytes of input, then "...". */
+#define EXCERPT_BYTES 24
+#define EXCERPT_SIZE (EXCERPT_BYTES * 4 + 4)
+
+static const char *excerpt(const char *p, const char *end, char buf[EXCERPT_SIZE])
 {
-    size_t n = 0;
-    while (p < end && n < 24) {
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0, taken = 0;
+    for (; p < end && taken < EXCERPT_BYTES; taken++) {
         unsigned char c = (unsigned char)*p++;
-        buf[n++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            buf[n++] = (char)c;
+        } else {
+            buf[n++] = '\\';
+            buf[n++] = 'x';
+            buf[n++] = hex[c >> 4];
+            buf[n++] = hex[c & 15];
+        }
     }
     if (p < end) {
         memcpy(buf + n, "...", 3);
@@ -47,6 +59,9 @@ static const char *excerpt(const char *p, const char *end, char buf[32])
     buf[n] = '\0';
     return buf;
 }
+
+/* A NUL-terminated string of the header (a key or 'descr') for a message. */
+static const char *escaped(const char *s, char buf[EXCERPT_SIZE]) { return excerpt(s, s + strlen(s), buf); }
 
 /* ---- Header dictionary: a tiny parser for the Python literal NumPy writes --------------- */
 
@@ -83,10 +98,12 @@ static int accept_word(cursor *c, const char *word)
     return 0;
 }
 
-/* A quoted string without escapes (NumPy never writes any in these fields). */
+/* A quoted string without escapes (NumPy never writes any in these fields). A NUL byte is
+ * refused: Python refuses one anywhere in the header, and it would end the C string early
+ * ('<f4\0junk' would read as '<f4'). */
 static int parse_string(cursor *c, const char *what, char *out, size_t out_size)
 {
-    char ex[32];
+    char ex[EXCERPT_SIZE];
     skip_space(c);
     if (c->p >= c->end || (*c->p != '\'' && *c->p != '"'))
         return fail(c->err, c->err_size, "header: %s must be a quoted string, got '%s'", what,
@@ -94,6 +111,8 @@ static int parse_string(cursor *c, const char *what, char *out, size_t out_size)
     char quote = *c->p++;
     size_t n = 0;
     while (c->p < c->end && *c->p != quote) {
+        if (*c->p == '\0')
+            return fail(c->err, c->err_size, "header: %s string contains a NUL byte", what);
         if (*c->p == '\\' || n + 1 >= out_size)
             return fail(c->err, c->err_size, "header: %s string is malformed or too long", what);
         out[n++] = *c->p++;
@@ -107,7 +126,7 @@ static int parse_string(cursor *c, const char *what, char *out, size_t out_size)
 
 static int parse_dimension(cursor *c, size_t *out)
 {
-    char ex[32];
+    char ex[EXCERPT_SIZE];
     skip_space(c);
     if (c->p >= c->end || *c->p < '0' || *c->p > '9')
         return fail(c->err, c->err_size, "header: bad shape tuple near '%s' (expected a non-negative integer)",
@@ -129,7 +148,7 @@ static int parse_dimension(cursor *c, size_t *out)
 /* "()", "(5,)", "(2, 3)" or "(2, 3,)". "(5)" is rejected: in Python it is an int, not a tuple. */
 static int parse_shape(cursor *c, npy_header *h)
 {
-    char ex[32];
+    char ex[EXCERPT_SIZE];
     const char *start = c->p;
     if (!accept_char(c, '('))
         return fail(c->err, c->err_size, "header: 'shape' must be a tuple, got '%s'", excerpt(c->p, c->end, ex));
@@ -156,6 +175,7 @@ static int parse_shape(cursor *c, npy_header *h)
 
 static int check_descr(cursor *c, const char *descr, npy_header *h)
 {
+    char ex[EXCERPT_SIZE];
     if (strcmp(descr, "<f4") == 0) {
         h->dtype = NPY_F32;
         return 0;
@@ -168,13 +188,14 @@ static int check_descr(cursor *c, const char *descr, npy_header *h)
         return fail(c->err, c->err_size,
                     "dtype '%s' is big-endian, which is not supported: save it little-endian, e.g. a.astype('<f%c')",
                     descr, descr[2]);
-    return fail(c->err, c->err_size, "dtype '%s' is not supported: need float32 ('<f4') or float64 ('<f8')", descr);
+    return fail(c->err, c->err_size, "dtype '%s' is not supported: need float32 ('<f4') or float64 ('<f8')",
+                escaped(descr, ex));
 }
 
 /* The dictionary: exactly the keys descr, fortran_order and shape, in any order, once each. */
 static int parse_dictionary(cursor *c, npy_header *h)
 {
-    char ex[32];
+    char ex[EXCERPT_SIZE];
     int have_descr = 0, have_order = 0, have_shape = 0;
     if (!accept_char(c, '{'))
         return fail(c->err, c->err_size, "header: expected a dictionary '{...}', got '%s'", excerpt(c->p, c->end, ex));
@@ -183,7 +204,7 @@ static int parse_dictionary(cursor *c, npy_header *h)
         if (parse_string(c, "a dictionary key", key, sizeof key))
             return -1;
         if (!accept_char(c, ':'))
-            return fail(c->err, c->err_size, "header: expected ':' after key '%s'", key);
+            return fail(c->err, c->err_size, "header: expected ':' after key '%s'", escaped(key, ex));
         if (strcmp(key, "descr") == 0 && !have_descr) {
             if (parse_string(c, "'descr'", descr, sizeof descr) || check_descr(c, descr, h))
                 return -1;
@@ -201,7 +222,7 @@ static int parse_dictionary(cursor *c, npy_header *h)
                 return -1;
             have_shape = 1;
         } else {
-            return fail(c->err, c->err_size, "header: unexpected or repeated key '%s'", key);
+            return fail(c->err, c->err_size, "header: unexpected or repeated key '%s'", escaped(key, ex));
         }
         if (!accept_char(c, ',')) {
             if (!accept_char(c, '}'))
@@ -398,22 +419,59 @@ static int read_data(FILE *f, const npy_header *h, float *data, char *err, size_
     return 0;
 }
 
+/* "a FIFO", "a directory", ...: what a path names, for refusals. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISDIR(mode))
+        return "a directory";
+    return "not a regular file";
+}
+
+/* Opens a regular file for reading. O_NONBLOCK keeps the open of a FIFO from waiting for a
+ * writer (forever, when none comes) before fstat can refuse it; it is cleared afterwards so
+ * reads block as usual. */
+static FILE *open_regular(const char *path, struct stat *st, char *err, size_t err_size)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        fail(err, err_size, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    int flags;
+    if (fstat(fd, st) != 0 || (flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        fail(err, err_size, "cannot examine: %s", strerror(errno));
+    } else if (!S_ISREG(st->st_mode)) {
+        fail(err, err_size, "is %s, not a regular .npy file", file_kind(st->st_mode));
+    } else {
+        FILE *f = fdopen(fd, "rb");
+        if (f)
+            return f;
+        fail(err, err_size, "cannot open: %s", strerror(errno));
+    }
+    close(fd);
+    return NULL;
+}
+
 int npy_read(const char *path, npy_array *out, char *err, size_t err_size)
 {
     if (!out)
         return fail(err, err_size, "no output");
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
+    struct stat st;
+    FILE *f = open_regular(path, &st, err, err_size);
     if (!f)
-        return fail(err, err_size, "cannot open: %s", strerror(errno));
+        return -1;
     npy_header h;
     float *data = NULL;
-    struct stat st;
     int rc = -1;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fail(err, err_size, "not a regular file");
-        goto done;
-    }
     if (read_header(f, &h, err, err_size))
         goto done;
     /* Check the length before allocating, so a forged shape cannot make us allocate much. */
@@ -526,6 +584,127 @@ static int write_image(int fd, const size_t *shape, size_t ndim, size_t count, c
     return fsync(fd);
 }
 
+/* ---- Where a written file lands -------------------------------------------------------- */
+
+/* The file a symbolic link at `link` names: its target as it is when absolute, else taken
+ * from the link's directory. Returns a malloc'd path or NULL with a message. */
+static char *link_target(const char *link, const struct stat *st, char *err, size_t err_size)
+{
+    /* st_size is the target's length on most file systems and 0 on some (procfs): grow until
+     * readlink leaves room to spare, which means it did not truncate. */
+    size_t size = (size_t)st->st_size + 1 > 256 ? (size_t)st->st_size + 1 : 256;
+    char *target = NULL;
+    for (;;) {
+        char *bigger = realloc(target, size);
+        if (!bigger) {
+            free(target);
+            fail(err, err_size, "out of memory");
+            return NULL;
+        }
+        target = bigger;
+        ssize_t n = readlink(link, target, size);
+        if (n < 0) {
+            fail(err, err_size, "cannot read the symbolic link %s: %s", link, strerror(errno));
+            free(target);
+            return NULL;
+        }
+        if ((size_t)n < size) {
+            target[n] = '\0';
+            break;
+        }
+        size *= 2;
+    }
+    const char *slash = strrchr(link, '/');
+    if (target[0] == '/' || !slash)
+        return target;
+    size_t dir_len = (size_t)(slash - link) + 1, target_len = strlen(target);
+    char *joined = malloc(dir_len + target_len + 1);
+    if (!joined) {
+        fail(err, err_size, "out of memory");
+    } else {
+        memcpy(joined, link, dir_len);
+        memcpy(joined + dir_len, target, target_len + 1);
+    }
+    free(target);
+    return joined;
+}
+
+/* Follows symbolic links from `path` to the file a write lands on, as open() would, and
+ * refuses it unless it is a regular file or does not exist yet (a dangling link names the file
+ * to create). Returns a malloc'd path; *exists and *st describe that file. NULL with a message
+ * on failure. */
+static char *resolve_output(const char *path, struct stat *st, int *exists, char *err, size_t err_size)
+{
+    enum { MAX_LINKS = 40 }; /* Linux's limit on links followed in one lookup */
+    size_t len = strlen(path);
+    char *current = malloc(len + 1);
+    if (!current) {
+        fail(err, err_size, "out of memory");
+        return NULL;
+    }
+    memcpy(current, path, len + 1);
+    for (int links = 0;; links++) {
+        if (lstat(current, st) != 0) {
+            if (errno == ENOENT) {
+                *exists = 0;
+                return current;
+            }
+            fail(err, err_size, "cannot examine %s: %s", current, strerror(errno));
+            break;
+        }
+        if (!S_ISLNK(st->st_mode)) {
+            *exists = 1;
+            if (S_ISREG(st->st_mode))
+                return current;
+            fail(err, err_size, "%s is %s: a .npy file is written only to a regular file or a new path",
+                 current, file_kind(st->st_mode));
+            break;
+        }
+        if (links == MAX_LINKS) {
+            fail(err, err_size, "%s: more than %d levels of symbolic links", path, MAX_LINKS);
+            break;
+        }
+        char *next = link_target(current, st, err, err_size);
+        free(current);
+        if (!(current = next))
+            return NULL;
+    }
+    free(current);
+    return NULL;
+}
+
+int npy_check_output(const char *path, char *err, size_t err_size)
+{
+    if (!path || !*path)
+        return fail(err, err_size, "no output path");
+    struct stat st;
+    int exists = 0;
+    char *target = resolve_output(path, &st, &exists, err, err_size);
+    if (!target)
+        return -1;
+    char *slash = strrchr(target, '/');
+    const char *dir = slash == target ? "/" : slash ? target : ".";
+    if (slash && slash != target)
+        *slash = '\0';
+    int rc = 0;
+    if (access(dir, W_OK | X_OK) != 0)
+        rc = fail(err, err_size, "cannot write into directory '%s': %s", dir, strerror(errno));
+    free(target);
+    return rc;
+}
+
+/* Gives the temporary file the owner and permissions of the file it replaces, as a write in
+ * place would have kept them. Only root may give a file away: for anyone else the change of
+ * owner fails with EPERM, and the file is theirs, as a new file would be. */
+static int keep_attributes(int fd, const struct stat *old)
+{
+    if ((old->st_uid != geteuid() || old->st_gid != getegid()) && fchown(fd, old->st_uid, old->st_gid) != 0 &&
+        errno != EPERM)
+        return -1;
+    /* After the change of owner, which clears set-user-ID and set-group-ID bits. */
+    return fchmod(fd, old->st_mode & 07777);
+}
+
 int npy_write_f32(const char *path, const size_t *shape, size_t ndim, const float *data, char *err,
                   size_t err_size)
 {
@@ -539,31 +718,44 @@ int npy_write_f32(const char *path, const size_t *shape, size_t ndim, const floa
         return -1;
     if (count && !data)
         return fail(err, err_size, "no data to write");
-    size_t tmp_size = strlen(path) + 32;
-    char *tmp = malloc(tmp_size);
-    if (!tmp)
-        return fail(err, err_size, "out of memory");
-    snprintf(tmp, tmp_size, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd < 0) {
-        fail(err, err_size, "cannot create a temporary file beside %s: %s", path, strerror(errno));
-        free(tmp);
+    struct stat old;
+    int exists = 0;
+    char *target = resolve_output(path, &old, &exists, err, err_size);
+    if (!target)
         return -1;
+    size_t tmp_size = strlen(target) + 32;
+    char *tmp = malloc(tmp_size);
+    if (!tmp) {
+        free(target);
+        return fail(err, err_size, "out of memory");
     }
-    int rc = write_image(fd, shape, ndim, count, data);
+    /* Beside the target, so that the rename stays in one file system and one directory. A
+     * replacement starts private and gets the old file's mode before any data is written. */
+    snprintf(tmp, tmp_size, "%s.tmp.%ld", target, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, exists ? 0600 : 0666);
+    int rc = -1;
+    if (fd < 0) {
+        fail(err, err_size, "cannot create a temporary file beside %s: %s", target, strerror(errno));
+        goto done;
+    }
+    rc = exists ? keep_attributes(fd, &old) : 0;
+    if (rc == 0)
+        rc = write_image(fd, shape, ndim, count, data);
     int saved = errno;
     if (close(fd) != 0 && rc == 0) {
         rc = -1;
         saved = errno;
     }
-    if (rc == 0 && rename(tmp, path) != 0) {
+    if (rc == 0 && rename(tmp, target) != 0) {
         rc = -1;
         saved = errno;
     }
     if (rc != 0) {
         unlink(tmp);
-        fail(err, err_size, "cannot write %s: %s", path, strerror(saved));
+        fail(err, err_size, "cannot write %s: %s", target, strerror(saved));
     }
+done:
     free(tmp);
+    free(target);
     return rc;
 }

@@ -47,18 +47,27 @@ int npy_parse_header(const unsigned char *bytes, size_t size, npy_header *out, c
 int npy_parse(const unsigned char *bytes, size_t size, npy_array *out, char *err, size_t err_size);
 
 /* Reads a .npy file without holding the raw bytes twice: header first, then the data in
- * chunks, converted to float32. Same checks and ownership as npy_parse; the message does not
- * repeat the path (callers prefix it). */
+ * chunks, converted to float32. Only a regular file is read: a FIFO, a device or a directory is
+ * refused at once, without waiting for a writer. Same checks and ownership as npy_parse; the
+ * message does not repeat the path (callers prefix it). */
 int npy_read(const char *path, npy_array *out, char *err, size_t err_size);
 
 /* Releases the data of an array (NULL or an empty array is fine). */
 void npy_free(npy_array *array);
 
-/* Writes a float32 C-order .npy file (version 1.0 header) of the given shape. Writes to a
- * temporary file beside `path` and renames it, so a reader never sees a partial file.
- * Returns 0 or -1 with a message. */
+/* Writes a float32 C-order .npy file (version 1.0 header) of the given shape. The file written
+ * is the one `path` names after following symbolic links (as numpy.save does: a link stays a
+ * link), and it must be a regular file or not exist yet: a FIFO, a device, a socket or a
+ * directory is refused and left as it is. The data goes to a temporary file beside it, which
+ * then replaces it by rename, so a reader never sees a partial file and a failed write leaves
+ * the old one; a replaced file keeps its permissions (and its owner, where the process may set
+ * it), though hard links to it keep the old content. Returns 0 or -1 with a message. */
 int npy_write_f32(const char *path, const size_t *shape, size_t ndim, const float *data, char *err,
                   size_t err_size);
+
+/* Checks, before a long computation, that npy_write_f32 could write to `path`: the same
+ * refusals, and that the target's directory is writable. Returns 0 or -1 with a message. */
+int npy_check_output(const char *path, char *err, size_t err_size);
 
 /* "(2, 3, 4)" for a shape, as NumPy prints it; for messages. Truncates to buf_size. */
 void npy_format_shape(const size_t *shape, size_t ndim, char *buf, size_t buf_size);
