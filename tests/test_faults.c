@@ -28,6 +28,7 @@
 #include <clblast_c.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,11 +36,13 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
 #include "reliability.h"
 #include "runtime/disk_cache.h"
+#include "runtime/pocl_binary.h"
 #include "test_layer.h"
 #include "test_util.h"
 
@@ -111,6 +114,22 @@ static void copy_into(const char *path, void *arg)
     char to[4200];
     snprintf(to, sizeof to, "%s%s", (const char *)arg, strrchr(path, '/'));
     copy_file(path, to, NULL);
+}
+
+/* The pid of a process that has exited (and been reaped). */
+static long dead_pid(void)
+{
+    const char *args[] = {"--exit-child", NULL};
+    const pid_t pid = rel_spawn_self(args);
+    assert_int_equal(rel_wait(pid), 0);
+    return (long)pid;
+}
+
+static void touch_file(const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fclose(f), 0);
 }
 
 static long file_size(const char *path)
@@ -491,7 +510,7 @@ static void fill_cache(char *cache, size_t capacity)
 
 /* Every entry cut to the same length, at each boundary of "magic | key | length | checksum |
  * binary" and one byte short of whole: each run rebuilds, is right, and writes whole entries
- * again. A dead writer's partial temporary file beside them changes nothing. */
+ * again. A dead writer's partial temporary file beside them is removed, a live writer's kept. */
 static void cache_entries_cut_mid_write(void **state)
 {
     (void)state;
@@ -503,10 +522,14 @@ static void cache_entries_cut_mid_write(void **state)
     tu_for_each_file(cache, save_entry, &saved);
     assert_true(saved.count > 0);
 
-    saved_entry dead = saved.items[0];
-    int n = snprintf(dead.path, sizeof dead.path, "%s.tmp.999999.1.2", saved.items[0].path);
+    /* A dead writer's partial temporary file, and a live one's (this process's). */
+    saved_entry dead = saved.items[0], live = saved.items[0];
+    int n = snprintf(dead.path, sizeof dead.path, "%s.tmp.%ld.1.2", saved.items[0].path, dead_pid());
     assert_true(n > 0 && (size_t)n < sizeof dead.path);
     write_prefix(&dead, dead.size / 2);
+    n = snprintf(live.path, sizeof live.path, "%s.tmp.%ld.1.2", saved.items[0].path, (long)getpid());
+    assert_true(n > 0 && (size_t)n < sizeof live.path);
+    write_prefix(&live, live.size / 3);
 
     const long cuts[] = {0, 1, 7, 8, 15, 16, 24, 31, 32, 33, -1};
     for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
@@ -531,8 +554,9 @@ static void cache_entries_cut_mid_write(void **state)
     rel_cache_census census = rel_cache_scan(cache);
     assert_int_equal(census.valid, saved.count);
     assert_int_equal(census.broken, 0);
-    assert_int_equal(census.temporary, 1); /* the dead writer's, which nobody may take */
-    assert_int_equal(file_size(dead.path), dead.size / 2);
+    assert_int_equal(census.temporary, 1); /* the live writer's; the dead one's is removed */
+    assert_int_equal(file_size(dead.path), -1);
+    assert_int_equal(file_size(live.path), live.size / 3);
     for (size_t i = 0; i < saved.count; i++)
         free(saved.items[i].bytes);
     tu_remove_tree(cache);
@@ -593,6 +617,259 @@ static void cache_entry_pocl_cannot_load(void **state)
     int still_empty = 0;
     tu_for_each_file(cache, empty_program_bc, &still_empty); /* empties them again: count only */
     assert_int_equal(still_empty, emptied);                  /* each one had been rewritten whole */
+    tu_remove_tree(cache);
+}
+
+/* ---- PoCL binaries with an empty record ---- */
+
+/* The PoCL binary inside a cache entry file: where its records are. */
+typedef struct pocl_layout {
+    size_t first_kernel;  /* offset of the first kernel struct */
+    size_t first_record;  /* offset of that kernel's first file record ("<name>.so"), or 0 */
+} pocl_layout;
+
+static uint64_t le(const unsigned char *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void put_le(unsigned char *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Version 9 to 12 of PoCL's layout (pocl_binary.c), root entries and no program-scope field. */
+static int pocl_find(const unsigned char *b, size_t n, pocl_layout *out)
+{
+    if (n < 77 || memcmp(b, "poclbin", 8) != 0)
+        return 0;
+    size_t at = 77;
+    if (le(b + 16, 4) >= 10 && (le(b + 24, 8) & 2))
+        at += 8;
+    for (uint64_t r = le(b + 32, 4); r > 0; r--)
+        at += 8 + (size_t)le(b + at, 8);
+    out->first_kernel = at;
+    const uint64_t size = le(b + at, 8), binaries = le(b + at + 8, 8);
+    out->first_record = binaries ? at + (size_t)(size - binaries) : 0;
+    return at + size <= n;
+}
+
+typedef enum { EMPTY_CONTENT, EMPTY_NAME } record_fault;
+
+/* Empties the content (or the name) of the first kernel's first file record in a PoCL binary,
+ * keeping the kernel's sizes consistent: what clGetProgramInfo hands out while another process
+ * rewrites the .so that PoCL serialises. Returns the new length, 0 when there is no such record. */
+static size_t empty_record(unsigned char *b, size_t n, record_fault fault)
+{
+    pocl_layout l;
+    if (!pocl_find(b, n, &l) || l.first_record == 0)
+        return 0;
+    const size_t name = (size_t)le(b + l.first_record, 4);
+    const size_t field = fault == EMPTY_NAME ? l.first_record : l.first_record + 4 + name;
+    const size_t cut = (size_t)le(b + field, 4);
+    memmove(b + field + 4, b + field + 4 + cut, n - (field + 4 + cut));
+    put_le(b + field, 0, 4);
+    put_le(b + l.first_kernel, le(b + l.first_kernel, 8) - cut, 8);
+    put_le(b + l.first_kernel + 8, le(b + l.first_kernel + 8, 8) - cut, 8);
+    return n - cut;
+}
+
+typedef struct record_edit {
+    record_fault fault;
+    int changed;
+} record_edit;
+
+/* For tu_for_each_file: empties a record of every entry that holds a PoCL binary with one,
+ * rewriting the entry valid (length and checksum), and counts them. */
+static void empty_record_in_entry(const char *path, void *arg)
+{
+    record_edit *edit = arg;
+    const char *name = strrchr(path, '/') + 1;
+    unsigned long long key = 0;
+    if (strlen(name) != 22 || strcmp(name + 16, ".clbin") != 0 || sscanf(name, "%16llx", &key) != 1)
+        return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", (int)(name - 1 - path), path);
+    size_t n = 0;
+    unsigned char *b = iha__disk_cache_read(dir, key, &n);
+    assert_non_null(b);
+    assert_true(iha__binary_loadable(b, n));
+    const size_t m = empty_record(b, n, edit->fault);
+    if (m != 0) {
+        assert_false(iha__binary_loadable(b, m));
+        assert_int_equal(iha__disk_cache_write(dir, key, b, m), 0);
+        edit->changed++;
+    }
+    free(b);
+}
+
+/* The child of cache_entry_with_an_empty_record: the small layer with the cache in `cache` and
+ * PoCL's own cache in `pocl_cache` (PoCL unpacks a loaded binary there, so a bad one must not
+ * reach the suite's shared PoCL cache). Exit status 0 when z is right. */
+static int load_child(const char *cache, const char *pocl_cache)
+{
+    setenv("POCL_CACHE_DIR", pocl_cache, 1);
+    iha_context *ctx = open_with(cache, NULL);
+    const iha_attention_options o = small_options();
+    tu_layer l;
+    tu_layer_init(&l, &kSmall, 17);
+    double *zref = tu_layer_reference(&l, &o);
+    const size_t nz = tu_count_x(&kSmall);
+    float *z = tu_malloc(nz * sizeof *z);
+    const iha_host_weights w = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
+    const iha_status st = iha_forward_host(ctx, &kSmall, &o, &w, l.x, z);
+    const int rc = st == IHA_OK && tu_rel_l2(z, zref, nz) <= TU_TOL_F32 ? 0 : 1;
+    iha_context_free(ctx);
+    free(z);
+    free(zref);
+    tu_layer_free(&l);
+    return rc;
+}
+
+/* Entries whose PoCL binary has a kernel file record with empty content (PoCL unpacks it as an
+ * empty .so into its own cache, where dlopen fails and PoCL aborts in this and every later
+ * process) or with an empty name (PoCL's assertion `len > 0` aborts): the next process and the
+ * ones after it run right, and the entries are rewritten loadable. */
+static void cache_entry_with_an_empty_record(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const record_fault faults[2] = {EMPTY_CONTENT, EMPTY_NAME};
+    for (int f = 0; f < 2; f++) {
+        char cache[4096], pocl[4096];
+        fill_cache(cache, sizeof cache);
+        tu_temp_dir(pocl, sizeof pocl);
+        record_edit edit = {faults[f], 0};
+        tu_for_each_file(cache, empty_record_in_entry, &edit);
+        if (edit.changed == 0) {
+            print_message("no PoCL binaries with kernel files in the cache (another driver): nothing to check\n");
+            tu_remove_tree(cache);
+            tu_remove_tree(pocl);
+            return;
+        }
+        for (int run = 0; run < 2; run++) {
+            const char *args[] = {"--load-child", cache, pocl, NULL};
+            const int rc = rel_wait(rel_spawn_self(args));
+            if (rc != 0)
+                fail_msg("%s record: process %d after the bad entries exited with %d",
+                         f == 0 ? "an empty content" : "an empty name", run + 1, rc);
+        }
+        record_edit again = {faults[f], 0};
+        tu_for_each_file(cache, empty_record_in_entry, &again); /* counts the rewritten ones */
+        assert_int_equal(again.changed, edit.changed);
+        tu_remove_tree(cache);
+        tu_remove_tree(pocl);
+    }
+}
+
+/* The binary check itself: every entry a layer wrote passes; one byte less or more, a record
+ * emptied, or an unknown layout version does not. */
+static void check_entry_variants(const char *path, void *arg)
+{
+    const char *name = strrchr(path, '/') + 1;
+    unsigned long long key = 0;
+    if (strlen(name) != 22 || sscanf(name, "%16llx", &key) != 1)
+        return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", (int)(name - 1 - path), path);
+    size_t n = 0;
+    unsigned char *b = iha__disk_cache_read(dir, key, &n);
+    assert_non_null(b);
+    assert_true(iha__binary_loadable(b, n));
+    if (memcmp(b, "poclbin", 8) == 0) {
+        unsigned char *c = tu_malloc(n + 1);
+        memcpy(c, b, n);
+        c[n] = 0;
+        assert_false(iha__binary_loadable(c, n - 1));
+        assert_false(iha__binary_loadable(c, n + 1));
+        put_le(c + 16, 99, 4);
+        assert_false(iha__binary_loadable(c, n));
+        for (int f = 0; f < 2; f++) {
+            memcpy(c, b, n);
+            const size_t m = empty_record(c, n, (record_fault)f);
+            if (m)
+                assert_false(iha__binary_loadable(c, m));
+        }
+        free(c);
+        ++*(int *)arg;
+    }
+    free(b);
+}
+
+static void binary_check_refuses_malformed_records(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char cache[4096];
+    fill_cache(cache, sizeof cache);
+    int checked = 0;
+    tu_for_each_file(cache, check_entry_variants, &checked);
+    print_message("%d PoCL binaries checked\n", checked);
+    tu_remove_tree(cache);
+}
+
+/* ---- A process that died while the driver loaded an entry ---- */
+
+/* Dates a file back to 2001 (plain mtime, whole seconds): a file written later is newer. */
+static void date_back(const char *path)
+{
+    const struct timespec times[2] = {{1000000000, 0}, {1000000000, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
+static time_t mtime_of(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return st.st_mtime;
+}
+
+typedef struct first_entry {
+    char path[4200];
+} first_entry;
+
+static void take_first_entry(const char *path, void *arg)
+{
+    first_entry *e = arg;
+    const char *name = strrchr(path, '/') + 1;
+    if (e->path[0] == '\0' && strlen(name) == 22 && strcmp(name + 16, ".clbin") == 0)
+        snprintf(e->path, sizeof e->path, "%s", path);
+}
+
+/* A load marker left by a process that died (PoCL aborted it, say) retires its entry, which the
+ * next run rebuilds and writes anew; a marker of a live process leaves its entry alone. */
+static void entry_of_a_dead_loader_is_retired(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char cache[4096], dead[4300], live[4300];
+    fill_cache(cache, sizeof cache);
+    first_entry e = {""};
+    tu_for_each_file(cache, take_first_entry, &e);
+    assert_true(e.path[0] != '\0');
+    date_back(e.path);
+    snprintf(dead, sizeof dead, "%s.loading.%ld.1", e.path, dead_pid());
+    touch_file(dead);
+    iha_context *ctx = open_with(cache, NULL);
+    check_small(ctx, TU_API_DEVICE);
+    iha_context_free(ctx);
+    assert_int_equal(file_size(dead), -1);
+    assert_true(mtime_of(e.path) > 1000000000); /* rebuilt and written anew */
+    const rel_cache_census c = rel_cache_scan(cache);
+    assert_int_equal(c.broken + c.temporary + c.other, 0);
+
+    date_back(e.path);
+    snprintf(live, sizeof live, "%s.loading.%ld.1", e.path, (long)getpid());
+    touch_file(live);
+    ctx = open_with(cache, NULL);
+    check_small(ctx, TU_API_DEVICE);
+    iha_context_free(ctx);
+    assert_int_equal(mtime_of(e.path), 1000000000); /* loaded, untouched */
+    assert_int_equal(file_size(live), 0);
     tu_remove_tree(cache);
 }
 
@@ -729,6 +1006,12 @@ int main(int argc, char **argv)
     tu_init_environment();
     if (argc == 4 && strcmp(argv[1], "--cache-full-child") == 0)
         return cache_full_child(argv[2], atol(argv[3]));
+    if (argc == 4 && strcmp(argv[1], "--load-child") == 0)
+        return load_child(argv[2], argv[3]);
+    if (argc == 2 && strcmp(argv[1], "--exit-child") == 0)
+        return 0;
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]); /* a developer runs one case: test_faults NAME_PATTERN */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(one_kernel_fails_to_build),
         cmocka_unit_test(device_refuses_an_allocation),
@@ -737,6 +1020,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(cache_dir_full),
         cmocka_unit_test(cache_entries_cut_mid_write),
         cmocka_unit_test(cache_entry_pocl_cannot_load),
+        cmocka_unit_test(cache_entry_with_an_empty_record),
+        cmocka_unit_test(binary_check_refuses_malformed_records),
+        cmocka_unit_test(entry_of_a_dead_loader_is_retired),
         cmocka_unit_test(profile_cut_mid_write),
         cmocka_unit_test(free_while_queue_holds_work),
         cmocka_unit_test(trim_while_queue_holds_work),

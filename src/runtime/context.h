@@ -61,6 +61,7 @@ struct iha_context {
     cl_int cl_error;
 
     char *cache_dir;  /* NULL: disk cache off */
+    int cache_tidied; /* the disk cache's tidy-up ran (disk_cache.h): once per context */
     char *kernel_dir; /* NULL: embedded sources */
     iha_program_cache programs;
     int tuning; /* 1 while iha_tune's searches run: the programs they build are candidates */

@@ -1,8 +1,29 @@
-/* On-disk program cache: see disk_cache.h for key, layout and concurrency. */
+/* On-disk program cache: see disk_cache.h for key, layout and concurrency.
+ *
+ * An entry the driver cannot load must never cost more than one process. Two defences:
+ *  1. Every binary is checked before it is stored and again before it is loaded
+ *     (iha__binary_loadable, pocl_binary.c): PoCL aborts on, or poisons its own cache with,
+ *     binaries whose records are empty, which it hands out while another process rewrites its
+ *     cache. An entry that fails the check, or that the driver refuses, is retired (removed)
+ *     and the program built from source and written again.
+ *  2. For what no check foresees, a process marks each load: <key>.clbin.loading.<pid>.<token>
+ *     exists while the driver reads the binary. A marker that outlives its process means the
+ *     driver aborted (or the process was killed) during that load; the next context's tidy-up
+ *     retires the entry, so at most the one process that met it fails. A directory where no
+ *     marker can be made (read-only) loads without one.
+ * Temporary files of writers that died are removed by the same tidy-up once their pid is gone
+ * from this machine or they are older than IHA_STALE_SECONDS (temp_file.h). On a directory
+ * shared between machines a pid may belong to another machine: then a live writer's file can be
+ * removed, and that writer's rename fails, which only leaves that one entry unwritten. */
 #include "runtime/disk_cache.h"
+#include "common/file.h"
 #include "common/hash.h"
+#include "common/temp_file.h"
+#include "runtime/pocl_binary.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,22 +34,29 @@
 static const char magic[8] = {'I', 'H', 'A', 'P', 'R', 'G', '0', '1'};
 #define HEADER_BYTES 32
 #define MAX_BINARY_BYTES (512u * 1024u * 1024u)
+#define ENTRY_SUFFIX ".clbin"
+#define LOADING_TAG ".loading."
 
 int iha__mkdir_p(const char *dir)
 {
-    char path[4096];
     size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof path) return -1;
+    if (n == 0) return ENOENT;
+    char *path = malloc(n + 1);
+    if (path == NULL) return ENOMEM;
     memcpy(path, dir, n + 1);
-    for (size_t i = 1; i <= n; ++i) {
+    int code = 0;
+    for (size_t i = 1; i <= n && code == 0; ++i) {
         if (path[i] != '/' && path[i] != '\0') continue;
         char saved = path[i];
         path[i] = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) code = errno;
         path[i] = saved;
     }
+    free(path);
     struct stat st;
-    return (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) ? 0 : -1;
+    if (code == 0 && stat(dir, &st) != 0) code = errno;
+    else if (code == 0 && !S_ISDIR(st.st_mode)) code = ENOTDIR;
+    return code;
 }
 
 static void put_u64(unsigned char *p, uint64_t v)
@@ -36,92 +64,112 @@ static void put_u64(unsigned char *p, uint64_t v)
     for (int i = 0; i < 8; ++i) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* An unsigned little-endian integer of `bytes` bytes at p. */
-static uint64_t get_le(const unsigned char *p, int bytes)
+static uint64_t get_u64(const unsigned char *p)
 {
     uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= (uint64_t)p[i] << (8 * i);
+    for (int i = 0; i < 8; ++i) v |= (uint64_t)p[i] << (8 * i);
     return v;
 }
 
-static uint64_t get_u64(const unsigned char *p) { return get_le(p, 8); }
-
-static int entry_path(char *out, size_t cap, const char *dir, uint64_t key)
+/* <dir>/<key>.clbin followed by `tail`, malloc'ed (free it); NULL when out of memory. */
+static char *entry_path(const char *dir, uint64_t key, const char *tail)
 {
-    int n = snprintf(out, cap, "%s/%016llx.clbin", dir, (unsigned long long)key);
-    return n > 0 && (size_t)n < cap;
+    size_t n = strlen(dir) + strlen(tail) + 32;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%016llx" ENTRY_SUFFIX "%s", dir, (unsigned long long)key, tail);
+    return p;
 }
 
 unsigned char *iha__disk_cache_read(const char *dir, uint64_t key, size_t *length)
 {
-    char path[4200];
-    if (!entry_path(path, sizeof path, dir, key)) return NULL;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    unsigned char header[HEADER_BYTES];
-    unsigned char *binary = NULL;
-    if (fread(header, 1, HEADER_BYTES, f) != HEADER_BYTES) goto fail;
-    if (memcmp(header, magic, 8) != 0 || get_u64(header + 8) != key) goto fail;
-    uint64_t len = get_u64(header + 16);
-    if (len == 0 || len > MAX_BINARY_BYTES) goto fail;
-    binary = malloc((size_t)len);
-    if (binary == NULL) goto fail;
-    if (fread(binary, 1, (size_t)len, f) != len || fgetc(f) != EOF) goto fail;
-    if (iha__hash_bytes(IHA_HASH_SEED, binary, (size_t)len) != get_u64(header + 24)) goto fail;
-    fclose(f);
+    char *path = entry_path(dir, key, "");
+    if (path == NULL) return NULL;
+    char *text = NULL;
+    size_t n = 0;
+    const int code = iha__file_read(path, HEADER_BYTES + MAX_BINARY_BYTES, IHA_FILE_NO_FOLLOW, &text, &n);
+    free(path);
+    if (code != 0) return NULL;
+    unsigned char *b = (unsigned char *)text;
+    const uint64_t len = n >= HEADER_BYTES ? get_u64(b + 16) : 0;
+    if (n < HEADER_BYTES || memcmp(b, magic, 8) != 0 || get_u64(b + 8) != key || len == 0 ||
+        len != n - HEADER_BYTES || iha__hash_bytes(IHA_HASH_SEED, b + HEADER_BYTES, (size_t)len) != get_u64(b + 24)) {
+        free(text);
+        return NULL;
+    }
+    memmove(b, b + HEADER_BYTES, (size_t)len);
     *length = (size_t)len;
-    return binary;
-fail:
-    free(binary);
-    fclose(f);
-    return NULL;
+    return b;
 }
 
 int iha__disk_cache_write(const char *dir, uint64_t key, const unsigned char *binary, size_t length)
 {
-    char path[4200], tmp[4300];
-    if (iha__mkdir_p(dir) != 0 || !entry_path(path, sizeof path, dir, key)) return -1;
-    /* Unique per writer without global state: pid, plus this frame's address, which differs
-     * between threads running at the same time, plus the clock. */
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lx.%ld", path, (long)getpid(), (unsigned long)(uintptr_t)&now,
-                     (long)now.tv_nsec);
-    if (n < 0 || (size_t)n >= sizeof tmp) return -1;
+    if (iha__mkdir_p(dir) != 0) return -1;
+    char *path = entry_path(dir, key, "");
+    if (path == NULL) return -1;
     unsigned char header[HEADER_BYTES];
     memcpy(header, magic, 8);
     put_u64(header + 8, key);
     put_u64(header + 16, length);
     put_u64(header + 24, iha__hash_bytes(IHA_HASH_SEED, binary, length));
-    FILE *f = fopen(tmp, "wb");
-    if (f == NULL) return -1;
-    int ok = fwrite(header, 1, HEADER_BYTES, f) == HEADER_BYTES && fwrite(binary, 1, length, f) == length;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    const iha_file_part parts[2] = {{header, HEADER_BYTES}, {binary, length}};
+    const int code = iha__file_replace(path, parts, 2, 0);
+    free(path);
+    return code == 0 ? 0 : -1;
 }
 
-/* Whether a binary is safe to hand to clCreateProgramWithBinary. PoCL (3.1) asserts, and so
- * aborts the process, when a binary's program.bc record is empty (pocl_binary.c,
- * pocl_binary_get_kernels_metadata: `len > 0`). clGetProgramInfo can return such a binary while
- * another process rewrites PoCL's shared cache directory: in CI's sanitize stage test_half
- * aborted on an entry that another test process had written. So a binary that starts with
- * PoCL's magic must hold a non-empty "/program.bc" record near its start, or it is neither
- * stored nor loaded (the program is built from source instead). Other drivers' binaries are
- * not judged. */
-int iha__binary_loadable(const unsigned char *b, size_t n)
+void iha__disk_cache_retire(const char *dir, uint64_t key)
 {
-    static const char pocl_magic[8] = {'p', 'o', 'c', 'l', 'b', 'i', 'n', '\0'};
-    static const char record[] = "/program.bc";
-    const size_t rl = sizeof record - 1, head = n < 512 ? n : 512;
-    if (n < sizeof pocl_magic || memcmp(b, pocl_magic, sizeof pocl_magic) != 0) return 1;
-    for (size_t i = 4; i + rl + 4 <= head; ++i) {
-        if (memcmp(b + i, record, rl) != 0) continue;
-        const uint64_t content = get_le(b + i + rl, 4);
-        if (get_le(b + i - 4, 4) == rl) return content > 0 && content <= n - (i + rl + 4);
+    char *path = entry_path(dir, key, "");
+    if (path) unlink(path);
+    free(path);
+}
+
+void iha__disk_cache_load_begin(const char *dir, uint64_t key, char *marker, size_t capacity)
+{
+    marker[0] = '\0';
+    /* The frame's address tells threads of one process apart, as temporary names do. */
+    int token = 0;
+    int n = snprintf(marker, capacity, "%s/%016llx" ENTRY_SUFFIX LOADING_TAG "%ld.%lx", dir, (unsigned long long)key,
+                     (long)getpid(), (unsigned long)(uintptr_t)&token);
+    if (n < 0 || (size_t)n >= capacity) {
+        marker[0] = '\0';
+        return;
     }
-    return 0;
+    int fd = open(marker, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 || close(fd) != 0) marker[0] = '\0';
+}
+
+void iha__disk_cache_load_end(const char *marker)
+{
+    if (marker[0] != '\0') unlink(marker);
+}
+
+/* "<16 hex digits>.clbin.loading.<pid>..." -> key. */
+static int marker_key(const char *name, uint64_t *key)
+{
+    char *end = NULL;
+    if (strlen(name) < 16 + sizeof ENTRY_SUFFIX LOADING_TAG) return 0;
+    if (strncmp(name + 16, ENTRY_SUFFIX LOADING_TAG, sizeof ENTRY_SUFFIX LOADING_TAG - 1) != 0) return 0;
+    char hex[17];
+    memcpy(hex, name, 16);
+    hex[16] = '\0';
+    *key = (uint64_t)strtoull(hex, &end, 16);
+    return end == hex + 16;
+}
+
+void iha__disk_cache_tidy(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        uint64_t key = 0;
+        if (!marker_key(e->d_name, &key) || !iha__file_left_over(dir, e->d_name, LOADING_TAG)) continue;
+        iha__disk_cache_retire(dir, key);
+        char *path = entry_path(dir, key, e->d_name + 16 + sizeof ENTRY_SUFFIX - 1);
+        if (path) unlink(path);
+        free(path);
+    }
+    closedir(d);
+    iha__remove_left_over_temps(dir, NULL);
 }

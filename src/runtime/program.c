@@ -3,7 +3,9 @@
 #include "common/hash.h"
 #include "runtime/context.h"
 #include "runtime/disk_cache.h"
+#include "runtime/headroom.h"
 #include "runtime/kernel_text.h"
+#include "runtime/pocl_binary.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,26 +49,46 @@ static iha_status build_log_failure(iha_context *ctx, cl_program program, const 
     return IHA_ERROR_BUILD;
 }
 
-/* Tries the disk cache; returns a built program or NULL. */
-static cl_program load_cached(iha_context *ctx, uint64_t key, const char *options)
+/* The driver's program from a binary; NULL when it refuses the binary. */
+static cl_program program_from_binary(iha_context *ctx, const unsigned char *binary, size_t length,
+                                      const char *options)
 {
-    if (ctx->cache_dir == NULL) return NULL;
-    size_t length = 0;
-    unsigned char *binary = iha__disk_cache_read(ctx->cache_dir, key, &length);
-    if (binary == NULL) return NULL;
-    if (!iha__binary_loadable(binary, length)) {
-        free(binary);
-        return NULL; /* rebuilt from source, and the entry rewritten */
-    }
     const unsigned char *bins[1] = {binary};
     cl_int status = CL_SUCCESS, err = CL_SUCCESS;
     cl_program program = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &length, bins, &status, &err);
-    free(binary);
-    if (err != CL_SUCCESS || status != CL_SUCCESS) return NULL;
+    if (err != CL_SUCCESS || status != CL_SUCCESS) {
+        if (err == CL_SUCCESS) clReleaseProgram(program);
+        return NULL;
+    }
     if (clBuildProgram(program, 1, &ctx->device, options, NULL, NULL) != CL_SUCCESS) {
         clReleaseProgram(program);
         return NULL;
     }
+    return program;
+}
+
+/* Tries the disk cache; returns a built program or NULL. An entry that fails the binary check
+ * or that the driver refuses is retired, so that no later process tries it again (the caller
+ * builds from source and writes a new one). */
+static cl_program load_cached(iha_context *ctx, uint64_t key, const char *options)
+{
+    if (ctx->cache_dir == NULL) return NULL;
+    if (!ctx->cache_tidied) {
+        iha__disk_cache_tidy(ctx->cache_dir);
+        ctx->cache_tidied = 1;
+    }
+    size_t length = 0;
+    unsigned char *binary = iha__disk_cache_read(ctx->cache_dir, key, &length);
+    if (binary == NULL) return NULL;
+    cl_program program = NULL;
+    if (iha__binary_loadable(binary, length)) {
+        char marker[4200];
+        iha__disk_cache_load_begin(ctx->cache_dir, key, marker, sizeof marker);
+        program = program_from_binary(ctx, binary, length, options);
+        iha__disk_cache_load_end(marker);
+    }
+    free(binary);
+    if (program == NULL) iha__disk_cache_retire(ctx->cache_dir, key);
     return program;
 }
 
@@ -169,6 +191,8 @@ iha_status iha__kernel_get(iha_context *ctx, const char *file, const char *optio
 
 static void write_binary(iha_context *ctx, iha_program_entry *e)
 {
+    /* Asking for the size already makes PoCL serialise the program (headroom.h). */
+    if (!iha__room_for_binaries()) return;
     size_t size = 0;
     if (clGetProgramInfo(e->program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
         return;
