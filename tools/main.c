@@ -1,7 +1,8 @@
 /*
- * main.c - the iha command: dispatches "iha <command> ..." to the cmd_<command>.c files and
- * answers --help and --version itself.
+ * main.c - the iha command: dispatches "iha <command> ..." to the cmd_<command>.c files,
+ * answers --help and --version itself, and checks that standard output was written.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,7 +47,23 @@ static const command *find(const char *name)
     return NULL;
 }
 
-int main(int argc, char **argv)
+/* Flushes and closes standard output for every command at once, so that a result lost to a
+ * full disk or a closed pipe is a failure (exit status 1) rather than a silent success. An
+ * error of an earlier write sticks in ferror; errno then no longer tells which, and is left
+ * out of the message. */
+static int finish_stdout(int code)
+{
+    int earlier = ferror(stdout);
+    errno = 0;
+    int closed = fclose(stdout) == 0;
+    if (closed && !earlier)
+        return code;
+    int why = closed ? 0 : errno;
+    fprintf(stderr, "iha: cannot write to standard output%s%s\n", why ? ": " : "", why ? strerror(why) : "");
+    return code == CLI_EXIT_OK ? CLI_EXIT_FAILURE : code;
+}
+
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         print_usage(stderr);
@@ -82,3 +99,5 @@ int main(int argc, char **argv)
     }
     return c->run(argc - 1, argv + 1);
 }
+
+int main(int argc, char **argv) { return finish_stdout(dispatch(argc, argv)); }
