@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <float.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -148,4 +149,37 @@ int cli_get_choice(const cli_spec *spec, const char *name, const char *const *ch
     }
     cli_error(spec, "--%s must be one of %s, got '%s'", name, list, text);
     return -1;
+}
+
+/* a * b > limit, without computing a product that could overflow. */
+static int product_above(size_t a, size_t b, size_t limit) { return b && a > limit / b; }
+
+int cli_check_layer(const cli_spec *spec, const iha_shape *s, const iha_attention_options *o, const char *what)
+{
+    if (s->head_dim > CLI_MAX_HEAD_DIM) {
+        cli_error(spec, "%s: head width d = %zu is above the library's limit of %d", what, s->head_dim,
+                  CLI_MAX_HEAD_DIM);
+        return -1;
+    }
+    if (product_above(s->tokens, s->pseudo, INT_MAX / 4)) {
+        cli_error(spec, "%s: T = N*P = %zu*%zu virtual tokens is above the library's limit of %d", what, s->tokens,
+                  s->pseudo, INT_MAX / 4);
+        return -1;
+    }
+    if (product_above(s->heads, s->pseudo, INT_MAX) || product_above(s->batch, s->heads, INT_MAX)) {
+        cli_error(spec, "%s: H*P = %zu*%zu or B*H = %zu*%zu is above the library's limit of %d", what, s->heads,
+                  s->pseudo, s->batch, s->heads, INT_MAX);
+        return -1;
+    }
+    if (product_above(s->tokens, s->model_dim, (size_t)INT_MAX * 8)) {
+        cli_error(spec, "%s: N*D = %zu*%zu is above the library's limit of %zu", what, s->tokens, s->model_dim,
+                  (size_t)INT_MAX * 8);
+        return -1;
+    }
+    if (o && o->rope && s->head_dim % 2) {
+        cli_error(spec, "%s: rotary embedding (--rope-base) rotates pairs of channels and needs an even head "
+                        "width, got d = %zu", what, s->head_dim);
+        return -1;
+    }
+    return 0;
 }

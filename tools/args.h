@@ -8,6 +8,11 @@
 
 #include <stddef.h>
 
+#include "iha.h"
+
+/* iha.h's limit on iha_shape.head_dim: a larger --d is a range error of the command line. */
+#define CLI_MAX_HEAD_DIM 256
+
 typedef struct cli_option {
     const char *name;       /* without the leading "--"; NULL ends a table */
     const char *value_name; /* "DIR", "N", ...; NULL for a flag that takes no value */
@@ -40,6 +45,15 @@ int cli_get_size(const cli_spec *spec, const char *name, size_t min, size_t max,
 int cli_get_positive_float(const cli_spec *spec, const char *name, float *out);
 /* The index of the value in choices (a NULL-terminated list). */
 int cli_get_choice(const cli_spec *spec, const char *name, const char *const *choices, int *out);
+
+/* The limits that iha.h states for every device (head_dim at most CLI_MAX_HEAD_DIM, T =
+ * tokens * pseudo at most INT_MAX/4, heads * pseudo and batch * heads at most INT_MAX, tokens *
+ * model_dim at most 8 * INT_MAX, and with options, an even head_dim for rotary embedding), so
+ * that a command line no device could run is a usage error rather than a failed run. options
+ * may be NULL; `what` names the shape in the message ("the layer"). Returns 0, or -1 after
+ * printing a usage message. */
+int cli_check_layer(const cli_spec *spec, const iha_shape *shape, const iha_attention_options *options,
+                    const char *what);
 
 /* "iha <command>: " followed by the formatted message and a newline, on stderr. */
 #ifdef __GNUC__

@@ -97,10 +97,10 @@ static int read_options(bench_config *c)
     size_t layer_n = 1024, model_dim = 512, window = 0;
     c->reps = 3;
     iha_attention_options_init(&c->options);
-    /* Caps keep every product below overflow; the library applies its own limits (d <= 256). */
+    /* Caps keep every product below overflow; cli_check_layer applies the library's own limits. */
     if (cli_get_size(&spec, "batch", 1, 1 << 16, &s->batch) || cli_get_size(&spec, "heads", 1, 1024, &s->heads) ||
         cli_get_size(&spec, "n", 1, 1 << 24, &s->tokens) || cli_get_size(&spec, "p", 1, 256, &s->pseudo) ||
-        cli_get_size(&spec, "d", 1, 4096, &s->head_dim) ||
+        cli_get_size(&spec, "d", 1, CLI_MAX_HEAD_DIM, &s->head_dim) ||
         cli_get_choice(&spec, "mask", mask_names, &c->options.mask) ||
         cli_get_size(&spec, "window", 0, 1 << 24, &window) || cli_get_size(&spec, "layer-n", 1, 1 << 24, &layer_n) ||
         cli_get_size(&spec, "model-dim", 1, 1 << 16, &model_dim) || cli_get_size(&spec, "reps", 1, 1000, &c->reps))
@@ -147,6 +147,14 @@ static int read_options(bench_config *c)
     }
     if (c->run_decode)
         c->run_layer = c->run_baseline = c->run_cold_start = 0;
+    /* The decoding step's cache holds the cached tokens and the new one. */
+    iha_shape decode = c->core;
+    decode.tokens = c->decode_tokens + 1;
+    decode.model_dim = c->layer.model_dim;
+    if (c->run_decode ? cli_check_layer(&spec, &decode, NULL, "the decoding step")
+                      : cli_check_layer(&spec, &c->core, NULL, "the attention core") ||
+                            (c->run_layer && cli_check_layer(&spec, &c->layer, NULL, "the layer")))
+        return -1;
     return 0;
 }
 

@@ -61,10 +61,11 @@ static int read_options(demo_config *c)
     c->rows = 12;
     size_t seed = 1, window = 0;
     float rope_base = 0;
-    /* Caps keep every product below overflow; the library applies its own limits (d <= 256). */
+    /* Caps keep every product below overflow; cli_check_layer applies the library's own limits. */
     if (cli_get_size(&spec, "batch", 1, 1 << 16, &s->batch) || cli_get_size(&spec, "n", 1, 1 << 24, &s->tokens) ||
         cli_get_size(&spec, "model-dim", 1, 1 << 16, &s->model_dim) ||
-        cli_get_size(&spec, "heads", 1, 1024, &s->heads) || cli_get_size(&spec, "d", 1, 4096, &s->head_dim) ||
+        cli_get_size(&spec, "heads", 1, 1024, &s->heads) ||
+        cli_get_size(&spec, "d", 1, CLI_MAX_HEAD_DIM, &s->head_dim) ||
         cli_get_size(&spec, "p", 1, 256, &s->pseudo) || cli_get_size(&spec, "window", 1, 1 << 24, &window) ||
         cli_get_positive_float(&spec, "rope-base", &rope_base) || cli_get_size(&spec, "reps", 1, 1000, &c->reps) ||
         cli_get_size(&spec, "rows", 1, 4096, &c->rows) || cli_get_size(&spec, "seed", 0, SIZE_MAX, &seed))
@@ -82,7 +83,7 @@ static int read_options(demo_config *c)
     c->global.weight_storage = c->global.storage;
     c->sliding = c->global;
     c->sliding.window = (int64_t)window;
-    return 0;
+    return cli_check_layer(&spec, s, &c->global, "the layer");
 }
 
 static void print_row(const char *stage, double seconds, double flops)

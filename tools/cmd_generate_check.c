@@ -22,7 +22,7 @@ static cli_option options[] = {
     {"heads", "H", "heads (default 8)", NULL},
     {"d", "HEAD_DIM", "head width, 1..256 (default 64)", NULL},
     {"p", "P", "pseudo-heads per head (default 4)", NULL},
-    {"mask", "MASK", "causal, token_causal or none (default causal)", NULL},
+    {"mask", "MASK", "causal or token_causal (default causal)", NULL},
     {"window", "W", "sliding window in tokens (default 0: global)", NULL},
     {"rope-base", "BASE", "apply rotary embedding with this base (default off)", NULL},
     {"half", NULL, "store the cache in half precision (arithmetic stays float)", NULL},
@@ -56,18 +56,26 @@ static int read_options(check_config *c)
     float rope_base = 0;
     iha_shape *s = &c->shape;
     if (cli_get_size(&spec, "n", 1, 1 << 20, &s->tokens) || cli_get_size(&spec, "model-dim", 1, 1 << 16, &s->model_dim) ||
-        cli_get_size(&spec, "heads", 1, 1024, &s->heads) || cli_get_size(&spec, "d", 1, 4096, &s->head_dim) ||
+        cli_get_size(&spec, "heads", 1, 1024, &s->heads) ||
+        cli_get_size(&spec, "d", 1, CLI_MAX_HEAD_DIM, &s->head_dim) ||
         cli_get_size(&spec, "p", 1, 256, &s->pseudo) || cli_get_size(&spec, "window", 0, 1 << 24, &window) ||
         cli_get_positive_float(&spec, "rope-base", &rope_base) || cli_get_choice(&spec, "mask", mask_names, &mask) ||
         cli_get_size(&spec, "seed", 0, SIZE_MAX, &seed))
         return -1;
+    /* Without a mask every token sees the later ones in the full pass, which a step that has
+     * only the cached tokens cannot: the check would fail on every run. */
+    if (mask == IHA_MASK_NONE) {
+        cli_error(&spec, "--mask none lets tokens see later ones, which generation token by token cannot "
+                         "(use causal or token_causal)");
+        return -1;
+    }
     c->options.mask = mask;
     c->options.window = (int64_t)window;
     c->options.rope = cli_get(&spec, "rope-base") != NULL;
     c->options.rope_base = rope_base;
     c->storage = cli_get(&spec, "half") ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
     c->seed = seed;
-    return 0;
+    return cli_check_layer(&spec, s, &c->options, "the layer");
 }
 
 static int library_error(iha_context *ctx, iha_status st)

@@ -251,7 +251,7 @@ int cmd_soak(int argc, char **argv)
     memset(&s, 0, sizeof s);
     if (cli_get_size(&spec, "seconds", 3, 7 * 24 * 3600, &seconds) || cli_get_size(&spec, "warmup", 0, 3600, &warmup) ||
         cli_get_size(&spec, "max-growth-mib", 0, 1 << 20, &max_growth) || cli_get_size(&spec, "n", 8, 1 << 16, &n) ||
-        cli_get_size(&spec, "d", 1, 256, &d) || cli_get_choice(&spec, "contexts", kContextModes, &s.mode))
+        cli_get_size(&spec, "d", 1, CLI_MAX_HEAD_DIM, &d) || cli_get_choice(&spec, "contexts", kContextModes, &s.mode))
         return CLI_EXIT_USAGE;
     if (warmup + 3 > seconds) {
         cli_error(&spec, "--warmup must leave at least 3 s of the %zu s soak", seconds);
