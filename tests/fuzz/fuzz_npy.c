@@ -2,8 +2,8 @@
  * fuzz_npy.c - libFuzzer target for the .npy reader of the iha tool (tools/npy.c).
  * Each input is a whole file. The in-memory parser and the file reader (which reads the header
  * in pieces and the data in chunks) must give the same verdict, and on success the same header
- * and the same floats bit for bit; every failure has a message and owns no memory. ASan and
- * UBSan watch every access.
+ * and the same floats bit for bit; every failure has a printable message and owns no memory.
+ * ASan and UBSan watch every access.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,10 +37,14 @@ static void write_scratch(const uint8_t *data, size_t size)
         abort(); /* the harness itself failed: /tmp full or unwritable */
 }
 
+/* A failure has a message, printable ASCII only (header bytes are quoted as \xNN), and no memory. */
 static void check_failure(int rc, const npy_array *a, const char *err)
 {
     if (rc != -1 || a->data != NULL || err[0] == '\0')
         abort();
+    for (const unsigned char *p = (const unsigned char *)err; *p; p++)
+        if (*p < 0x20 || *p >= 0x7f)
+            abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
