@@ -24,6 +24,11 @@ static iha_status clblast_gemm(iha_context *ctx, int transpose_b, size_t m, size
                                size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c,
                                size_t c_off, size_t ldc)
 {
+    /* CLBlast's kernels carry no loop probe (runtime/loop_limit.h): where a driver may cut
+     * loops short, a CLBlast result could be silently wrong. Layer calls use cl/gemm.cl there. */
+    IHA_RETURN_ERROR_IF(ctx->loop_flag != NULL, ctx, IHA_ERROR_UNSUPPORTED,
+                        "CLBlast is not used on %s: its driver ends kernel loops early (see iha_context_create)",
+                        ctx->info.device_name);
     const CLBlastTranspose tb = transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo;
     iha__clblast_enter(ctx);
     CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, alpha, a, a_off, lda,

@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include "common/checked.h"
+#include "runtime/loop_limit.h"
 #include "layer/call.h"
 #include "layer/plan.h"
 #include "layer/storage.h"
@@ -78,6 +79,5 @@ iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, cons
 {
     const iha_buffer in[6] = {qt, kt, vt, o, lse, dout}, out[3] = {dqt, dkt, dvt};
     iha_status st = attention_backward(ctx, shape, options, in, out);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/checked.h"
+#include "runtime/loop_limit.h"
 #include "layer/call.h"
 #include "layer/plan.h"
 #include "layer/storage.h"
@@ -272,6 +273,5 @@ iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shap
                            const uint32_t *counts, iha_buffer x, iha_buffer z)
 {
     iha_status st = decode_step(ctx, cache, shape, options, weights, counts, x, z);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }

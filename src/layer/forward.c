@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/checked.h"
+#include "runtime/loop_limit.h"
 #include "layer/call.h"
 #include "layer/plan.h"
 #include "layer/saved.h"
@@ -101,16 +102,14 @@ iha_status iha_forward(iha_context *ctx, const iha_shape *shape, const iha_atten
                        const iha_layer_weights *weights, iha_buffer x, iha_buffer z)
 {
     iha_status st = forward(ctx, shape, options, weights, x, z, 0, (iha_buffer){NULL, 0});
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }
 
 iha_status iha_forward_save(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             const iha_layer_weights *weights, iha_buffer x, iha_buffer z, iha_buffer saved)
 {
     iha_status st = forward(ctx, shape, options, weights, x, z, 1, saved);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }
 
 static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
@@ -141,8 +140,7 @@ iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, const ih
                               iha_buffer y)
 {
     iha_status st = attention_core(ctx, shape, options, weights, q, k, v, y);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }
 
 static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
@@ -188,8 +186,7 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
                          iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse)
 {
     iha_status st = attention(ctx, shape, options, qt, kt, vt, o, lse);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }
 
 void iha_attention_options_init(iha_attention_options *options)

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/checked.h"
+#include "runtime/loop_limit.h"
 #include "gemm/gemm.h"
 #include "layer/call.h"
 #include "layer/plan.h"
@@ -362,8 +363,7 @@ iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_atte
                         const iha_layer_grads *grads)
 {
     iha_status st = layer_backward(ctx, shape, options, weights, x, 0, (iha_buffer){NULL, 0}, dz, dx, grads);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }
 
 iha_status iha_backward_saved(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
@@ -371,6 +371,5 @@ iha_status iha_backward_saved(iha_context *ctx, const iha_shape *shape, const ih
                               iha_buffer dx, const iha_layer_grads *grads)
 {
     iha_status st = layer_backward(ctx, shape, options, weights, x, 1, saved, dz, dx, grads);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }

@@ -2,6 +2,7 @@
  * on blocks that stay in L1 (cl/measure_attention_loops.cl): the ceiling of the kernel's
  * design on the device, next to the device's own (iha_measure_peak_fma). */
 #include "kernels/kernels.h"
+#include "runtime/loop_limit.h"
 #include "layer/plan.h"
 #include "measure/measure.h"
 #include "runtime/launch.h"
@@ -84,6 +85,5 @@ iha_status iha_measure_attention_loops(iha_context *ctx, const iha_shape *shape,
     clFinish(ctx->queue);
     if (l.blocks) clReleaseMemObject(l.blocks);
     if (l.out) clReleaseMemObject(l.out);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }

@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "measure/measure.h"
+#include "runtime/loop_limit.h"
 #include "runtime/launch.h"
 
 #define COPY_RUNS 5
@@ -66,6 +67,5 @@ iha_status iha_measure_copy_bandwidth(iha_context *ctx, size_t bytes, double *by
     clFinish(ctx->queue);
     if (c.src) clReleaseMemObject(c.src);
     if (c.dst) clReleaseMemObject(c.dst);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }

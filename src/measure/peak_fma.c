@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "measure/measure.h"
+#include "runtime/loop_limit.h"
 #include "runtime/launch.h"
 
 #define FMA_RUNS 5
@@ -72,6 +73,5 @@ iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops)
     iha_status st = measure(ctx, &f, gflops);
     clFinish(ctx->queue);
     if (f.out) clReleaseMemObject(f.out);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }

@@ -1,6 +1,7 @@
 /* iha_attention_unfused: attention as GEMM, softmax, GEMM over a materialised score matrix,
  * the baseline that the fused kernel of iha_attention is measured against. */
 #include "common/checked.h"
+#include "runtime/loop_limit.h"
 #include "gemm/gemm.h"
 #include "layer/plan.h"
 #include "measure/measure.h"
@@ -58,6 +59,5 @@ iha_status iha_attention_unfused(iha_context *ctx, const iha_shape *shape, const
                                  iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o)
 {
     iha_status st = unfused(ctx, shape, options, qt, kt, vt, o);
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }

@@ -4,11 +4,15 @@
 #include <stdio.h>
 
 #include "common/checked.h"
+#include "runtime/loop_limit.h"
 
 iha_status iha__launch(iha_context *ctx, const iha_args *a, cl_uint dims, const size_t *global, const size_t *local,
                        const char *what)
 {
     char call[160];
+    iha_args with_probe = *a;
+    iha__loop_probe_args(ctx, &with_probe);
+    a = &with_probe;
     if (a->err != CL_SUCCESS) {
         snprintf(call, sizeof call, "clSetKernelArg(%s, argument %u)", what, a->index - 1);
         return iha__fail_cl(ctx, a->err, call);

@@ -158,6 +158,7 @@ static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_conf
     out[0].v[BACKEND_INDEX] = 1;
     seed_base(ctx, &out[1]);
     out[1].v[SWITCH_INDEX] = 64;
+    if (ctx->loop_flag != NULL) return 1; /* CLBlast is refused there (src/gemm/gemm.c) */
     if (!ctx->info.is_gpu) return 2;
     out[2] = out[1];
     out[2].v[SWITCH_INDEX] = 2048;
@@ -172,7 +173,7 @@ static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_conf
 static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *c)
 {
     (void)b;
-    if (ctx->info.is_gpu) return 0;
+    if (ctx->info.is_gpu && ctx->loop_flag == NULL) return 0;
     seed_base(ctx, c);
     c->v[BACKEND_INDEX] = 1;
     return 1;
