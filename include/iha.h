@@ -119,15 +119,17 @@ const char *iha_status_description(iha_status status);
 
 /* ---- Devices ---------------------------------------------------------------------------- */
 
-/* What iha_devices_list reports for each OpenCL device. Fixed layout, no pointers. */
+/* What iha_devices_list reports for each OpenCL device. Fixed layout, no pointers: a string
+ * longer than its field is cut at a character boundary (the library's cache and profile keys
+ * use the whole strings). */
 typedef struct iha_device_info {
     unsigned platform_index, device_index; /* the P:D pair that IHA_DEVICE accepts */
     char platform_name[128];
     char platform_version[128];
     char device_name[128];
     char device_vendor[128];
-    char driver_version[64];
-    char device_version[64];
+    char driver_version[128];
+    char device_version[128];
     int is_gpu, is_cpu;          /* CL_DEVICE_TYPE flags */
     int has_fp16;                /* cl_khr_fp16 advertised */
     unsigned compute_units;
@@ -156,7 +158,9 @@ typedef struct iha_context_options {
      * first GPU, else the first device of any type. Ignored when borrowing a queue. */
     const char *device;
     /* Program cache directory. NULL: $IHA_CACHE_DIR, else $XDG_CACHE_HOME/iha, else
-     * ~/.cache/iha. The value "off" (here or in IHA_CACHE_DIR) disables the disk cache. */
+     * ~/.cache/iha. The value "off" in any case (here or in IHA_CACHE_DIR) disables the disk
+     * cache; so does a directory whose path leaves no room below PATH_MAX for the cache's file
+     * names (iha_context_profile then says so). */
     const char *cache_dir;
     /* Developer option: read kernel sources from this directory (the repository's cl/)
      * instead of the copies embedded at build time. NULL: $IHA_KERNEL_DIR, else embedded. */
@@ -170,7 +174,7 @@ typedef struct iha_context_options {
      * stage (iha_context_stage_times). Serialises the queue; for tools and benchmarks. */
     int time_stages;
     /* Tuning profile (see "Tuning" below): NULL: $IHA_PROFILE, else the device's file in the
-     * cache directory; "off" disables profiles; anything else is the profile's path. */
+     * cache directory; "off" in any case disables profiles; anything else is the profile's path. */
     const char *profile;
     /* Opt-in, never the default: nonzero makes a layer call whose kernels have no exact profile
      * entry tune them first (within tune_budget_s seconds per call; 0 means 10) and store the
@@ -187,8 +191,9 @@ typedef struct iha_context_options {
 void iha_context_options_init(iha_context_options *options);
 
 /* Creates a context. `options` may be NULL for all defaults. On success stores a new context
- * in *out (free it with iha_context_free). On failure stores NULL in *out and, when `message`
- * is not NULL, writes a NUL-terminated explanation of at most message_size bytes into it.
+ * in *out (free it with iha_context_free). On failure stores NULL in *out (when out is not
+ * NULL) and, when `message` is not NULL, writes a NUL-terminated explanation of at most
+ * message_size bytes into it (for a NULL out too: there is no context to hold a message).
  * Returns IHA_ERROR_NO_DEVICE when no device matches, IHA_ERROR_OPENCL when the OpenCL
  * context or queue cannot be made, IHA_ERROR_INVALID_ARGUMENT for a half-given borrow or an
  * out-of-order queue.
@@ -522,14 +527,14 @@ iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *o
 typedef enum iha_profile_state {
     IHA_PROFILE_NONE = 0,    /* no profile file yet */
     IHA_PROFILE_LOADED = 1,  /* loaded and in use */
-    IHA_PROFILE_IGNORED = 2, /* a file exists but is not used; message says why */
+    IHA_PROFILE_IGNORED = 2, /* a file exists but is not used, or its path cannot be; message says why */
     IHA_PROFILE_OFF = 3      /* profiles disabled ("off", or no cache directory and no path) */
 } iha_profile_state;
 
 typedef struct iha_profile_info {
     int state;          /* an iha_profile_state */
-    char path[1024];    /* the profile's path ("" when off) */
-    char message[512];  /* why it was ignored ("" otherwise) */
+    char path[4096];    /* the profile's path ("" when off) */
+    char message[512];  /* why it was ignored; when loaded, a note on entries kept but not used */
     size_t entries;     /* configurations in use */
 } iha_profile_info;
 
@@ -606,9 +611,12 @@ typedef struct iha_tune_result {
  * tune_options->budget_s (NULL options: defaults), shared among the distinct (kernel, bucket)
  * tasks. Every candidate is verified against a float64 reference on a small problem before it
  * is timed; a wrong candidate is rejected and never stored. Unless dry_run, the best verified
- * configuration of each task is merged into the profile file (written atomically) and used by
- * this context from the next call on. CLBlast is left with the stored GEMM parameters (with
- * dry_run: the best verified ones); its "before" is the parameters it had when the call began.
+ * configuration of each task is merged into the profile file and used by this context from
+ * the next call on: under a lock (<profile>.lock), the file is read again and only the entries
+ * this call tuned replace theirs, so other writers' entries, entries this library does not
+ * know and a clear made meanwhile all stay as they are; then it is written atomically.
+ * CLBlast is left with the stored GEMM parameters (with dry_run: the best verified ones); its
+ * "before" is the parameters it had when the call began.
  * The GEMM shapes are those of the first call: X W_Q/K/V and Y W_O.
  * Writes up to `capacity` results (one per task) and the number of tasks in *result_count
  * (results may be NULL when capacity is 0). Blocks; uses the context's queue. Returns
@@ -617,7 +625,9 @@ typedef struct iha_tune_result {
  * shapes that make more than 64 distinct (kernel, bucket) tasks (tune them in several calls);
  * IHA_ERROR_UNSUPPORTED for a shape beyond what tuning supports (tokens above 2^22, pseudo
  * above 256, heads above 1024, batch above 4096, model_dim above 65536); IHA_ERROR_IO when the
- * profile cannot be written; and the failure of any call that is not a candidate's own. */
+ * profile cannot be written, checked before tuning starts where it can be (no usable path, a
+ * directory that cannot be made or written), with the cause in the message; and the failure of
+ * any call that is not a candidate's own. */
 iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attention_options *options, size_t count,
                     const iha_tune_options *tune_options, iha_tune_result *results, size_t capacity,
                     size_t *result_count);

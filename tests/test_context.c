@@ -4,7 +4,8 @@
  * borrowing the application's cl_context and queue (which must keep working afterwards), stage
  * times, trim, kernel sources read from a directory (and a build failure that reports its log),
  * and the on-disk program cache: files appear, a warm cache and a corrupted cache (truncated,
- * garbage, emptied, damaged payload) still give correct results, and "off" writes nothing.
+ * garbage, emptied, damaged payload) still give correct results, and "off" (in any case)
+ * writes nothing; a NULL out gets its reason in the caller's buffer; device strings come whole.
  * Cache tests look only at what appears in the directory, never at file names.
  */
 #include <setjmp.h>
@@ -168,6 +169,79 @@ static iha_status try_spec(const char *spec, iha_context **out)
         assert_true(strlen(message) > 0);
     }
     return st;
+}
+
+/* Without a context there is nowhere else for the reason: it goes to the caller's buffer. */
+static void create_with_null_out_says_why(void **state)
+{
+    (void)state;
+    char message[256] = "unchanged";
+    assert_int_equal(iha_context_create(NULL, NULL, message, sizeof message), IHA_ERROR_INVALID_ARGUMENT);
+    if (strstr(message, "out") == NULL)
+        fail_msg("the message does not say that out is NULL: \"%s\"", message);
+    assert_int_equal(iha_context_create(NULL, NULL, NULL, 0), IHA_ERROR_INVALID_ARGUMENT);
+}
+
+/* The whole string of clGetDeviceInfo, malloc'ed. */
+static char *device_string(cl_device_id device, cl_device_info what)
+{
+    size_t size = 0;
+    assert_int_equal(clGetDeviceInfo(device, what, 0, NULL, &size), CL_SUCCESS);
+    char *s = tu_malloc(size + 1);
+    assert_int_equal(clGetDeviceInfo(device, what, size, s, NULL), CL_SUCCESS);
+    s[size] = '\0';
+    return s;
+}
+
+/* A field holds the driver's string whole when it fits, else a non-empty prefix of it. */
+static void assert_string_kept(const char *what, const char *field, size_t capacity, const char *whole)
+{
+    if (strlen(whole) < capacity) {
+        if (strcmp(field, whole) != 0)
+            fail_msg("%s is \"%s\", the driver says \"%s\"", what, field, whole);
+    } else if (field[0] == '\0' || strncmp(field, whole, strlen(field)) != 0) {
+        fail_msg("%s is \"%s\", not a prefix of the driver's \"%s\"", what, field, whole);
+    }
+}
+
+/* Every device's strings as the driver reports them, however long (PoCL's version string is
+ * exactly 64 characters on Debian 12's PoCL 3.1). */
+static void device_strings_are_whole(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    size_t count = 0;
+    assert_int_equal(iha_devices_list(NULL, 0, &count), IHA_OK);
+    iha_device_info *info = tu_malloc(count * sizeof *info);
+    assert_int_equal(iha_devices_list(info, count, &count), IHA_OK);
+    cl_platform_id platforms[16];
+    cl_uint np = 0;
+    assert_int_equal(clGetPlatformIDs(16, platforms, &np), CL_SUCCESS);
+    for (size_t i = 0; i < count; i++) {
+        cl_device_id devices[64];
+        cl_uint nd = 0;
+        assert_true(info[i].platform_index < np);
+        assert_int_equal(clGetDeviceIDs(platforms[info[i].platform_index], CL_DEVICE_TYPE_ALL, 64, devices, &nd),
+                         CL_SUCCESS);
+        const cl_device_id d = devices[info[i].device_index];
+        const struct {
+            const char *name;
+            cl_device_info what;
+            const char *field;
+            size_t capacity;
+        } strings[] = {
+            {"device_name", CL_DEVICE_NAME, info[i].device_name, sizeof info[i].device_name},
+            {"device_vendor", CL_DEVICE_VENDOR, info[i].device_vendor, sizeof info[i].device_vendor},
+            {"driver_version", CL_DRIVER_VERSION, info[i].driver_version, sizeof info[i].driver_version},
+            {"device_version", CL_DEVICE_VERSION, info[i].device_version, sizeof info[i].device_version},
+        };
+        for (size_t k = 0; k < sizeof strings / sizeof *strings; k++) {
+            char *whole = device_string(d, strings[k].what);
+            assert_string_kept(strings[k].name, strings[k].field, strings[k].capacity, whole);
+            free(whole);
+        }
+    }
+    free(info);
 }
 
 static void device_by_index(void **state)
@@ -773,6 +847,27 @@ static void disk_cache_off_writes_nothing(void **state)
     tu_remove_tree(home);
 }
 
+/* "off" in any case, as the option and in IHA_CACHE_DIR (and IHA_PROFILE): no directory named
+ * after it appears where the process runs, nor anywhere else. */
+static void disk_cache_off_in_any_case(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char cwd[4096], here[4096];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    tu_temp_dir(here, sizeof here);
+    assert_int_equal(chdir(here), 0);
+    saved_env profile = env_save("IHA_PROFILE");
+    setenv("IHA_PROFILE", "Off", 1);
+    run_with_env("OFF", NULL, here, here);
+    run_with_env(NULL, "Off", here, here);
+    run_with_env(NULL, "oFF", here, here);
+    env_restore(&profile);
+    assert_int_equal(chdir(cwd), 0);
+    assert_int_equal(count_files(here), 0);
+    tu_remove_tree(here);
+}
+
 static void disk_cache_location_defaults(void **state)
 {
     (void)state;
@@ -807,11 +902,15 @@ static void disk_cache_location_defaults(void **state)
     tu_remove_tree(home);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     tu_init_environment();
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]); /* a developer runs one case: test_context NAME_PATTERN */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(version_create_and_free),
+        cmocka_unit_test(create_with_null_out_says_why),
+        cmocka_unit_test(device_strings_are_whole),
         cmocka_unit_test(device_by_index),
         cmocka_unit_test(device_by_name_pocl),
         cmocka_unit_test(device_by_type),
@@ -826,6 +925,7 @@ int main(void)
         cmocka_unit_test(broken_kernel_source_reports_build_log),
         cmocka_unit_test(disk_cache_survives_corruption),
         cmocka_unit_test(disk_cache_off_writes_nothing),
+        cmocka_unit_test(disk_cache_off_in_any_case),
         cmocka_unit_test(disk_cache_location_defaults),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);

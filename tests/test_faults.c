@@ -710,10 +710,9 @@ static void empty_record_in_entry(const char *path, void *arg)
 /* The child of cache_entry_with_an_empty_record: the small layer with the cache in `cache` and
  * PoCL's own cache in `pocl_cache` (PoCL unpacks a loaded binary there, so a bad one must not
  * reach the suite's shared PoCL cache). Exit status 0 when z is right. */
-static int load_child(const char *cache, const char *pocl_cache)
+/* The small layer through iha_forward_host on ctx: 0 when z is right. */
+static int load_child_layer(iha_context *ctx)
 {
-    setenv("POCL_CACHE_DIR", pocl_cache, 1);
-    iha_context *ctx = open_with(cache, NULL);
     const iha_attention_options o = small_options();
     tu_layer l;
     tu_layer_init(&l, &kSmall, 17);
@@ -723,10 +722,20 @@ static int load_child(const char *cache, const char *pocl_cache)
     const iha_host_weights w = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
     const iha_status st = iha_forward_host(ctx, &kSmall, &o, &w, l.x, z);
     const int rc = st == IHA_OK && tu_rel_l2(z, zref, nz) <= TU_TOL_F32 ? 0 : 1;
-    iha_context_free(ctx);
+    if (st != IHA_OK)
+        fprintf(stderr, "child: %s: %s\n", iha_status_name(st), iha_context_message(ctx));
     free(z);
     free(zref);
     tu_layer_free(&l);
+    return rc;
+}
+
+static int load_child(const char *cache, const char *pocl_cache)
+{
+    setenv("POCL_CACHE_DIR", pocl_cache, 1);
+    iha_context *ctx = open_with(cache, NULL);
+    const int rc = load_child_layer(ctx);
+    iha_context_free(ctx);
     return rc;
 }
 
@@ -873,6 +882,111 @@ static void entry_of_a_dead_loader_is_retired(void **state)
     tu_remove_tree(cache);
 }
 
+/* ---- FIFOs in the place of cache files ---- */
+
+static void fifo_instead(const char *path)
+{
+    assert_true(unlink(path) == 0 || errno == ENOENT);
+    assert_int_equal(mkfifo(path, 0644), 0);
+}
+
+/* A FIFO where an entry and where the profile should be: the layer runs (the program is
+ * rebuilt and its entry written over the FIFO), the profile is reported as not a regular file,
+ * and a tune refuses at once. Nothing may wait on a FIFO: an alarm ends the test if anything
+ * does. */
+static void fifo_in_place_of_cache_files(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char cache[4096], profile[4200];
+    fill_cache(cache, sizeof cache);
+    first_entry e = {""};
+    tu_for_each_file(cache, take_first_entry, &e);
+    assert_true(e.path[0] != '\0');
+    fifo_instead(e.path);
+    snprintf(profile, sizeof profile, "%s/profile.json", cache);
+    fifo_instead(profile);
+    alarm(300);
+    iha_context_options options;
+    iha_context_options_init(&options);
+    options.cache_dir = cache;
+    options.profile = profile;
+    iha_context *ctx = NULL;
+    char message[1024] = "";
+    if (iha_context_create(&ctx, &options, message, sizeof message) != IHA_OK)
+        fail_msg("iha_context_create: %s", message);
+    check_small(ctx, TU_API_DEVICE);
+    iha_profile_info info;
+    tu_assert_status(ctx, iha_context_profile(ctx, &info), IHA_ERROR_PROFILE);
+    assert_non_null(strstr(info.message, "not a regular file"));
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = IHA_TUNE_ROWS;
+    to.budget_s = 60;
+    const iha_attention_options o = small_options();
+    tu_assert_status(ctx, iha_tune(ctx, &kSmall, &o, 1, &to, NULL, 0, NULL), IHA_ERROR_IO);
+    expect_message(ctx, "not a regular file");
+    iha_context_free(ctx);
+    alarm(0);
+    struct stat st;
+    assert_int_equal(stat(e.path, &st), 0);
+    assert_true(S_ISREG(st.st_mode)); /* rewritten whole */
+    tu_remove_tree(cache);
+}
+
+/* ---- No room for the driver to serialise binaries ---- */
+
+/* The child of binaries_need_address_space: a layer that writes the cache in `full`, then, with
+ * RLIMIT_AS 128 MiB above what the process maps (PoCL's serialiser needs a 256 MiB scratch), a
+ * layer with the empty cache `limited`. The second must run right and write nothing. */
+static int address_space_child(const char *full, const char *limited)
+{
+    iha_context *ctx = open_with(full, NULL);
+    if (load_child_layer(ctx) != 0)
+        return 2;
+    iha_context_free(ctx);
+    ctx = open_with(limited, NULL);
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long pages = 0;
+    if (f == NULL || fscanf(f, "%llu", &pages) != 1)
+        return 3;
+    fclose(f);
+    struct rlimit r;
+    if (getrlimit(RLIMIT_AS, &r) != 0)
+        return 3;
+    r.rlim_cur = (rlim_t)(pages * (unsigned long long)sysconf(_SC_PAGESIZE) + (128ull << 20));
+    if (setrlimit(RLIMIT_AS, &r) != 0)
+        return 3;
+    const int rc = load_child_layer(ctx);
+    iha_context_free(ctx);
+    const rel_cache_census c = rel_cache_scan(limited);
+    if (c.valid + c.broken + c.temporary != 0)
+        return 4;
+    return rc;
+}
+
+/* Under an address-space limit (ulimit -v) that leaves too little room for fetching program
+ * binaries, the disk cache is skipped and the run is right; without the limit the next process
+ * writes the cache. */
+static void binaries_need_address_space(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char full[4096], limited[4096];
+    tu_temp_dir(full, sizeof full);
+    tu_temp_dir(limited, sizeof limited);
+    const char *args[] = {"--address-space-child", full, limited, NULL};
+    const int rc = rel_wait(rel_spawn_self(args));
+    if (rc != 0)
+        fail_msg("the child under an address-space limit exited with %d", rc);
+    iha_context *ctx = open_with(limited, NULL);
+    check_small(ctx, TU_API_HOST);
+    iha_context_free(ctx);
+    assert_true(rel_cache_scan(limited).valid > 0);
+    tu_remove_tree(full);
+    tu_remove_tree(limited);
+}
+
 /* ---- A tuning profile cut mid-write ---- */
 
 static void profile_cut_mid_write(void **state)
@@ -1008,6 +1122,8 @@ int main(int argc, char **argv)
         return cache_full_child(argv[2], atol(argv[3]));
     if (argc == 4 && strcmp(argv[1], "--load-child") == 0)
         return load_child(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "--address-space-child") == 0)
+        return address_space_child(argv[2], argv[3]);
     if (argc == 2 && strcmp(argv[1], "--exit-child") == 0)
         return 0;
     if (argc == 2)
@@ -1023,6 +1139,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(cache_entry_with_an_empty_record),
         cmocka_unit_test(binary_check_refuses_malformed_records),
         cmocka_unit_test(entry_of_a_dead_loader_is_retired),
+        cmocka_unit_test(fifo_in_place_of_cache_files),
+        cmocka_unit_test(binaries_need_address_space),
         cmocka_unit_test(profile_cut_mid_write),
         cmocka_unit_test(free_while_queue_holds_work),
         cmocka_unit_test(trim_while_queue_holds_work),

@@ -7,7 +7,10 @@
  * file and a later writer merges; a candidate that is fast but wrong (attention's, the GEMM kernel's)
  * is rejected, never stored;
  * tuning on first use happens only when asked; the GEMM entry names the backend (the library's
- * kernel or CLBlast); clear removes the file. Candidate counts and
+ * kernel or CLBlast); clear removes the file. A writer replaces only what it tuned (another's
+ * newer entries, a clear in between and entries of unknown kernels stay), a newer format is
+ * never overwritten, the key holds the device's strings whole, and cache directories over a
+ * thousand bytes work while one too long for PATH_MAX is refused before tuning. Candidate counts and
  * budgets are tiny: every new configuration costs PoCL a compile.
  */
 #include <setjmp.h>
@@ -23,10 +26,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "runtime/context.h"
+#include "tune/state.h"
 #include "test_layer.h"
 #include "test_util.h"
 #include "test_profiles.h"
@@ -318,13 +325,6 @@ static void corrupt_profile_is_reported_and_ignored(void **state)
         cJSON_Delete(root);
         expect_ignored(path, "outside its space");
     }
-    root = tp_profile_new(); /* an unknown kernel */
-    add_attention(root, "bucket", 0, 0, 64, 64, good);
-    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "entries"), 0), "kernel",
-                              cJSON_CreateString("softmax"));
-    tp_write_json(root, path);
-    cJSON_Delete(root);
-    expect_ignored(path, "unknown kernel");
     root = tp_profile_new(); /* a parameter missing, one of the wrong type */
     add_attention(root, "bucket", 0, 0, 64, 64, good);
     cJSON *config = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "entries"), 0), "config");
@@ -694,6 +694,254 @@ static void clear_removes_the_profile(void **state)
     iha_context_free(ctx);
 }
 
+/* ---- Writers that share a profile ---- */
+
+/* config[param] of the attention bucket entry with T = `T` in the profile at path; -1 when there
+ * is none. */
+static long attention_param(const char *path, long T, const char *param)
+{
+    cJSON *root = tp_parse_file(path);
+    long v = -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
+    {
+        const cJSON *b = cJSON_GetObjectItem(e, "bucket"), *t = b ? cJSON_GetObjectItem(b, "T") : NULL;
+        if (strcmp(cJSON_GetObjectItem(e, "kernel")->valuestring, "attention") == 0 &&
+            strcmp(cJSON_GetObjectItem(e, "role")->valuestring, "bucket") == 0 && cJSON_IsNumber(t) &&
+            (long)t->valuedouble == T)
+            v = (long)cJSON_GetObjectItem(cJSON_GetObjectItem(e, "config"), param)->valuedouble;
+    }
+    cJSON_Delete(root);
+    return v;
+}
+
+static size_t entries_in(const char *path)
+{
+    cJSON *root = tp_parse_file(path);
+    const size_t n = (size_t)cJSON_GetArraySize(cJSON_GetObjectItem(root, "entries"));
+    cJSON_Delete(root);
+    return n;
+}
+
+/* Two attention buckets, T = 64 and T = 4096, with ATT_ROWS rows64 and rows4096. */
+static void write_two_buckets(const char *path, long rows64, long rows4096)
+{
+    const long a[5] = {rows64, 2, 8, 4, 16}, b[5] = {rows4096, 2, 8, 4, 16};
+    cJSON *root = tp_profile_new();
+    add_attention(root, "bucket", 0, 0, 64, 64, a);
+    add_attention(root, "bucket", 0, 0, 4096, 4096, b);
+    tp_write_json(root, path);
+    cJSON_Delete(root);
+}
+
+/* What a tune stores in ctx's profile: the loaded T = 4096 entry with ATT_ROWS `rows` (or, with
+ * T other than 4096, that entry moved to bucket T), then the save. */
+static void store_tuned(iha_context *ctx, long T, long rows)
+{
+    iha_profile *p = &ctx->tune->profile;
+    const iha_profile_entry *base = NULL;
+    for (size_t i = 0; i < p->count; i++)
+        if (p->entries[i].tunable == &iha__tunable_attention && !p->entries[i].is_default)
+            base = &p->entries[i];
+    assert_non_null(base);
+    iha_profile_entry e = *base;
+    const iha_tune_space *space = e.tunable->space;
+    for (int k = 0; k < space->key_count; k++)
+        if (strcmp(space->keys[k].name, "T") == 0 || strcmp(space->keys[k].name, "span") == 0)
+            e.bucket.values[k] = T;
+    for (int k = 0; k < space->param_count; k++)
+        if (strcmp(space->params[k].name, "ATT_ROWS") == 0)
+            e.config.v[k] = rows;
+    assert_true(iha__profile_put(p, &e));
+    tu_assert_status(ctx, iha__profile_save(ctx, p), IHA_OK);
+}
+
+/* A writer replaces only what it tuned: another process's newer result for a bucket this one
+ * only loaded stays (it was written back stale, reverting the other's work). */
+static void a_writer_keeps_what_others_wrote_meanwhile(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "two_writers.json");
+    write_two_buckets(path, 1, 1);
+    iha_context *ctx = open_with_profile(path, 0);
+    write_two_buckets(path, 4, 1); /* the other writer's T = 64 result */
+    store_tuned(ctx, 4096, 2);     /* this one tuned T = 4096 */
+    assert_int_equal(attention_param(path, 64, "ATT_ROWS"), 4);
+    assert_int_equal(attention_param(path, 4096, "ATT_ROWS"), 2);
+    assert_int_equal(entries_in(path), 2);
+    /* The context now uses what the file holds, the other writer's entry included. */
+    assert_int_equal(ctx->tune->profile.count, 2);
+    iha_context_free(ctx);
+}
+
+/* A clear between a writer's load and its save stays a clear: the save writes only what this
+ * writer tuned (26 loaded entries came back). */
+static void a_clear_in_between_stays(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "cleared.json");
+    write_two_buckets(path, 1, 1);
+    iha_context *tuner = open_with_profile(path, 0), *other = open_with_profile(path, 0);
+    assert_int_equal(iha_profile_clear(other), IHA_OK);
+    iha_context_free(other);
+    store_tuned(tuner, 1024, 2);
+    assert_int_equal(entries_in(path), 1);
+    assert_int_equal(attention_param(path, 1024, "ATT_ROWS"), 2);
+    assert_int_equal(attention_param(path, 64, "ATT_ROWS"), -1);
+    iha_context_free(tuner);
+}
+
+/* Entries for a kernel or role this library does not know (a newer library's) are reported,
+ * not used, and kept by a writer together with every other entry (before, the profile was
+ * ignored and the next tune wrote only its own entries). */
+static void unknown_entries_are_kept(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "unknown.json");
+    const long cfg[5] = {1, 2, 8, 4, 16};
+    cJSON *root = tp_profile_new();
+    add_attention(root, "bucket", 0, 0, 64, 64, cfg);
+    add_attention(root, "bucket", 0, 0, 4096, 4096, cfg);
+    add_attention(root, "device_default", 0, 0, 64, 64, cfg);
+    add_attention(root, "bucket", 0, 0, 128, 128, cfg);
+    add_attention(root, "bucket", 0, 0, 256, 256, cfg);
+    cJSON *entries = cJSON_GetObjectItem(root, "entries");
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(entries, 3), "kernel", cJSON_CreateString("softmax"));
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(entries, 4), "role", cJSON_CreateString("per_sequence"));
+    tp_write_json(root, path);
+    cJSON_Delete(root);
+
+    iha_context *ctx = open_with_profile(path, 0);
+    iha_profile_info info;
+    assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
+    assert_int_equal(info.state, IHA_PROFILE_LOADED);
+    assert_int_equal(info.entries, 3);
+    if (strstr(info.message, "does not know") == NULL)
+        fail_msg("the note does not mention the unknown entries: \"%s\"", info.message);
+    const iha_attention_options o = causal(0);
+    check_attention(ctx, &small_shape, &o);
+    assert_int_equal(tp_choice_of(ctx, "attention").source, IHA_CONFIG_PROFILE_EXACT);
+    store_tuned(ctx, 1024, 2);
+    iha_context_free(ctx);
+    assert_int_equal(entries_in(path), 6);
+    root = tp_parse_file(path);
+    int softmax = 0, per_sequence = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
+    {
+        softmax += strcmp(cJSON_GetObjectItem(e, "kernel")->valuestring, "softmax") == 0;
+        per_sequence += strcmp(cJSON_GetObjectItem(e, "role")->valuestring, "per_sequence") == 0;
+    }
+    cJSON_Delete(root);
+    assert_int_equal(softmax, 1);
+    assert_int_equal(per_sequence, 1);
+}
+
+/* A profile of a newer format_version is reported and never overwritten. */
+static void newer_format_is_not_overwritten(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char path[1100];
+    path_in(path, sizeof path, "newer.json");
+    write_two_buckets(path, 1, 1);
+    iha_context *ctx = open_with_profile(path, 0);
+    cJSON *root = tp_profile_new();
+    cJSON_ReplaceItemInObject(root, "format_version", cJSON_CreateNumber(2));
+    tp_write_json(root, path);
+    cJSON_Delete(root);
+    iha_profile *p = &ctx->tune->profile;
+    iha_profile_entry e = p->entries[0];
+    assert_true(iha__profile_put(p, &e));
+    tu_assert_status(ctx, iha__profile_save(ctx, p), IHA_ERROR_IO);
+    assert_non_null(strstr(iha_context_message(ctx), "format_version 2"));
+    iha_context_free(ctx);
+    root = tp_parse_file(path);
+    assert_int_equal((int)cJSON_GetObjectItem(root, "format_version")->valuedouble, 2);
+    cJSON_Delete(root);
+}
+
+/* The profile's key holds the driver's strings whole (a 64-character version string came out
+ * empty). */
+static void key_holds_whole_device_strings(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const cl_device_id device = iha_context_cl_device(tu_ctx);
+    const struct {
+        const char *field;
+        cl_device_info what;
+    } fields[] = {{"opencl_version", CL_DEVICE_VERSION}, {"driver_version", CL_DRIVER_VERSION},
+                  {"name", CL_DEVICE_NAME}, {"vendor", CL_DEVICE_VENDOR}};
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        size_t size = 0;
+        assert_int_equal(clGetDeviceInfo(device, fields[i].what, 0, NULL, &size), CL_SUCCESS);
+        char *whole = tu_malloc(size + 1);
+        assert_int_equal(clGetDeviceInfo(device, fields[i].what, size, whole, NULL), CL_SUCCESS);
+        whole[size] = '\0';
+        const cJSON *v = cJSON_GetObjectItem(tp_key, fields[i].field);
+        assert_true(cJSON_IsString(v));
+        if (strcmp(v->valuestring, whole) != 0)
+            fail_msg("key %s is \"%s\", the driver says \"%s\"", fields[i].field, v->valuestring, whole);
+        free(whole);
+    }
+}
+
+/* A directory path of n bytes under base, made of 200-byte components. */
+static void long_dir(char *out, size_t cap, const char *base, size_t n)
+{
+    size_t len = (size_t)snprintf(out, cap, "%s", base);
+    while (len < n && len + 2 < cap) {
+        out[len++] = '/';
+        for (int i = 0; i < 200 && len < n && len + 1 < cap; i++)
+            out[len++] = 'd';
+    }
+    out[len] = '\0';
+}
+
+/* A cache directory over a thousand bytes long holds the profile like any other; one too long
+ * for PATH_MAX is refused at once, saying so (iha tune spent its budget, then blamed a cache
+ * directory that was not off). */
+static void long_cache_dirs(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static char dir[PATH_MAX + 400];
+    long_dir(dir, sizeof dir, tp_dir, 1100);
+    iha_context_options options;
+    iha_context_options_init(&options);
+    options.cache_dir = dir;
+    iha_context *ctx = NULL;
+    char message[1024] = "";
+    assert_int_equal(iha_context_create(&ctx, &options, message, sizeof message), IHA_OK);
+    iha_profile_info info;
+    assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
+    assert_int_equal(strncmp(info.path, dir, strlen(dir)), 0);
+    iha_context_free(ctx);
+
+    long_dir(dir, sizeof dir, tp_dir, PATH_MAX - 40);
+    ctx = NULL;
+    assert_int_equal(iha_context_create(&ctx, &options, message, sizeof message), IHA_OK);
+    tu_assert_status(ctx, iha_context_profile(ctx, &info), IHA_ERROR_PROFILE);
+    assert_non_null(strstr(info.message, "PATH_MAX"));
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = IHA_TUNE_ROWS;
+    to.budget_s = 60;
+    const iha_attention_options o = causal(0);
+    const time_t start = time(NULL);
+    tu_assert_status(ctx, iha_tune(ctx, &small_shape, &o, 1, &to, NULL, 0, NULL), IHA_ERROR_IO);
+    assert_true(time(NULL) - start < 30); /* refused before the budget, not after */
+    assert_non_null(strstr(iha_context_message(ctx), "PATH_MAX"));
+    iha_context_free(ctx);
+}
+
 /* ---- Setup: the key comes from a profile the library writes itself ---- */
 
 static int group_setup(void **state)
@@ -702,9 +950,11 @@ static int group_setup(void **state)
     return tp_group_setup(&small_shape);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     tu_init_environment();
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]); /* a developer runs one case: test_tune NAME_PATTERN */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tune_stores_verified_configs_that_calls_use),
         cmocka_unit_test(fallback_goes_from_specific_to_general),
@@ -718,6 +968,12 @@ int main(void)
         cmocka_unit_test(bad_tune_options_refused),
         cmocka_unit_test(gemm_entry_names_the_backend),
         cmocka_unit_test(clear_removes_the_profile),
+        cmocka_unit_test(a_writer_keeps_what_others_wrote_meanwhile),
+        cmocka_unit_test(a_clear_in_between_stays),
+        cmocka_unit_test(unknown_entries_are_kept),
+        cmocka_unit_test(newer_format_is_not_overwritten),
+        cmocka_unit_test(key_holds_whole_device_strings),
+        cmocka_unit_test(long_cache_dirs),
     };
     return cmocka_run_group_tests(tests, group_setup, tp_group_teardown);
 }

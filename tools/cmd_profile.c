@@ -2,8 +2,11 @@
  * cmd_profile.c - "iha profile show|path|clear": the tuning profile of one device: where it is,
  * whether it is in use (and why not), what the layer's kernels would use from it, and removal.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "cli.h"
@@ -35,18 +38,34 @@ static const char *state_name(int state)
     }
 }
 
-static int show(const iha_profile_info *info)
+/* Prints the file, opened without blocking and only if it is a regular file: someone may have
+ * put a FIFO in its place since the library read it. */
+static void print_file(const char *path)
 {
-    printf("path     %s\nstate    %s\n", info->path[0] ? info->path : "(none)", state_name(info->state));
-    if (info->message[0]) printf("reason   %s\n", info->message);
-    printf("entries  %zu\n", info->entries);
-    if (info->state != IHA_PROFILE_LOADED) return CLI_EXIT_OK;
-    FILE *f = fopen(info->path, "r");
-    if (f == NULL) return CLI_EXIT_OK;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (f == NULL) {
+        close(fd);
+        return;
+    }
     char line[1024];
     printf("\n");
     while (fgets(line, sizeof line, f)) fputs(line, stdout);
     fclose(f);
+}
+
+static int show(const iha_profile_info *info)
+{
+    printf("path     %s\nstate    %s\n", info->path[0] ? info->path : "(none)", state_name(info->state));
+    if (info->message[0]) printf("%s %s\n", info->state == IHA_PROFILE_LOADED ? "note    " : "reason  ", info->message);
+    printf("entries  %zu\n", info->entries);
+    if (info->state == IHA_PROFILE_LOADED) print_file(info->path);
     return CLI_EXIT_OK;
 }
 

@@ -278,7 +278,8 @@ int cmd_tune(int argc, char **argv)
         return CLI_EXIT_FAILURE;
     }
     iha_profile_info info;
-    if (iha_context_profile(ctx, &info) != IHA_OK) fprintf(stderr, "iha tune: note: %s\n", info.message);
+    if (iha_context_profile(ctx, &info) != IHA_OK || info.message[0])
+        fprintf(stderr, "iha tune: note: %s\n", info.message);
     printf("iha tune (library %s) on %s\n", iha_version_string(), iha_context_device_name(ctx));
     printf("  shape B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, causal, %s; budget %.0f s, median of %d runs\n",
            shape.batch, shape.tokens, shape.model_dim, shape.heads, shape.head_dim, shape.pseudo,

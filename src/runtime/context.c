@@ -1,10 +1,15 @@
 /* Context creation and teardown: the only place that reads the environment. */
 #include "runtime/context.h"
+#include "runtime/loop_limit.h"
 #include "tune/state.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include "runtime/disk_cache.h"
 
 void iha_context_options_init(iha_context_options *options)
 {
@@ -32,12 +37,12 @@ static char *join_path(const char *a, const char *b)
 }
 
 /* Explicit option, else IHA_CACHE_DIR, else $XDG_CACHE_HOME/iha, else ~/.cache/iha;
- * "off" disables. Returns 0 only on allocation failure. */
+ * "off" in any case disables. Returns 0 only on allocation failure. */
 static int choose_cache_dir(iha_context *ctx, const char *option)
 {
     const char *dir = option ? option : getenv("IHA_CACHE_DIR");
     if (dir != NULL && dir[0] != '\0') {
-        if (strcmp(dir, "off") == 0) return 1;
+        if (strcasecmp(dir, "off") == 0) return 1;
         return (ctx->cache_dir = dup_or_null(dir)) != NULL;
     }
     const char *xdg = getenv("XDG_CACHE_HOME");
@@ -45,6 +50,21 @@ static int choose_cache_dir(iha_context *ctx, const char *option)
     const char *home = getenv("HOME");
     if (home == NULL || home[0] == '\0') return 1; /* nowhere sensible: run without a disk cache */
     return (ctx->cache_dir = join_path(home, ".cache/iha")) != NULL;
+}
+
+/* A cache directory whose files' paths would pass PATH_MAX cannot hold the cache: it is
+ * turned off here, with the reason kept for the profile to report, rather than failing later
+ * where the reason is lost. */
+static void refuse_long_cache_dir(iha_context *ctx)
+{
+    const size_t n = ctx->cache_dir ? strlen(ctx->cache_dir) : 0;
+    if (n + 1 + IHA_DISK_CACHE_NAME_MAX < PATH_MAX) return;
+    snprintf(ctx->cache_dir_refused, sizeof ctx->cache_dir_refused,
+             "the cache directory's path is %zu bytes long: with the file names the cache writes in it, paths "
+             "would reach PATH_MAX (%d bytes), so the program cache and the profile in it are off",
+             n, PATH_MAX);
+    free(ctx->cache_dir);
+    ctx->cache_dir = NULL;
 }
 
 static iha_status borrow(iha_context *ctx, const iha_context_options *o)
@@ -91,13 +111,17 @@ static iha_status setup(iha_context *ctx, const iha_context_options *o)
     IHA_RETURN_ERROR_IF(borrow_ctx != borrow_queue, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "to borrow OpenCL objects give both cl_context and cl_queue");
     IHA_FORWARD_IF_ERROR(borrow_ctx ? borrow(ctx, o) : own(ctx, o));
+    IHA_RETURN_ERROR_IF(iha__device_identity(ctx->platform, ctx->device, &ctx->identity) != IHA_OK, ctx,
+                        IHA_ERROR_HOST_MEMORY, "out of host memory for the device's description");
     IHA_RETURN_ERROR_IF(!choose_cache_dir(ctx, o->cache_dir), ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    refuse_long_cache_dir(ctx);
     const char *kdir = o->kernel_dir ? o->kernel_dir : getenv("IHA_KERNEL_DIR");
     if (kdir != NULL && kdir[0] != '\0') {
         ctx->kernel_dir = dup_or_null(kdir);
         IHA_RETURN_ERROR_IF(ctx->kernel_dir == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     }
     ctx->time_stages = o->time_stages != 0;
+    IHA_FORWARD_IF_ERROR(iha__loop_limit_detect(ctx));
     const char *profile = o->profile ? o->profile : getenv("IHA_PROFILE");
     return iha__tune_context_init(ctx, profile, o->tune_on_first_use, o->tune_budget_s);
 }
@@ -106,7 +130,11 @@ iha_status iha_context_create(iha_context **out, const iha_context_options *opti
                               size_t message_size)
 {
     if (message && message_size) message[0] = '\0';
-    if (out == NULL) return IHA_ERROR_INVALID_ARGUMENT;
+    if (out == NULL) {
+        if (message && message_size)
+            snprintf(message, message_size, "out is NULL: iha_context_create needs a place for the new context");
+        return IHA_ERROR_INVALID_ARGUMENT;
+    }
     *out = NULL;
     iha_context_options defaults;
     iha_context_options_init(&defaults);
@@ -139,9 +167,11 @@ void iha_context_free(iha_context *ctx)
     iha__workspace_release(ctx);
     iha__tune_context_free(ctx);
     iha__program_cache_release(&ctx->programs);
+    iha__loop_limit_release(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx) clReleaseContext(ctx->cl_ctx);
     iha__message_free(&ctx->message);
+    iha__device_identity_free(&ctx->identity);
     free(ctx->cache_dir);
     free(ctx->kernel_dir);
     free(ctx);

@@ -50,18 +50,26 @@ typedef struct iha_rope_key {
     float base;
 } iha_rope_key;
 
+/* The device's identity strings whole (iha_device_info's copies are cut to their fields'
+ * sizes): the program cache's and the profile's keys use these. */
+typedef struct iha_device_identity {
+    char *platform_version, *device_name, *device_vendor, *driver_version, *device_version;
+} iha_device_identity;
+
 struct iha_context {
     cl_platform_id platform;
     cl_device_id device;
     cl_context cl_ctx;
     cl_command_queue queue;
     iha_device_info info;
+    iha_device_identity identity;
 
     iha_message message;
     cl_int cl_error;
 
     char *cache_dir;  /* NULL: disk cache off */
     int cache_tidied; /* the disk cache's tidy-up ran (disk_cache.h): once per context */
+    char cache_dir_refused[256]; /* why the chosen cache directory is off ("" when it is not) */
     char *kernel_dir; /* NULL: embedded sources */
     iha_program_cache programs;
     int tuning; /* 1 while iha_tune's searches run: the programs they build are candidates */
@@ -76,6 +84,11 @@ struct iha_context {
 
     int time_stages;
     iha_stage_times stage_times;
+
+    /* A driver that ends kernel loops after loop_limit iterations in all (runtime/loop_limit.h):
+     * the probe's flag, one int on the device; NULL where loops run to completion. */
+    long loop_limit;
+    cl_mem loop_flag;
 
     iha_gemm_config gemm; /* the backend of iha__sgemm (src/gemm/gemm.h) */
     struct iha_tune_state *tune; /* the tuning profile and the last call's choices (src/tune/state.h) */
@@ -125,6 +138,9 @@ iha_status iha__workspace_check_total(iha_context *ctx, size_t elems, size_t ele
 /* Device selection and description (device.c). */
 iha_status iha__device_describe(cl_platform_id platform, cl_device_id device, unsigned pi, unsigned di,
                                 iha_device_info *info);
+/* The whole identity strings of a device (free them with iha__device_identity_free). */
+iha_status iha__device_identity(cl_platform_id platform, cl_device_id device, iha_device_identity *id);
+void iha__device_identity_free(iha_device_identity *id);
 /* Chooses a device for `spec` (NULL: first GPU, else first device). On failure writes why
  * into msg. */
 iha_status iha__device_select(const char *spec, cl_platform_id *platform, cl_device_id *device,

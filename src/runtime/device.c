@@ -8,11 +8,64 @@
 #define IHA_MAX_PLATFORMS 16
 #define IHA_MAX_DEVICES 64
 
-static void copy_info_string(cl_device_id dev, cl_device_info what, char *dst, size_t cap)
+/* A device or platform string, whole: its size is asked first, so no length is too long. */
+static char *info_string(cl_platform_id platform, cl_device_id dev, cl_uint what)
 {
-    dst[0] = '\0';
-    if (clGetDeviceInfo(dev, what, cap, dst, NULL) != CL_SUCCESS) dst[0] = '\0';
-    dst[cap - 1] = '\0';
+    size_t size = 0;
+    cl_int err = dev ? clGetDeviceInfo(dev, what, 0, NULL, &size) : clGetPlatformInfo(platform, what, 0, NULL, &size);
+    if (err != CL_SUCCESS) size = 0;
+    char *s = malloc(size + 1);
+    if (s == NULL) return NULL;
+    if (size > 0) {
+        err = dev ? clGetDeviceInfo(dev, what, size, s, NULL) : clGetPlatformInfo(platform, what, size, s, NULL);
+        if (err != CL_SUCCESS) size = 0;
+    }
+    s[size] = '\0';
+    return s;
+}
+
+/* Copies src into dst[cap], cut at a character boundary when it is longer (UTF-8 continuation
+ * bytes are not split). */
+static void copy_truncated(char *dst, size_t cap, const char *src)
+{
+    size_t n = src ? strlen(src) : 0;
+    if (n >= cap) {
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) --n;
+    }
+    if (n) memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void copy_info_string(cl_platform_id platform, cl_device_id dev, cl_uint what, char *dst, size_t cap)
+{
+    char *s = info_string(platform, dev, what);
+    copy_truncated(dst, cap, s);
+    free(s);
+}
+
+iha_status iha__device_identity(cl_platform_id platform, cl_device_id device, iha_device_identity *id)
+{
+    memset(id, 0, sizeof *id);
+    id->platform_version = info_string(platform, NULL, CL_PLATFORM_VERSION);
+    id->device_name = info_string(NULL, device, CL_DEVICE_NAME);
+    id->device_vendor = info_string(NULL, device, CL_DEVICE_VENDOR);
+    id->driver_version = info_string(NULL, device, CL_DRIVER_VERSION);
+    id->device_version = info_string(NULL, device, CL_DEVICE_VERSION);
+    if (id->platform_version && id->device_name && id->device_vendor && id->driver_version && id->device_version)
+        return IHA_OK;
+    iha__device_identity_free(id);
+    return IHA_ERROR_HOST_MEMORY;
+}
+
+void iha__device_identity_free(iha_device_identity *id)
+{
+    free(id->platform_version);
+    free(id->device_name);
+    free(id->device_vendor);
+    free(id->driver_version);
+    free(id->device_version);
+    memset(id, 0, sizeof *id);
 }
 
 iha_status iha__device_describe(cl_platform_id platform, cl_device_id device, unsigned pi, unsigned di,
@@ -21,18 +74,12 @@ iha_status iha__device_describe(cl_platform_id platform, cl_device_id device, un
     memset(info, 0, sizeof *info);
     info->platform_index = pi;
     info->device_index = di;
-    if (clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof info->platform_name, info->platform_name, NULL) !=
-        CL_SUCCESS)
-        info->platform_name[0] = '\0';
-    if (clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof info->platform_version, info->platform_version,
-                          NULL) != CL_SUCCESS)
-        info->platform_version[0] = '\0';
-    info->platform_name[sizeof info->platform_name - 1] = '\0';
-    info->platform_version[sizeof info->platform_version - 1] = '\0';
-    copy_info_string(device, CL_DEVICE_NAME, info->device_name, sizeof info->device_name);
-    copy_info_string(device, CL_DEVICE_VENDOR, info->device_vendor, sizeof info->device_vendor);
-    copy_info_string(device, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version);
-    copy_info_string(device, CL_DEVICE_VERSION, info->device_version, sizeof info->device_version);
+    copy_info_string(platform, NULL, CL_PLATFORM_NAME, info->platform_name, sizeof info->platform_name);
+    copy_info_string(platform, NULL, CL_PLATFORM_VERSION, info->platform_version, sizeof info->platform_version);
+    copy_info_string(NULL, device, CL_DEVICE_NAME, info->device_name, sizeof info->device_name);
+    copy_info_string(NULL, device, CL_DEVICE_VENDOR, info->device_vendor, sizeof info->device_vendor);
+    copy_info_string(NULL, device, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version);
+    copy_info_string(NULL, device, CL_DEVICE_VERSION, info->device_version, sizeof info->device_version);
 
     cl_device_type type = 0;
     cl_uint cu = 0;
@@ -145,13 +192,11 @@ static int parse_index_pair(const char *spec, unsigned *p, unsigned *d)
 static int matches(const char *spec, cl_platform_id platform, const iha_device_info *info)
 {
     /* PoCL says "pocl" only in its platform vendor ("The pocl project") and version. */
-    char platform_vendor[128] = "";
-    if (clGetPlatformInfo(platform, CL_PLATFORM_VENDOR, sizeof platform_vendor, platform_vendor, NULL) != CL_SUCCESS)
-        platform_vendor[0] = '\0';
-    platform_vendor[sizeof platform_vendor - 1] = '\0';
+    char *platform_vendor = info_string(platform, NULL, CL_PLATFORM_VENDOR);
+    const int by_vendor = platform_vendor != NULL && contains_nocase(platform_vendor, spec);
+    free(platform_vendor);
     if (contains_nocase(info->platform_name, spec) || contains_nocase(info->device_name, spec) ||
-        contains_nocase(info->device_vendor, spec) || contains_nocase(info->platform_version, spec) ||
-        contains_nocase(platform_vendor, spec))
+        contains_nocase(info->device_vendor, spec) || contains_nocase(info->platform_version, spec) || by_vendor)
         return 1;
     if (info->is_gpu && contains_nocase("gpu", spec) && strlen(spec) == 3) return 1;
     if (info->is_cpu && contains_nocase("cpu", spec) && strlen(spec) == 3) return 1;

@@ -6,6 +6,7 @@
 #include "runtime/headroom.h"
 #include "runtime/kernel_text.h"
 #include "runtime/pocl_binary.h"
+#include "runtime/loop_limit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +25,9 @@ static uint64_t program_key(const iha_context *ctx, const char *source, const ch
     uint64_t h = IHA_HASH_SEED;
     h = iha__hash_string(h, source);
     h = iha__hash_string(h, options);
-    h = iha__hash_string(h, ctx->info.device_name);
-    h = iha__hash_string(h, ctx->info.driver_version);
-    h = iha__hash_string(h, ctx->info.platform_version);
+    h = iha__hash_string(h, ctx->identity.device_name);
+    h = iha__hash_string(h, ctx->identity.driver_version);
+    h = iha__hash_string(h, ctx->identity.platform_version);
     h = iha__hash_string(h, IHA_VERSION_STRING);
     return h;
 }
@@ -116,7 +117,8 @@ static iha_status program_get(iha_context *ctx, const char *file, const char *ke
                               iha_program_entry **out)
 {
     char options[512];
-    int n = snprintf(options, sizeof options, "%s %s", IHA_BASE_BUILD_OPTIONS, kernel_options);
+    int n = snprintf(options, sizeof options, "%s %s %s", IHA_BASE_BUILD_OPTIONS, iha__loop_probe_option(ctx),
+                     kernel_options);
     IHA_RETURN_ERROR_IF(n < 0 || (size_t)n >= sizeof options, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "build options too long for cl/%s", file);
     iha_program_cache *cache = &ctx->programs;

@@ -1,18 +1,23 @@
 /* The tuning profile file: key, JSON reading and validation, merge and atomic write. See
  * profile.h for the format and the concurrency rules. */
+#define _DEFAULT_SOURCE /* flock */
 #include "tune/profile.h"
 #include "common/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stdio.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <strings.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "common/hash.h"
+#include "common/temp_file.h"
 #include "runtime/disk_cache.h"
 #include "runtime/kernel_sources.h"
 
@@ -50,10 +55,10 @@ static void make_key(const iha_context *ctx, profile_key *k)
     if (clGetDeviceInfo(ctx->device, CL_DEVICE_VENDOR_ID, sizeof vendor_id, &vendor_id, NULL) != CL_SUCCESS)
         vendor_id = 0;
     k->vendor_id = vendor_id;
-    k->vendor = ctx->info.device_vendor;
-    k->name = ctx->info.device_name;
-    k->driver_version = ctx->info.driver_version;
-    k->opencl_version = ctx->info.device_version;
+    k->vendor = ctx->identity.device_vendor;
+    k->name = ctx->identity.device_name;
+    k->driver_version = ctx->identity.driver_version;
+    k->opencl_version = ctx->identity.device_version;
     k->compute_units = ctx->info.compute_units;
     k->local_mem_bytes = (double)ctx->info.local_mem_bytes;
     k->local_mem_type = ctx->info.local_mem_is_global ? "global" : "local";
@@ -121,7 +126,8 @@ static double read_double(const cJSON *obj, const char *name)
     return cJSON_IsNumber(item) ? item->valuedouble : 0.0;
 }
 
-/* Parses and validates one entry; on failure writes why. */
+/* Parses and validates one entry: 1 when it is valid, -1 when it names a kernel or role this
+ * library does not know (kept, not used), 0 when it is invalid (why says how). */
 static int parse_entry(const iha_context *ctx, const cJSON *e, iha_profile_entry *out, char *why, size_t cap)
 {
     memset(out, 0, sizeof *out);
@@ -132,10 +138,9 @@ static int parse_entry(const iha_context *ctx, const cJSON *e, iha_profile_entry
     if (!cJSON_IsString(kernel) || !cJSON_IsString(role) || !cJSON_IsObject(bucket) || !cJSON_IsObject(config))
         return snprintf(why, cap, "an entry lacks kernel, role, bucket or config"), 0;
     out->tunable = iha__tunable_find(kernel->valuestring);
-    if (out->tunable == NULL) return snprintf(why, cap, "an entry names an unknown kernel \"%s\"", kernel->valuestring), 0;
+    if (out->tunable == NULL) return -1;
     const iha_tune_space *s = out->tunable->space;
-    if (strcmp(role->valuestring, "bucket") != 0 && strcmp(role->valuestring, "device_default") != 0)
-        return snprintf(why, cap, "an entry of %s has an unknown role \"%s\"", s->kernel, role->valuestring), 0;
+    if (strcmp(role->valuestring, "bucket") != 0 && strcmp(role->valuestring, "device_default") != 0) return -1;
     out->is_default = strcmp(role->valuestring, "device_default") == 0;
     out->bucket.count = s->key_count;
     for (int i = 0; i < s->key_count; ++i)
@@ -162,7 +167,8 @@ static int same_slot(const iha_profile_entry *a, const iha_profile_entry *b)
     return memcmp(a->bucket.values, b->bucket.values, sizeof a->bucket.values[0] * (size_t)a->bucket.count) == 0;
 }
 
-int iha__profile_put(iha_profile *p, const iha_profile_entry *e)
+/* Adds or replaces e as it is (pending or not). */
+static int put(iha_profile *p, const iha_profile_entry *e)
 {
     for (size_t i = 0; i < p->count; ++i)
         if (same_slot(&p->entries[i], e)) {
@@ -180,64 +186,127 @@ int iha__profile_put(iha_profile *p, const iha_profile_entry *e)
     return 1;
 }
 
+int iha__profile_put(iha_profile *p, const iha_profile_entry *e)
+{
+    iha_profile_entry pending = *e;
+    pending.pending = 1;
+    return put(p, &pending);
+}
+
+/* The pending entry of p in the same slot as e, or NULL. */
+static const iha_profile_entry *pending_in_slot(const iha_profile *p, const iha_profile_entry *e)
+{
+    for (size_t i = 0; i < p->count; ++i)
+        if (p->entries[i].pending && same_slot(&p->entries[i], e)) return &p->entries[i];
+    return NULL;
+}
+
 /* ---- Reading ---- */
 
-/* Reads p->path into p's entries; sets state and message. Returns 0 only when out of memory. */
-static int load(const iha_context *ctx, iha_profile *p)
+/* What a parsed file is to this context. */
+typedef enum file_kind { FILE_OURS, FILE_NEWER, FILE_FOREIGN } file_kind;
+
+/* Whether root is a profile of this format and key (FILE_OURS), of a newer format_version
+ * (FILE_NEWER), or anything else (why says what). */
+static file_kind classify(const iha_context *ctx, const cJSON *root, char *why, size_t cap)
 {
-    p->count = 0;
-    size_t length = 0;
-    errno = 0;
-    char *text = iha__read_file(p->path, MAX_FILE_BYTES, &length);
-    if (text == NULL) {
-        const int missing = errno == ENOENT;
-        p->state = missing ? IHA_PROFILE_NONE : IHA_PROFILE_IGNORED;
-        if (!missing) snprintf(p->message, sizeof p->message, "cannot read %.300s (or it exceeds 16 MiB)", p->path);
-        return 1;
-    }
-    cJSON *root = cJSON_ParseWithLength(text, length);
-    free(text);
-    char why[400] = "";
-    profile_key key;
-    make_key(ctx, &key);
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "entries");
     long version = 0;
-    int ok = 1;
-    if (root == NULL) {
-        snprintf(why, sizeof why, "it is not valid JSON (truncated or corrupt)");
-        ok = 0;
-    } else if (!cJSON_IsString(format) || strcmp(format->valuestring, FORMAT_NAME) != 0 ||
-               !read_long(root, "format_version", &version) || version != FORMAT_VERSION || !cJSON_IsArray(entries)) {
-        snprintf(why, sizeof why, "it is not an %s of format_version %d with an entries array", FORMAT_NAME,
-                 FORMAT_VERSION);
-        ok = 0;
-    } else {
-        ok = key_matches(cJSON_GetObjectItemCaseSensitive(root, "key"), &key, why, sizeof why);
-    }
-    for (const cJSON *e = ok ? entries->child : NULL; e != NULL && ok; e = e->next) {
+    if (root == NULL) return snprintf(why, cap, "it is not valid JSON (truncated or corrupt)"), FILE_FOREIGN;
+    if (cJSON_IsString(format) && strcmp(format->valuestring, FORMAT_NAME) == 0 &&
+        read_long(root, "format_version", &version) && version > FORMAT_VERSION)
+        return snprintf(why, cap, "it has format_version %ld, newer than this library's %d", version, FORMAT_VERSION),
+               FILE_NEWER;
+    if (!cJSON_IsString(format) || strcmp(format->valuestring, FORMAT_NAME) != 0 || version != FORMAT_VERSION ||
+        !cJSON_IsArray(entries))
+        return snprintf(why, cap, "it is not an %s of format_version %d with an entries array", FORMAT_NAME,
+                        FORMAT_VERSION),
+               FILE_FOREIGN;
+    profile_key key;
+    make_key(ctx, &key);
+    return key_matches(cJSON_GetObjectItemCaseSensitive(root, "key"), &key, why, cap) ? FILE_OURS : FILE_FOREIGN;
+}
+
+/* Loads the entries of a file's text into p (which keeps its pending entries over them); sets
+ * state and message. Returns 0 only when out of memory. */
+static int load_text(const iha_context *ctx, iha_profile *p, const char *text, size_t length)
+{
+    cJSON *root = cJSON_ParseWithLength(text, length);
+    char why[400] = "";
+    int ok = classify(ctx, root, why, sizeof why) == FILE_OURS;
+    size_t unknown = 0;
+    iha_profile loaded;
+    memset(&loaded, 0, sizeof loaded);
+    const cJSON *e, *list = ok ? cJSON_GetObjectItemCaseSensitive(root, "entries") : NULL;
+    cJSON_ArrayForEach(e, list)
+    {
         iha_profile_entry entry;
-        ok = parse_entry(ctx, e, &entry, why, sizeof why);
-        if (ok && !iha__profile_put(p, &entry)) {
+        const int r = parse_entry(ctx, e, &entry, why, sizeof why);
+        if (r == 0) {
+            ok = 0;
+            break;
+        }
+        if (r < 0) ++unknown;
+        else if (!pending_in_slot(p, &entry) && !put(&loaded, &entry)) {
             cJSON_Delete(root);
+            iha__profile_free(&loaded);
             return 0;
         }
     }
     cJSON_Delete(root);
+    for (size_t i = 0; ok && i < p->count; ++i)
+        if (p->entries[i].pending && !put(&loaded, &p->entries[i])) ok = -1;
+    if (ok < 0) {
+        iha__profile_free(&loaded);
+        return 0;
+    }
     if (!ok) {
-        p->count = 0;
+        iha__profile_free(&loaded);
+        size_t kept = 0; /* the pending entries stay in use */
+        for (size_t i = 0; i < p->count; ++i)
+            if (p->entries[i].pending) p->entries[kept++] = p->entries[i];
+        p->count = kept;
         p->state = IHA_PROFILE_IGNORED;
         snprintf(p->message, sizeof p->message, "tuning profile %.200s ignored: %.280s", p->path, why);
         return 1;
     }
+    iha__profile_free(p);
+    p->entries = loaded.entries;
+    p->count = loaded.count;
+    p->capacity = loaded.capacity;
     p->state = IHA_PROFILE_LOADED;
+    p->message[0] = '\0';
+    if (unknown)
+        snprintf(p->message, sizeof p->message,
+                 "%zu entr%s for a kernel or role this library does not know kept in the file, not used", unknown,
+                 unknown == 1 ? "y" : "ies");
     return 1;
+}
+
+/* Reads p->path into p's entries; sets state and message. Returns 0 only when out of memory. */
+static int load(const iha_context *ctx, iha_profile *p)
+{
+    size_t length = 0;
+    char *text = NULL;
+    const int code = iha__file_read(p->path, MAX_FILE_BYTES, 0, &text, &length);
+    if (code != 0) {
+        p->state = code == ENOENT ? IHA_PROFILE_NONE : IHA_PROFILE_IGNORED;
+        p->message[0] = '\0';
+        if (code != ENOENT)
+            snprintf(p->message, sizeof p->message, "cannot read the tuning profile %.300s: %s", p->path,
+                     code == EFBIG ? "larger than 16 MiB" : iha__file_error(code));
+        return 1;
+    }
+    const int ok = load_text(ctx, p, text, length);
+    free(text);
+    return ok;
 }
 
 iha_status iha__profile_open(iha_context *ctx, const char *option, iha_profile *p)
 {
     memset(p, 0, sizeof *p);
-    if (option != NULL && strcmp(option, "off") == 0) {
+    if (option != NULL && strcasecmp(option, "off") == 0) {
         p->state = IHA_PROFILE_OFF;
         return IHA_OK;
     }
@@ -249,16 +318,22 @@ iha_status iha__profile_open(iha_context *ctx, const char *option, iha_profile *
         if (clGetDeviceInfo(ctx->device, CL_DEVICE_VENDOR_ID, sizeof vendor_id, &vendor_id, NULL) != CL_SUCCESS)
             vendor_id = 0;
         uint64_t h = iha__hash_bytes(IHA_HASH_SEED, &vendor_id, sizeof vendor_id);
-        h = iha__hash_string(iha__hash_string(h, ctx->info.device_vendor), ctx->info.device_name);
+        h = iha__hash_string(iha__hash_string(h, ctx->identity.device_vendor), ctx->identity.device_name);
         n = snprintf(p->path, sizeof p->path, "%s/profile-%016llx.json", ctx->cache_dir, (unsigned long long)h);
+    } else if (ctx->cache_dir_refused[0] != '\0') {
+        p->state = IHA_PROFILE_IGNORED;
+        snprintf(p->message, sizeof p->message, "no tuning profile: %s", ctx->cache_dir_refused);
+        return IHA_OK;
     } else {
         p->state = IHA_PROFILE_OFF; /* no cache directory, no path given */
         return IHA_OK;
     }
-    if (n < 0 || (size_t)n >= sizeof p->path) {
+    if (n < 0 || (size_t)n + 1 + IHA_DISK_CACHE_NAME_MAX >= sizeof p->path) {
         p->path[0] = '\0';
         p->state = IHA_PROFILE_IGNORED;
-        snprintf(p->message, sizeof p->message, "the tuning profile path is too long");
+        snprintf(p->message, sizeof p->message,
+                 "the tuning profile's path is %d bytes long: with its temporary files' suffix it would reach "
+                 "PATH_MAX (%zu bytes)", n, sizeof p->path);
         return IHA_OK;
     }
     IHA_RETURN_ERROR_IF(!load(ctx, p), ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the tuning profile");
@@ -295,88 +370,165 @@ static cJSON *entry_to_json(const iha_profile_entry *e)
     return o;
 }
 
-static char *render(const iha_context *ctx, const iha_profile *p)
+/* The file's text: this context's key, then `kept` (entries of the file on disk that stay, in
+ * their order) and p's pending entries. Takes `kept`. */
+static char *render(const iha_context *ctx, const iha_profile *p, cJSON *kept)
 {
     profile_key key;
     make_key(ctx, &key);
-    cJSON *root = cJSON_CreateObject(), *entries = cJSON_CreateArray(), *k = key_to_json(&key);
-    int ok = root && entries && k && cJSON_AddStringToObject(root, "format", FORMAT_NAME) &&
+    cJSON *root = cJSON_CreateObject(), *k = key_to_json(&key);
+    int ok = root && kept && k && cJSON_AddStringToObject(root, "format", FORMAT_NAME) &&
              cJSON_AddNumberToObject(root, "format_version", FORMAT_VERSION);
     if (ok) {
         cJSON_AddItemToObject(root, "key", k);
-        cJSON_AddItemToObject(root, "entries", entries);
-        k = entries = NULL;
+        cJSON_AddItemToObject(root, "entries", kept);
+        k = kept = NULL;
     }
     for (size_t i = 0; ok && i < p->count; ++i) {
+        if (!p->entries[i].pending) continue;
         cJSON *e = entry_to_json(&p->entries[i]);
         ok = e != NULL;
         if (ok) cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(root, "entries"), e);
     }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
-    cJSON_Delete(entries);
+    cJSON_Delete(kept);
     cJSON_Delete(k);
     return text;
 }
 
-static int write_atomically(const char *path, const char *text)
+/* The entries of the file on disk that a save keeps: all of a file of this format and key
+ * except those that p's pending entries replace and those of a known kernel that are invalid
+ * (no context could use them, and they would make the whole file ignored). A file that is
+ * missing, corrupt or of another key keeps nothing (it is replaced); one of a newer format, or
+ * one that cannot be read, is not written over: *refusal says why. */
+static cJSON *entries_to_keep(const iha_context *ctx, const iha_profile *p, char *refusal, size_t cap)
 {
-    char dir[1024], tmp[1200];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash != NULL && slash != dir) {
-        *slash = '\0';
-        if (iha__mkdir_p(dir) != 0) return -1;
+    refusal[0] = '\0';
+    char *text = NULL;
+    size_t length = 0;
+    const int code = iha__file_read(p->path, MAX_FILE_BYTES, 0, &text, &length);
+    if (code != 0 && code != ENOENT) {
+        snprintf(refusal, cap, "cannot read it to merge into it: %s",
+                 code == EFBIG ? "larger than 16 MiB" : iha__file_error(code));
+        return NULL;
     }
-    /* Unique per writer without global state: pid, this frame's address and the clock. */
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lx.%ld", path, (long)getpid(), (unsigned long)(uintptr_t)&now,
-                     (long)now.tv_nsec);
-    if (n < 0 || (size_t)n >= sizeof tmp) return -1;
-    FILE *f = fopen(tmp, "wb");
-    if (f == NULL) return -1;
-    const size_t len = strlen(text);
-    int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
-    ok = fflush(f) == 0 && ok;
-    ok = fsync(fileno(f)) == 0 && ok;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        return -1;
+    cJSON *kept = cJSON_CreateArray();
+    cJSON *root = code == 0 ? cJSON_ParseWithLength(text, length) : NULL;
+    free(text);
+    char why[400] = "";
+    const file_kind kind = code == 0 ? classify(ctx, root, why, sizeof why) : FILE_FOREIGN;
+    if (kind == FILE_NEWER) {
+        snprintf(refusal, cap, "not overwritten: %s", why);
+        cJSON_Delete(root);
+        cJSON_Delete(kept);
+        return NULL;
     }
+    const cJSON *e, *list = kind == FILE_OURS && kept ? cJSON_GetObjectItemCaseSensitive(root, "entries") : NULL;
+    cJSON_ArrayForEach(e, list)
+    {
+        iha_profile_entry entry;
+        const int r = parse_entry(ctx, e, &entry, why, sizeof why);
+        if (r == 0 || (r > 0 && pending_in_slot(p, &entry))) continue;
+        cJSON *copy = cJSON_Duplicate(e, 1);
+        if (copy == NULL) {
+            cJSON_Delete(kept);
+            kept = NULL;
+            break;
+        }
+        cJSON_AddItemToArray(kept, copy);
+    }
+    cJSON_Delete(root);
+    if (kept == NULL) snprintf(refusal, cap, "out of host memory");
+    return kept;
+}
+
+/* The directory part of path, malloc'ed ("." when there is none). */
+static char *parent_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const size_t n = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path);
+    char *dir = malloc(n + 1);
+    if (dir == NULL) return NULL;
+    memcpy(dir, slash == NULL ? "." : slash == path ? "/" : path, n);
+    dir[n] = '\0';
+    return dir;
+}
+
+/* Opens (creating) <path>.lock and, with lock, takes the exclusive lock on it. Returns 0 and the
+ * descriptor in *fd, or an errno. A file system without flock leaves the descriptor unlocked:
+ * writers there still never leave a partial file, only lose the merge's guarantee. */
+static int open_lock(const char *path, int lock, int *fd)
+{
+    char lock_path[sizeof ((iha_profile *)0)->path + 8];
+    snprintf(lock_path, sizeof lock_path, "%s.lock", path);
+    int f = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (f < 0) return errno;
+    while (lock && flock(f, LOCK_EX) != 0 && errno == EINTR) continue;
+    *fd = f;
     return 0;
+}
+
+iha_status iha__profile_check_writable(iha_context *ctx, const iha_profile *p)
+{
+    IHA_RETURN_ERROR_IF(p->path[0] == '\0', ctx, IHA_ERROR_IO, "cannot store tuning results: %s",
+                        p->message[0] ? p->message
+                                      : "the cache directory is off and no profile path was given");
+    char *dir = parent_of(p->path);
+    IHA_RETURN_ERROR_IF(dir == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    const int made = iha__mkdir_p(dir);
+    free(dir);
+    IHA_RETURN_ERROR_IF(made != 0, ctx, IHA_ERROR_IO, "cannot make the tuning profile's directory for %s: %s",
+                        p->path, strerror(made));
+    int fd = -1, code = iha__file_open_read(p->path, 0, &fd);
+    if (code == 0) close(fd);
+    IHA_RETURN_ERROR_IF(code != 0 && code != ENOENT, ctx, IHA_ERROR_IO, "cannot use the tuning profile %s: %s",
+                        p->path, iha__file_error(code));
+    code = open_lock(p->path, 0, &fd);
+    IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot write beside the tuning profile %s: %s", p->path,
+                        strerror(code));
+    close(fd);
+    return IHA_OK;
+}
+
+/* The merge and the write, under the lock. */
+static iha_status merge_and_write(iha_context *ctx, iha_profile *p)
+{
+    char refusal[480];
+    cJSON *kept = entries_to_keep(ctx, p, refusal, sizeof refusal);
+    IHA_RETURN_ERROR_IF(kept == NULL, ctx, IHA_ERROR_IO, "cannot write the tuning profile %s: %s", p->path, refusal);
+    char *text = render(ctx, p, kept);
+    IHA_RETURN_ERROR_IF(text == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the tuning profile");
+    const size_t length = strlen(text);
+    const iha_file_part parts[2] = {{text, length}, {"\n", 1}};
+    const int code = iha__file_replace(p->path, parts, 2, 1);
+    if (code != 0) {
+        free(text);
+        return iha__fail(ctx, IHA_ERROR_IO, "cannot write the tuning profile %s: %s", p->path, strerror(code));
+    }
+    for (size_t i = 0; i < p->count; ++i) p->entries[i].pending = 0;
+    const int loaded = load_text(ctx, p, text, length);
+    free(text);
+    IHA_RETURN_ERROR_IF(!loaded, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the tuning profile");
+    return IHA_OK;
 }
 
 iha_status iha__profile_save(iha_context *ctx, iha_profile *p)
 {
-    IHA_RETURN_ERROR_IF(p->path[0] == '\0', ctx, IHA_ERROR_IO,
-                        "no tuning profile path: the cache directory is off and no profile path was given");
-    /* Another process may have written since this one loaded: keep its entries under ours. */
-    iha_profile disk;
-    memset(&disk, 0, sizeof disk);
-    memcpy(disk.path, p->path, sizeof disk.path);
-    IHA_RETURN_ERROR_IF(!load(ctx, &disk), ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
-    int ok = 1;
-    if (disk.state == IHA_PROFILE_LOADED) {
-        for (size_t i = 0; i < p->count && ok; ++i) ok = iha__profile_put(&disk, &p->entries[i]);
-        if (ok) {
-            free(p->entries);
-            p->entries = disk.entries;
-            p->count = disk.count;
-            p->capacity = disk.capacity;
-            disk.entries = NULL;
-        }
-    }
-    iha__profile_free(&disk);
-    char *text = ok ? render(ctx, p) : NULL;
-    IHA_RETURN_ERROR_IF(text == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the tuning profile");
-    const int written = write_atomically(p->path, text);
-    free(text);
-    IHA_RETURN_ERROR_IF(written != 0, ctx, IHA_ERROR_IO, "cannot write the tuning profile %s", p->path);
-    p->state = IHA_PROFILE_LOADED;
-    p->message[0] = '\0';
-    return IHA_OK;
+    IHA_FORWARD_IF_ERROR(iha__profile_check_writable(ctx, p));
+    int lock = -1;
+    const int code = open_lock(p->path, 1, &lock);
+    IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot lock the tuning profile %s: %s", p->path,
+                        strerror(code));
+    char *dir = parent_of(p->path);
+    const char *base = strrchr(p->path, '/') ? strrchr(p->path, '/') + 1 : p->path;
+    char prefix[sizeof p->path + 8];
+    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+    if (dir) iha__remove_left_over_temps(dir, prefix);
+    free(dir);
+    const iha_status st = merge_and_write(ctx, p);
+    close(lock); /* releases the lock */
+    return st;
 }
 
 iha_status iha__profile_clear(iha_context *ctx, iha_profile *p)
@@ -387,7 +539,15 @@ iha_status iha__profile_clear(iha_context *ctx, iha_profile *p)
         p->message[0] = '\0';
     }
     if (p->path[0] == '\0') return IHA_OK;
-    IHA_RETURN_ERROR_IF(remove(p->path) != 0 && errno != ENOENT, ctx, IHA_ERROR_IO, "cannot remove %s", p->path);
+    int lock = -1;
+    int code = open_lock(p->path, 1, &lock);
+    if (code == ENOENT) return IHA_OK; /* no directory, so no profile */
+    IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot lock the tuning profile %s: %s", p->path,
+                        strerror(code));
+    code = unlink(p->path) != 0 && errno != ENOENT ? errno : 0;
+    close(lock);
+    IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot remove the tuning profile %s: %s", p->path,
+                        strerror(code));
     return IHA_OK;
 }
 

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "tune/state.h"
+#include "runtime/loop_limit.h"
 
 #define DEFAULT_BUDGET_S 40.0
 #define DEFAULT_REPS 5
@@ -80,7 +81,7 @@ static int store(iha_tune_state *s, const iha_tune_run *run, const iha_tune_outc
     for (size_t i = 0; i < run->count; ++i) {
         if (!o[i].found) continue;
         const iha_tune_task *task = &run->tasks[i];
-        iha_profile_entry e = {task->tunable, 0, task->bucket, o[i].best, o[i].best_s, o[i].default_s, o[i].best_error};
+        iha_profile_entry e = {task->tunable, 0, task->bucket, o[i].best, o[i].best_s, o[i].default_s, o[i].best_error, 1};
         if (!iha__profile_put(&s->profile, &e)) return 0;
         size_t slowest = i;
         for (size_t j = 0; j < run->count; ++j)
@@ -118,6 +119,9 @@ static iha_status run_tasks(iha_context *ctx, const iha_tune_run *run, iha_tune_
 
 iha_status iha__tune_tasks(iha_context *ctx, const iha_tune_run *run)
 {
+    /* A profile that cannot be written is found out before the budget is spent, not after. */
+    if (!run->dry_run && ctx->tune->profile.state != IHA_PROFILE_OFF)
+        IHA_FORWARD_IF_ERROR(iha__profile_check_writable(ctx, &ctx->tune->profile));
     iha_tune_outcome *outcomes = calloc(run->count ? run->count : 1, sizeof *outcomes);
     IHA_RETURN_ERROR_IF(outcomes == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     IHA_CL_CHECK(ctx, clFinish(ctx->queue), "clFinish");
@@ -251,8 +255,7 @@ iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attenti
                               to->reps ? to->reps : DEFAULT_REPS, to->dry_run, to->progress, to->user, all};
     iha_status st = iha__tune_tasks(ctx, &run);
     for (size_t i = 0; st == IHA_OK && i < n && i < capacity; ++i) results[i] = all[i];
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
-    return st;
+    return iha__call_end(ctx, st);
 }
 
 /* ---- The profile ---- */
