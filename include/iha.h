@@ -632,6 +632,82 @@ iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attenti
                     const iha_tune_options *tune_options, iha_tune_result *results, size_t capacity,
                     size_t *result_count);
 
+/* ---- Self-check ------------------------------------------------------------------------- */
+
+/* A device nobody has tried may compile a kernel into something wrong without any error.
+ * iha_check (or `iha check`) runs, on the context's device, every kernel family and variant its
+ * layer calls would use, on small ragged problems, against float64: attention in the
+ * configuration the lookup above gives a few representative buckets (d of 16, 40, 64 and 128)
+ * and in every configuration of the profile's attention entries, each under the three masks,
+ * global and with a window; the mixing and collapse kernels ("rows") likewise; the decode
+ * kernels (float and half caches, one new token and a chunk, every mask, global and windowed);
+ * the GEMM (the library's kernel with the context's tile, and CLBlast when it is the context's
+ * backend); the attention backward (iha_attention_backward after iha_attention) and the layer
+ * (iha_forward and iha_backward, rotary on) on every mask, global and windowed; and half
+ * storage (the attention backward and the layer with half activations and weights). The
+ * checks are the tuner's (iha_tune verifies every candidate the same way) and a float64
+ * reference of SPEC.md kept in the library. It takes about a minute on a 2-core CPU, mostly
+ * building programs. */
+
+typedef enum iha_check_state {
+    IHA_CHECK_OK = 0,         /* within the limit */
+    IHA_CHECK_FAILED = 1,     /* beyond the limit, not finite, or a call failed (note says which) */
+    IHA_CHECK_UNSUPPORTED = 2 /* the library refused it on this device (IHA_ERROR_UNSUPPORTED: say,
+                                 a driver that cuts kernel loops short); not a pass */
+} iha_check_state;
+
+/* Which families iha_check_options.families selects. */
+#define IHA_CHECK_ATTENTION 1u
+#define IHA_CHECK_ROWS 2u
+#define IHA_CHECK_DECODE 4u
+#define IHA_CHECK_GEMM 8u
+#define IHA_CHECK_BACKWARD 16u /* the attention backward and the layer, forward and backward */
+#define IHA_CHECK_HALF 32u
+
+/* One kernel family in one configuration, over all of its cases. Fixed layout, no pointers. */
+typedef struct iha_check_row {
+    char family[24];  /* "attention", "rows", "decode", "gemm", "attention_backward", "layer", "half" */
+    char config[512]; /* as in iha_kernel_choice.config; for the backward families the path
+                         ("tiles": the register-tile pass, "rows": the row kernels) */
+    int source;       /* an iha_config_source: where a layer call gets this configuration */
+    char shape[160];  /* the problem's sizes and the masks and windows it ran */
+    double error;     /* the largest relative L2 error against float64 over the row's cases and
+                         outputs; +inf when an output is not finite; 0 when unsupported */
+    double limit;     /* SPEC's bound: 1e-5 for float storage, 2e-3 for half */
+    int state;        /* an iha_check_state */
+    char note[256];   /* the worst case, or the status and message of a failed or refused call */
+} iha_check_row;
+
+typedef struct iha_check_options {
+    unsigned families; /* IHA_CHECK_* bits; 0 means all */
+    /* Called with each row as it completes (the row is valid during the call); may be NULL. */
+    void (*row)(const iha_check_row *row, void *user);
+    void *user;
+} iha_check_options;
+
+typedef struct iha_check_summary {
+    size_t rows;        /* rows produced, also those beyond `capacity` */
+    size_t failed;      /* rows in IHA_CHECK_FAILED */
+    size_t unsupported; /* rows in IHA_CHECK_UNSUPPORTED */
+    double seconds;     /* wall time of the call */
+} iha_check_summary;
+
+/* Sets the defaults (all families, no callback). */
+void iha_check_options_init(iha_check_options *options);
+
+/* Runs the self-check described above on ctx's device (options NULL: defaults). Writes up to
+ * `capacity` rows into `rows` (NULL when capacity is 0) in the order they ran, and the totals
+ * into *summary. Returns IHA_OK when the check ran to its end, whatever the rows found: a kernel
+ * that fails its check, does not build, or whose call fails makes its row IHA_CHECK_FAILED and
+ * counts in summary->failed, and the check goes on with the next row. Returns
+ * IHA_ERROR_INVALID_ARGUMENT for a NULL ctx or summary, rows NULL with capacity above 0, or a
+ * families bit not defined above; IHA_ERROR_HOST_MEMORY; IHA_ERROR_OPENCL when the context's
+ * queue fails outside any row. Blocks; uses the context's queue and leaves the context's
+ * configurations (the GEMM backend, CLBlast's parameters) as it found them. The program cache
+ * keeps what it built, as for any layer call. */
+iha_status iha_check(iha_context *ctx, const iha_check_options *options, iha_check_row *rows, size_t capacity,
+                     iha_check_summary *summary);
+
 /* ---- Incremental decoding with a pseudo-token KV cache ---------------------------------- */
 
 /* The cache's storage type is an iha_storage (see "Problem description"): float, or half with

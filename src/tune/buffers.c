@@ -67,7 +67,7 @@ double iha__tune_rel_error(const float *out, const double *ref, size_t n)
 }
 
 /* SPEC.md's visibility rule for virtual query t and key u (n, m: their tokens). */
-static int visible(long t, long u, long P, int mask, long W)
+int iha__tune_visible(long t, long u, long P, int mask, long W)
 {
     const long n = t / P, m = u / P;
     if (mask == IHA_MASK_CAUSAL) return u <= t && (W == 0 || t - u < W * P);
@@ -81,7 +81,7 @@ void iha__tune_reference_row(const float *q, const float *k, const float *v, lon
     double mx = -INFINITY, sum = 0.0;
     for (long u = 0; u < T; ++u) {
         s[u] = -INFINITY;
-        if (!visible(t, u, P, mask, W)) continue;
+        if (!iha__tune_visible(t, u, P, mask, W)) continue;
         double dot = 0.0;
         for (long c = 0; c < d; ++c) dot += (double)q[c] * k[u * d + c];
         s[u] = dot * scale;

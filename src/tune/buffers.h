@@ -19,6 +19,10 @@ iha_status iha__tune_read(iha_context *ctx, cl_mem mem, size_t n, float *out);
 /* Releases up to n buffers (NULL entries allowed). */
 void iha__tune_release(cl_mem *mems, size_t n);
 
+/* SPEC.md's visibility rule: whether virtual query t sees virtual key u under mask and a window
+ * of W tokens (0: global). */
+int iha__tune_visible(long t, long u, long P, int mask, long W);
+
 /* The verification reference of the attention kernels (SPEC.md step 4) for one query row in
  * float64: out[d] = the softmax over the keys u < T that virtual query t sees (mask, window W in
  * tokens) of scale * dot(q, k[u]), applied to v[u]. k and v are rows [T][d]; s is scratch of T
