@@ -11,6 +11,7 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
 
 /* Each takes the arguments after "iha": argv[0] is the subcommand's own name. */
 int cmd_devices(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_generate_check(int argc, char **argv);

@@ -17,6 +17,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"devices", "list OpenCL platforms and devices with their limits", cmd_devices},
+    {"check", "check every kernel this device would use against float64 (run it first on a new device)", cmd_check},
     {"forward", "run one IHA layer on the .npy files of a directory", cmd_forward},
     {"demo", "run a random layer of a realistic shape, check it, time each stage", cmd_demo},
     {"generate-check", "generate token by token through a KV cache, check against the full pass", cmd_generate_check},
