@@ -11,7 +11,13 @@
  *     (RLIMIT_FSIZE in a child process, so writes stop mid-entry): the writer leaves nothing
  *     half-written, and a layer that PoCL can no longer compile fails with a clear status;
  *   - cache entries cut at every boundary of their layout (as by a writer that died mid-write
- *     on a file system without atomic rename), and a stray temporary file of a dead writer;
+ *     on a file system without atomic rename); a dead writer's temporary file beside them is
+ *     removed, a live writer's kept;
+ *   - PoCL binaries with an empty record (content or name) in a valid entry, which PoCL aborts
+ *     on: later processes run right and the entries are rewritten; the binary check refuses
+ *     every malformed variant; an entry whose load marker outlived its process is retired;
+ *   - a FIFO in the place of an entry and of the profile: nothing waits on it;
+ *   - an address-space limit that leaves no room for fetching binaries: the cache is skipped;
  *   - a tuning profile truncated mid-write: ignored and reported, never fatal;
  *   - the context freed while its queue still holds work, and trimmed while it does.
  * On PoCL, where every OpenCL object holds a reference to its context, the context's reference

@@ -21,8 +21,8 @@ typedef struct iha_program_entry {
     int on_disk;    /* loaded from or already written to the disk cache */
     int launched;   /* a kernel of it was handed out, so PoCL has compiled machine code */
     int candidate;  /* first built by a tuning search: not written to the disk cache, where
-                       asking PoCL for the binary compiles every kernel of the program (0.1-0.5 s
-                       each), which for a search's hundred candidates ran 40-50% past its budget */
+                       asking PoCL for the binary compiles every kernel of the program, which for
+                       a search's many candidates would overrun its budget */
     size_t kernel_count;
     char *kernel_names[IHA_PROGRAM_MAX_KERNELS];
     cl_kernel kernels[IHA_PROGRAM_MAX_KERNELS];
@@ -41,8 +41,9 @@ iha_status iha__kernel_get(struct iha_context *ctx, const char *file, const char
                            cl_kernel *out);
 /* Writes the binaries of launched programs that are not on disk yet. It first waits for the
  * queue: PoCL compiles machine code at the first launch, and a binary taken earlier would have
- * to be compiled again by the next process. No-op when the disk cache is off. Failures to
- * write are ignored: the cache is an optimisation. */
+ * to be compiled again by the next process. No-op when the disk cache is off, and skipped where
+ * the process's limits leave no room to fetch binaries (headroom.h). Failures to write are
+ * ignored: the cache is an optimisation. */
 void iha__program_cache_flush(struct iha_context *ctx);
 void iha__program_cache_release(iha_program_cache *cache);
 #endif

@@ -228,41 +228,41 @@ static file_kind classify(const iha_context *ctx, const cJSON *root, char *why, 
     return key_matches(cJSON_GetObjectItemCaseSensitive(root, "key"), &key, why, cap) ? FILE_OURS : FILE_FOREIGN;
 }
 
-/* Loads the entries of a file's text into p (which keeps its pending entries over them); sets
+/* The usable entries of a parsed file into *loaded, skipping the slots of p's pending entries,
+ * then those pending entries, and the count of unknown ones: 1, 0 when the file is not this
+ * context's or holds an invalid entry (why says what), -1 when out of memory. */
+static int collect(const iha_context *ctx, const cJSON *root, const iha_profile *p, iha_profile *loaded,
+                   size_t *unknown, char *why, size_t cap)
+{
+    if (classify(ctx, root, why, cap) != FILE_OURS) return 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(root, "entries"))
+    {
+        iha_profile_entry entry;
+        const int r = parse_entry(ctx, e, &entry, why, cap);
+        if (r == 0) return 0;
+        if (r < 0) ++*unknown;
+        else if (!pending_in_slot(p, &entry) && !put(loaded, &entry)) return -1;
+    }
+    for (size_t i = 0; i < p->count; ++i)
+        if (p->entries[i].pending && !put(loaded, &p->entries[i])) return -1;
+    return 1;
+}
+
+/* Loads the entries of a file's text into p (whose pending entries stay over them); sets
  * state and message. Returns 0 only when out of memory. */
 static int load_text(const iha_context *ctx, iha_profile *p, const char *text, size_t length)
 {
     cJSON *root = cJSON_ParseWithLength(text, length);
     char why[400] = "";
-    int ok = classify(ctx, root, why, sizeof why) == FILE_OURS;
     size_t unknown = 0;
     iha_profile loaded;
     memset(&loaded, 0, sizeof loaded);
-    const cJSON *e, *list = ok ? cJSON_GetObjectItemCaseSensitive(root, "entries") : NULL;
-    cJSON_ArrayForEach(e, list)
-    {
-        iha_profile_entry entry;
-        const int r = parse_entry(ctx, e, &entry, why, sizeof why);
-        if (r == 0) {
-            ok = 0;
-            break;
-        }
-        if (r < 0) ++unknown;
-        else if (!pending_in_slot(p, &entry) && !put(&loaded, &entry)) {
-            cJSON_Delete(root);
-            iha__profile_free(&loaded);
-            return 0;
-        }
-    }
+    const int r = collect(ctx, root, p, &loaded, &unknown, why, sizeof why);
     cJSON_Delete(root);
-    for (size_t i = 0; ok && i < p->count; ++i)
-        if (p->entries[i].pending && !put(&loaded, &p->entries[i])) ok = -1;
-    if (ok < 0) {
+    if (r <= 0) {
         iha__profile_free(&loaded);
-        return 0;
-    }
-    if (!ok) {
-        iha__profile_free(&loaded);
+        if (r < 0) return 0;
         size_t kept = 0; /* the pending entries stay in use */
         for (size_t i = 0; i < p->count; ++i)
             if (p->entries[i].pending) p->entries[kept++] = p->entries[i];
