@@ -101,8 +101,9 @@
 #endif
 
 /* Horizontal max and sum of a score vector by halving: log2(KB) vector operations instead of
- * KB scalar ones. The ternary form maps to one vmaxps; fmax would add NaN handling, and no
- * NaN can occur here (masked scores are -inf, never NaN). */
+ * KB scalar ones. The ternary form maps to one vmaxps; fmax would add NaN handling, which the
+ * maximum does not need: it only moves the reference point, and a NaN score reaches the row's
+ * sum and output through its exponential (exp2_bounded keeps NaN) whatever the maximum is. */
 static inline float hmax(floatK v)
 {
 #if ATT_KB == 16
@@ -185,6 +186,11 @@ static inline void store_chunk(__global float *row, int cv, floatV x)
     for (int i = 0; c + i < HEAD_DIM; ++i) row[c + i] = tmp[i];
 }
 
+/* The natural log-sum-exp of a row from its reference point m (base 2) and sum l: NaN, not
+ * -inf, when no exponential was positive (l = 0, every visible score -inf) or one was NaN, so
+ * that the backward pass carries the row's NaN as it does in float64. */
+static inline float row_lse(float m, float l) { return l > 0.0f ? (m + log2(l)) * M_LN2_F : NAN; }
+
 /* Running state of one register tile: scaled queries, visible ranges, softmax state, output. */
 typedef struct tile_state {
     float q[ATT_ROWS][HEAD_DIM]; /* queries times scale * log2(e) */
@@ -224,27 +230,34 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
     }
 }
 
-/* a[r] += P V[:, chunk cv] over the ATT_KB value rows min(j0 + j, last); tail (a constant at
- * each call): cv is the last chunk of a head width that ATT_VD does not divide. The choice is
- * made once per chunk, outside the key loop: a per-key branch between the whole and the tail
- * load made the compiler route every value chunk through the stack (d = 72 ran at half the
- * rate of d = 64 and 80). */
+/* a[r] += P V[:, chunk cv] over the ATT_KB value rows from j0; tail (a constant at each call):
+ * cv is the last chunk of a head width that ATT_VD does not divide. The choice is made once per
+ * chunk, outside the key loop: a per-key branch between the whole and the tail load made the
+ * compiler route every value chunk through the stack (d = 72 ran at half the rate of d = 64
+ * and 80). masked (a constant at each call): the block is not visible to every row, so rows are
+ * clamped to `last` (padding keys past T) and each product is selected by row r's interval
+ * [lo[r], hi[r]]: a masked key's probability is 0, but 0 times an infinite or NaN value is NaN,
+ * and SPEC's masked keys contribute nothing. Only a tile's partial blocks pay for the select. */
 static inline __attribute__((always_inline)) void pv_keys(floatV *a, const float *pc, const __global kv_t *vb,
-                                                         int j0, int last, int clamp, int cv, int tail)
+                                                         int j0, int last, int masked, int cv, int tail,
+                                                         const int *lo, const int *hi)
 {
     /* Unclamped, row j is at a constant offset from the block's first row, which folds into the
      * load's address; int row numbers instead kept 16 row registers live (and spilled). */
     const __global kv_t *v0 = vb + (size_t)j0 * HEAD_DIM;
     #pragma unroll
     for (int j = 0; j < ATT_KB; ++j) {
-        const __global kv_t *row = clamp ? vb + (size_t)min(j0 + j, last) * HEAD_DIM : v0 + j * HEAD_DIM;
+        const __global kv_t *row = masked ? vb + (size_t)min(j0 + j, last) * HEAD_DIM : v0 + j * HEAD_DIM;
         const floatV vv = tail ? load_tail(row) : LOAD_V(row + cv * ATT_VD);
         #pragma unroll
-        for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
+        for (int r = 0; r < ATT_ROWS; ++r) {
+            const floatV f = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
+            a[r] = masked && (j0 + j < lo[r] || j0 + j > hi[r]) ? a[r] : f;
+        }
     }
 }
 
-/* acc[.][cv] += P V[:, chunk cv] for the ATT_KB value rows min(j0 + j, last): only ATT_ROWS
+/* acc[.][cv] += P V[:, chunk cv] for the ATT_KB value rows from j0 (see pv_keys): only ATT_ROWS
  * accumulators are live, which fits AVX2's 16 registers where the whole tile would spill. The
  * probabilities are read from pr at an offset of cv * ts->zero (ts->zero is 0 at run time,
  * unknown to the compiler): otherwise the compiler keeps the ATT_ROWS * ATT_KB broadcasts of
@@ -252,7 +265,7 @@ static inline __attribute__((always_inline)) void pv_keys(floatV *a, const float
  * with them. A broadcast from memory costs one load. */
 static inline __attribute__((always_inline)) void tile_pv_chunk(tile_state *ts, const float *pr,
                                                                const __global kv_t *vb, int j0, int last,
-                                                               int clamp, int cv)
+                                                               int masked, int cv)
 {
     const float *pc = pr + cv * ts->zero;
     floatV a[ATT_ROWS];
@@ -260,10 +273,10 @@ static inline __attribute__((always_inline)) void tile_pv_chunk(tile_state *ts, 
     for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv];
 #if VTAIL
     if (cv == VCHUNKS - 1)
-        pv_keys(a, pc, vb, j0, last, clamp, cv, 1);
+        pv_keys(a, pc, vb, j0, last, masked, cv, 1, ts->lo, ts->hi);
     else
 #endif
-        pv_keys(a, pc, vb, j0, last, clamp, cv, 0);
+        pv_keys(a, pc, vb, j0, last, masked, cv, 0, ts->lo, ts->hi);
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] = a[r];
 }
@@ -284,8 +297,9 @@ static inline __attribute__((always_inline)) void tile_score_fmas(const tile_sta
 
 /* The scores of one register tile against the key block starting at key j0, and their online
  * softmax: probabilities into pr (row r at r * ATT_KB). Earlier output is rescaled here, when a
- * row's reference point moves: the tile's P.V of earlier blocks has run by then. */
-static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0, float *pr)
+ * row's reference point moves: the tile's P.V of earlier blocks has run by then. Returns whether
+ * every row sees the whole block (else its P.V must mask, see pv_keys). */
+static inline int tile_scores(tile_state *ts, const __global kv_t *kblk, int j0, float *pr)
 {
     floatK s[ATT_ROWS];
     tile_score_fmas(ts, kblk, s);
@@ -317,6 +331,7 @@ static inline void tile_scores(tile_state *ts, const __global kv_t *kblk, int j0
         vstoreK(p, r, pr);
         ts->l[r] += p;
     }
+    return whole;
 }
 
 __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */
@@ -359,16 +374,15 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         const int prefetch = j0 + 2 * ATT_KB <= T && blk < hi_max / ATT_KB;
         const __global kv_t *next = vb + (size_t)(j0 + ATT_KB) * HEAD_DIM;
 #endif
-        int seen = 0;
+        int seen = 0, partial = 0;
         for (int i = 0; i < ATT_TILES; ++i) {
             /* Blocks outside this tile's visible keys are skipped, not computed and masked. */
             if (j0 + ATT_KB - 1 < tiles[i].lo_min || j0 > tiles[i].hi_max) continue;
-            tile_scores(&tiles[i], kblk, j0, pr[i]);
+            if (!tile_scores(&tiles[i], kblk, j0, pr[i])) partial |= 1 << i;
             seen |= 1 << i;
         }
-        /* Rows are clamped only in a block that runs past T (padding keys have probability 0;
-         * clamping their rows keeps the reads in bounds). */
-        const int clamp = j0 + ATT_KB > T;
+        /* A block that runs past T is partial for every tile: its padding keys are masked, and
+         * their rows clamped to the last key keep the reads in bounds. */
         const int last = min(j0 + ATT_KB, T) - 1;
         #pragma unroll 1
         for (int cv = 0; cv < VCHUNKS; ++cv) {
@@ -380,7 +394,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
 #endif
             for (int i = 0; i < ATT_TILES; ++i)
                 if (seen & (1 << i)) {
-                    if (clamp)
+                    if (partial & (1 << i))
                         tile_pv_chunk(&tiles[i], pr[i], vb, j0, last, 1, cv);
                     else
                         tile_pv_chunk(&tiles[i], pr[i], vb, j0, last, 0, cv);
@@ -394,12 +408,14 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
             const int t = t0 + i * ATT_ROWS + r;
             if (t >= T) return;
             const float l = hsum(ts->l[r]);
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            /* Every row sees a key, so l = 0 means that no score was finite, and a NaN l that
+             * one was NaN: 1/l then makes the row NaN, as SPEC's float64 softmax is
+             * (doc/numerics.md). */
+            const float inv = 1.0f / l;
             __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
             #pragma unroll
             for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, ts->acc[r][cv] * inv);
-            if (want_lse)
-                lse[lse_off + (size_t)bh * T + t] = l > 0.0f ? (ts->m[r] + log2(l)) * M_LN2_F : -INFINITY;
+            if (want_lse) lse[lse_off + (size_t)bh * T + t] = row_lse(ts->m[r], l);
         }
     }
 }

@@ -80,17 +80,30 @@ static inline float16 load_tail(const __global float *row)
 #endif
 }
 
+/* Interval bookkeeping of one tile: each row's [lo, hi] and their extremes. */
+typedef struct bw_span {
+    int lo[BW_ROWS], hi[BW_ROWS];
+    int lo_min, lo_max, hi_min, hi_max;
+} bw_span;
+
 /* a[r] += sum_j w[r][j] * chunk cv of rows[j] over the 16 rows from j0 (clamped to `last`);
- * tail (a constant at each call): cv is the last, partial chunk. */
+ * tail (a constant at each call): cv is the last, partial chunk. masked (a constant at each
+ * call): the block is not wholly visible to the tile, so each product is selected by row r's
+ * interval in sp: a masked pair's weight is 0, but 0 times an infinite or NaN row is NaN, and
+ * SPEC's masked pairs contribute nothing. */
 static inline __attribute__((always_inline)) void chunk_keys(float16 *a, const float *wc, const __global float *rows,
-                                                            int j0, int last, int cv, int tail)
+                                                            int j0, int last, int cv, int tail, int masked,
+                                                            const bw_span *sp)
 {
     #pragma unroll
     for (int j = 0; j < KB; ++j) {
         const __global float *row = rows + (size_t)min(j0 + j, last) * HEAD_DIM;
         const float16 x = tail ? load_tail(row) : vload16(cv, row);
         #pragma unroll
-        for (int r = 0; r < BW_ROWS; ++r) a[r] = fma((float16)(wc[r * KB + j]), x, a[r]);
+        for (int r = 0; r < BW_ROWS; ++r) {
+            const float16 f = fma((float16)(wc[r * KB + j]), x, a[r]);
+            a[r] = masked && (j0 + j < sp->lo[r] || j0 + j > sp->hi[r]) ? a[r] : f;
+        }
     }
 }
 
@@ -100,7 +113,7 @@ static inline __attribute__((always_inline)) void chunk_keys(float16 *a, const f
  * forward's tile_pv_chunk does, so the 64 broadcasts are not kept live across chunks. */
 static inline __attribute__((always_inline)) void tile_accumulate(float16 (*acc)[CHUNKS], const float *w,
                                                                  const __global float *rows, int j0, int last,
-                                                                 int zero)
+                                                                 int zero, int masked, const bw_span *sp)
 {
     #pragma unroll 1
     for (int cv = 0; cv < CHUNKS; ++cv) {
@@ -110,20 +123,14 @@ static inline __attribute__((always_inline)) void tile_accumulate(float16 (*acc)
         for (int r = 0; r < BW_ROWS; ++r) a[r] = acc[r][cv];
 #if TAIL
         if (cv == CHUNKS - 1)
-            chunk_keys(a, wc, rows, j0, last, cv, 1);
+            chunk_keys(a, wc, rows, j0, last, cv, 1, masked, sp);
         else
 #endif
-            chunk_keys(a, wc, rows, j0, last, cv, 0);
+            chunk_keys(a, wc, rows, j0, last, cv, 0, masked, sp);
         #pragma unroll
         for (int r = 0; r < BW_ROWS; ++r) acc[r][cv] = a[r];
     }
 }
-
-/* Interval bookkeeping of one tile: each row's [lo, hi] and their extremes. */
-typedef struct bw_span {
-    int lo[BW_ROWS], hi[BW_ROWS];
-    int lo_min, lo_max, hi_min, hi_max;
-} bw_span;
 
 static inline void span_add(bw_span *sp, int r, int2 range)
 {
@@ -136,11 +143,13 @@ static inline void span_add(bw_span *sp, int r, int2 range)
     sp->hi_min = min(sp->hi_min, range.y), sp->hi_max = max(sp->hi_max, range.y);
 }
 
-/* p with the lanes j0 + j outside row r's interval set to 0 (the whole block is visible to
- * every row when j0 >= lo_max and j0 + 15 <= hi_min). */
+/* Whether every row of the tile sees the whole block from j0. */
+static inline int span_whole(const bw_span *sp, int j0) { return j0 >= sp->lo_max && j0 + KB - 1 <= sp->hi_min; }
+
+/* p with the lanes j0 + j outside row r's interval set to 0 (a select: whatever their bits). */
 static inline float16 masked(const bw_span *sp, int r, int j0, float16 p)
 {
-    if (j0 >= sp->lo_max && j0 + KB - 1 <= sp->hi_min) return p;
+    if (span_whole(sp, j0)) return p;
     const int16 u = (int16)(j0) + LANE_IOTA;
     return select((float16)(0.0f), p, (u >= (int16)(sp->lo[r])) & (u <= (int16)(sp->hi[r])));
 }
@@ -170,24 +179,33 @@ typedef struct key_tile {
 /* a[i] += sum over the work-item's key rows of ds[row][j + i] * their chunk cv, for 4 queries
  * j.. j + 3: the key rows' chunks are read from the tiles (L1), the probabilities' gradients as
  * broadcasts from ds ([BW_TILES * BW_ROWS][KB], read at an offset of `zero`: see
- * tile_accumulate). 4 queries x 2 ymm accumulators, so each key chunk serves 8 FMAs. */
+ * tile_accumulate). 4 queries x 2 ymm accumulators, so each key chunk serves 8 FMAs. masked (a
+ * constant at each call): tiles whose bit is set in `partial` select each product by the key
+ * row's interval, as chunk_keys does (query j0 + j + q outside it adds nothing). */
 static inline __attribute__((always_inline)) void dq_quad(float16 *a, const key_tile *tiles, const float *ds, int j,
-                                                         int cv)
+                                                         int cv, int masked, int partial, int j0)
 {
     for (int i = 0; i < BW_TILES; ++i) {
+        const int sel = masked && (partial & (1 << i));
         #pragma unroll
         for (int r = 0; r < BW_ROWS; ++r) {
             const float16 kr = vload16(cv, tiles[i].ks[r]);
             const float *w = ds + (i * BW_ROWS + r) * KB + j;
             #pragma unroll
-            for (int q = 0; q < 4; ++q) a[q] = fma((float16)(w[q]), kr, a[q]);
+            for (int q = 0; q < 4; ++q) {
+                const float16 f = fma((float16)(w[q]), kr, a[q]);
+                const int u = j0 + j + q;
+                a[q] = sel && (u < tiles[i].span.lo[r] || u > tiles[i].span.hi[r]) ? a[q] : f;
+            }
         }
     }
 }
 
 /* The block's 16 query rows of the partial sums (ROWPAD floats each, rows past T included:
- * their gradients are 0) += dS^T^T K over the work-item's key rows, chunk by chunk. */
-static inline void dq_accumulate(__global float *part, const key_tile *tiles, const float *ds, int zero)
+ * their gradients are 0) += dS^T^T K over the work-item's key rows, chunk by chunk. partial:
+ * the tiles that do not wholly see the block (see dq_quad); 0 takes the unmasked path. */
+static inline void dq_accumulate(__global float *part, const key_tile *tiles, const float *ds, int zero, int partial,
+                                 int j0)
 {
     #pragma unroll 1
     for (int cv = 0; cv < CHUNKS; ++cv) {
@@ -198,7 +216,10 @@ static inline void dq_accumulate(__global float *part, const key_tile *tiles, co
             float16 a[4];
             #pragma unroll
             for (int q = 0; q < 4; ++q) a[q] = vload16(cv, row + q * ROWPAD);
-            dq_quad(a, tiles, dc, j, cv);
+            if (partial)
+                dq_quad(a, tiles, dc, j, cv, 1, partial, j0);
+            else
+                dq_quad(a, tiles, dc, j, cv, 0, 0, j0);
             #pragma unroll
             for (int q = 0; q < 4; ++q) vstore16(a[q], cv, row + q * ROWPAD);
         }
@@ -257,28 +278,38 @@ static void key_group(const __global float *qpb, const __global float *gpb, cons
         }
         /* Queries that saw no key (lse = -inf) get probability 0: lse = +inf. */
         l2 = select(l2, (float16)(INFINITY), l2 == (float16)(-INFINITY));
+        int partial = 0;
         for (int i = 0; i < BW_TILES; ++i) {
             key_tile *tl = &tiles[i];
             float *dsi = ds + i * BW_ROWS * KB;
             if (!span_touches(&tl->span, j0)) {
-                /* Skipped, not computed and masked; it adds nothing to dq. */
+                /* Skipped, not computed; its dq share is selected away (its key rows may hold
+                 * any value, and 0 times NaN is NaN). */
                 #pragma unroll
                 for (int r = 0; r < BW_ROWS; ++r) vstore16((float16)(0.0f), r, dsi);
+                partial |= 1 << i;
                 continue;
             }
             float16 sc[BW_ROWS], dp[BW_ROWS];
             tile_dots(tl->ks, qpk, sc);
             tile_dots(tl->vs, gpk, dp);
+            /* dS is selected as well as Pr: a masked pair's dP - Dt may be infinite or NaN. */
             #pragma unroll
             for (int r = 0; r < BW_ROWS; ++r) {
                 const float16 p = masked(&tl->span, r, j0, exp2_bounded16(sc[r] - l2));
                 vstore16(p, r, pr);
-                vstore16(p * (dp[r] - dt), r, dsi);
+                vstore16(masked(&tl->span, r, j0, p * (dp[r] - dt)), r, dsi);
             }
-            tile_accumulate(tl->acc_v, pr, gb, j0, T - 1, zero);
-            tile_accumulate(tl->acc_k, dsi, qb, j0, T - 1, zero);
+            if (span_whole(&tl->span, j0)) {
+                tile_accumulate(tl->acc_v, pr, gb, j0, T - 1, zero, 0, &tl->span);
+                tile_accumulate(tl->acc_k, dsi, qb, j0, T - 1, zero, 0, &tl->span);
+            } else {
+                partial |= 1 << i;
+                tile_accumulate(tl->acc_v, pr, gb, j0, T - 1, zero, 1, &tl->span);
+                tile_accumulate(tl->acc_k, dsi, qb, j0, T - 1, zero, 1, &tl->span);
+            }
         }
-        dq_accumulate(part + (size_t)j0 * ROWPAD, tiles, ds, zero);
+        dq_accumulate(part + (size_t)j0 * ROWPAD, tiles, ds, zero, partial, j0);
     }
     for (int i = 0; i < BW_TILES; ++i) {
         store_rows(dkb, u0 + i * BW_ROWS, T, tiles[i].acc_k, scale);

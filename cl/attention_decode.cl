@@ -6,28 +6,22 @@
 
 /* acc += P V over the whole head dimension for one tile (decoding's single tile). */
 static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const float *pr, const __global kv_t *vb,
-                                                         int j0, int last, int clamp)
+                                                         int j0, int last, int masked)
 {
     #pragma unroll
-    for (int cv = 0; cv < VCHUNKS; ++cv) tile_pv_chunk(ts, pr, vb, j0, last, clamp, cv);
+    for (int cv = 0; cv < VCHUNKS; ++cv) tile_pv_chunk(ts, pr, vb, j0, last, masked, cv);
 }
 
-/* P.V of a tile whose probabilities tile_scores left in pr, with rows clamped only in a block that
- * runs past T (padding keys have probability 0; clamping their rows keeps the reads in bounds). */
-static inline void tile_values(tile_state *ts, const float *pr, const __global kv_t *vb, int j0, int T)
-{
-    if (j0 + ATT_KB <= T)
-        tile_pv(ts, pr, vb, j0, j0 + ATT_KB - 1, 0);
-    else
-        tile_pv(ts, pr, vb, j0, T - 1, 1);
-}
-
-/* One register tile against the key block starting at key j0 (decoding's single tile). */
+/* One register tile against the key block starting at key j0 (decoding's single tile). A block
+ * some row does not wholly see takes pv_keys' masked path: its masked keys, and the padding past
+ * T (whose rows are clamped to the last key, keeping the reads in bounds), add nothing. */
 static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __global kv_t *vb, int j0, int T)
 {
     float pr[ATT_ROWS * ATT_KB];
-    tile_scores(ts, kblk, j0, pr);
-    tile_values(ts, pr, vb, j0, T);
+    if (tile_scores(ts, kblk, j0, pr))
+        tile_pv(ts, pr, vb, j0, j0 + ATT_KB - 1, 0);
+    else
+        tile_pv(ts, pr, vb, j0, min(j0 + ATT_KB, T) - 1, 1);
 }
 
 /* The cache holds keys in attention.cl's key-block layout, [B*H][ceil(t_max/KB)][HEAD_DIM][KB], and
@@ -109,7 +103,8 @@ __kernel void attention_decode_combine_f32(__global const float *part, __global 
         w[s] = ms == -INFINITY ? 0.0f : exp2(ms - mx);
         total += w[s] * pr[(size_t)s * PART_STRIDE + HEAD_DIM + 1];
     }
-    const float inv = (r < active && total > 0.0f) ? 1.0f / total : 0.0f;
+    /* total = 0 (no positive exponential) or NaN makes the row NaN, as in attention_fwd_f32. */
+    const float inv = r < active ? 1.0f / total : 0.0f;
     for (int c = 0; c < HEAD_DIM; ++c) {
         float acc = 0.0f;
         for (int s = 0; s < splits; ++s) acc = fma(w[s], pr[(size_t)s * PART_STRIDE + c], acc);

@@ -86,8 +86,9 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS)
         /* Keys in chunks of LOC_CHUNK: only one chunk's scores are live, so private state is the
          * query row, acc and LOC_CHUNK scores rather than LOC_KEYS (on an H200 at d=64: 9.4
          * against 8.8 TFLOP/s with the whole tile's scores, BENCHMARKS.md). A chunk with no
-         * visible key changes nothing and is skipped, so m_new below is finite. */
+         * visible key changes nothing and is skipped. */
         for (int j1 = 0; j1 < LOC_KEYS; j1 += LOC_CHUNK) {
+            if (j0 + j1 > range.y || j0 + j1 + LOC_CHUNK - 1 < range.x) continue;
             float s[LOC_CHUNK];
             float mx = -INFINITY;
             for (int jj = 0; jj < LOC_CHUNK; ++jj) {
@@ -101,13 +102,20 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS)
                 s[jj] = key >= range.x && key <= range.y ? dot : -INFINITY;
                 mx = fmax(mx, s[jj]);
             }
-            if (mx == -INFINITY) continue;
+            /* fmax passes over a NaN score, whose exponential below is NaN. While every visible
+             * score so far is -inf, m stays -inf and base 0 makes their exponentials exactly 0
+             * instead of NaN. */
             const float m_new = fmax(m, mx);
-            const float corr = exp2(m - m_new);
+            const float base = m_new == -INFINITY ? 0.0f : m_new;
+            const float corr = exp2(m - base);
             l *= corr;
             for (int c = 0; c < HEAD_DIM; ++c) acc[c] *= corr;
             for (int jj = 0; jj < LOC_CHUNK; ++jj) {
-                const float p = exp2(s[jj] - m_new);
+                const int key = j0 + j1 + jj;
+                /* Masked keys (padding included) are skipped: 0 times an infinite or NaN value
+                 * would be NaN, and SPEC's masked keys contribute nothing. */
+                if (key < range.x || key > range.y) continue;
+                const float p = exp2(s[jj] - base);
                 l += p;
                 const __local float *vrow = vs + (j1 + jj) * HEAD_DIM;
                 for (int c = 0; c < HEAD_DIM; ++c) acc[c] = fma(p, vrow[c], acc[c]);
@@ -117,8 +125,10 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS)
     }
 
     if (!active) return;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    /* l = 0 (no score was finite) or NaN makes the row NaN, and its LSE NaN, as in
+     * attention_fwd_f32 (doc/numerics.md). */
+    const float inv = 1.0f / l;
     __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
     for (int c = 0; c < HEAD_DIM; ++c) orow[c] = acc[c] * inv;
-    if (want_lse) lse[lse_off + (size_t)bh * T + t] = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
+    if (want_lse) lse[lse_off + (size_t)bh * T + t] = l > 0.0f ? (m + log2(l)) * M_LN2_F : NAN;
 }

@@ -144,14 +144,35 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS)
             l[r] = l[r] * corr[r] + sum;
             for (int i = 0; i < CW; ++i) acc[r][i] *= corr[r];
         }
-        for (int j = 0; j < TILE_KEYS; ++j) {
-            const float4 p = vload4(0, ps + j * TILE_ROWS + 4 * ty);
-            for (int i = 0; i < CW; ++i) {
-                const float val = vs[j * DP + tx + NX * i];
-                acc[0][i] = fma(p.x, val, acc[0][i]);
-                acc[1][i] = fma(p.y, val, acc[1][i]);
-                acc[2][i] = fma(p.z, val, acc[2][i]);
-                acc[3][i] = fma(p.w, val, acc[3][i]);
+        /* A masked key's probability is 0, but 0 times an infinite or NaN value is NaN and
+         * SPEC's masked keys contribute nothing: where some key of the tile is masked for one of
+         * this work-item's rows, each product is selected by the row's interval. */
+        int whole = 1;
+        for (int r = 0; r < 4; ++r) whole &= j0 >= range[r].x && j0 + TILE_KEYS - 1 <= range[r].y;
+        if (whole) {
+            for (int j = 0; j < TILE_KEYS; ++j) {
+                const float4 p = vload4(0, ps + j * TILE_ROWS + 4 * ty);
+                for (int i = 0; i < CW; ++i) {
+                    const float val = vs[j * DP + tx + NX * i];
+                    acc[0][i] = fma(p.x, val, acc[0][i]);
+                    acc[1][i] = fma(p.y, val, acc[1][i]);
+                    acc[2][i] = fma(p.z, val, acc[2][i]);
+                    acc[3][i] = fma(p.w, val, acc[3][i]);
+                }
+            }
+        } else {
+            for (int j = 0; j < TILE_KEYS; ++j) {
+                const float4 p = vload4(0, ps + j * TILE_ROWS + 4 * ty);
+                const int key = j0 + j;
+                int vis[4];
+                for (int r = 0; r < 4; ++r) vis[r] = key >= range[r].x && key <= range[r].y;
+                for (int i = 0; i < CW; ++i) {
+                    const float val = vs[j * DP + tx + NX * i];
+                    acc[0][i] = vis[0] ? fma(p.x, val, acc[0][i]) : acc[0][i];
+                    acc[1][i] = vis[1] ? fma(p.y, val, acc[1][i]) : acc[1][i];
+                    acc[2][i] = vis[2] ? fma(p.z, val, acc[2][i]) : acc[2][i];
+                    acc[3][i] = vis[3] ? fma(p.w, val, acc[3][i]) : acc[3][i];
+                }
             }
         }
     }
@@ -159,11 +180,12 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS)
     for (int r = 0; r < 4; ++r) {
         const int t = t0 + 4 * ty + r;
         if (t >= T) break;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        /* l = 0 (no score was finite) or NaN makes the row NaN, as in attention_fwd_f32. */
+        const float inv = 1.0f / l[r];
         __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
         for (int i = 0; i < CW; ++i)
             if (tx + NX * i < HEAD_DIM) orow[tx + NX * i] = acc[r][i] * inv;
         if (want_lse && tx == 0)
-            lse[lse_off + (size_t)bh * T + t] = l[r] > 0.0f ? (m[r] + log2(l[r])) * M_LN2_F : -INFINITY;
+            lse[lse_off + (size_t)bh * T + t] = l[r] > 0.0f ? (m[r] + log2(l[r])) * M_LN2_F : NAN;
     }
 }
