@@ -1,6 +1,7 @@
 /* Shape, option and buffer validation; the sizes derived from a shape, overflow-checked. */
 #include "layer/plan.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "tune/choose.h"
 
 #define IHA_MAX_HEAD_DIM 256
+#define IHA_LOG2E 1.4426950408889634
 
 static iha_status check_options(iha_context *ctx, const iha_attention_options *o, iha_plan *p)
 {
@@ -19,6 +21,11 @@ static iha_status check_options(iha_context *ctx, const iha_attention_options *o
                         "window must be 0 (global) or a positive number of tokens, got %lld", (long long)o->window);
     IHA_RETURN_ERROR_IF(!isfinite(o->scale), ctx, IHA_ERROR_INVALID_ARGUMENT, "scale must be finite, got %g",
                         (double)o->scale);
+    /* The kernels fold log2(e) into the scale (they work in base 2): a scale whose product with
+     * it is not a float would turn every score into infinity or NaN (doc/numerics.md). */
+    IHA_RETURN_ERROR_IF(fabs((double)o->scale) * IHA_LOG2E > FLT_MAX, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "scale %g is too large: times log2(e) it overflows float32 (|scale| at most %g)",
+                        (double)o->scale, FLT_MAX / IHA_LOG2E);
     IHA_RETURN_ERROR_IF(o->rope && (p->dims.d % 2 != 0), ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "rotary embedding needs an even head width, got d=%zu", p->dims.d);
     IHA_RETURN_ERROR_IF(o->rope && (!isfinite(o->rope_base) || o->rope_base < 0.0f), ctx, IHA_ERROR_INVALID_ARGUMENT,
