@@ -268,7 +268,8 @@ typedef enum iha_storage { IHA_STORAGE_F32 = 0, IHA_STORAGE_F16 = 1 } iha_storag
 typedef struct iha_attention_options {
     int mask;           /* an iha_mask value; anything else is IHA_ERROR_INVALID_ARGUMENT */
     int64_t window;     /* sliding window in tokens; 0 = global; negative is invalid */
-    float scale;        /* score scale; 0 means 1/sqrt(d); NaN or infinite is invalid */
+    float scale;        /* score scale; 0 means 1/sqrt(d); NaN, infinite or above about 2.36e38 in
+                         * magnitude is invalid (see "Non-finite values") */
     int rope;           /* nonzero: rotary embedding of Qt and Kt at virtual positions (d even) */
     float rope_base;    /* rotary base; 0 means 10000; negative, NaN or infinite is invalid */
     /* iha_storage of the call's activations: x and z (iha_forward, iha_decode_step), q, k, v
@@ -320,6 +321,24 @@ typedef struct iha_layer_weights {
     iha_buffer wq, wk, wv, wo;
     iha_buffer alpha_q, alpha_k, alpha_v, r;
 } iha_layer_weights;
+
+/* ---- Non-finite values ------------------------------------------------------------------ */
+
+/* Every call follows IEEE arithmetic as SPEC's float64 computation would, over the visible keys
+ * only (doc/numerics.md):
+ *   - an output is non-finite exactly where that computation is: a NaN or infinity in an input
+ *     (x, a weight, a mixing matrix, dz, a cached key or value) reaches every output that
+ *     depends on it, and only those;
+ *   - a masked key (or a padding key of a block) contributes nothing: not 0 times its value,
+ *     so an infinite value of a key a query cannot see leaves that query finite;
+ *   - a row whose visible scores include NaN or +inf, or are all -inf, is NaN (softmax's
+ *     max-subtracted form gives inf - inf or 0/0 there), and so is its log-sum-exp;
+ *   - where float32 overflows and float64 would not (scores beyond about 3.4e38: huge inputs
+ *     or a huge scale), the affected rows are non-finite, never zeros or other finite values;
+ *     a scale whose product with log2(e) overflows float32 (|scale| > FLT_MAX / log2(e),
+ *     about 2.36e38) is IHA_ERROR_INVALID_ARGUMENT, since every score would be.
+ * The library does not check inputs for non-finite values (that would cost a pass over them);
+ * the caller can test the outputs. */
 
 /* ---- Calls ------------------------------------------------------------------------------ */
 
@@ -637,7 +656,7 @@ iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attenti
 /* A device nobody has tried may compile a kernel into something wrong without any error.
  * iha_check (or `iha check`) runs, on the context's device, every kernel family and variant its
  * layer calls would use, on small ragged problems, against float64: attention in the
- * configuration the lookup above gives a few representative buckets (d of 16, 40, 64 and 128)
+ * configuration the lookup above gives two representative buckets (d of 13 and 128)
  * and in every configuration of the profile's attention entries, each under the three masks,
  * global and with a window; the mixing and collapse kernels ("rows") likewise; the decode
  * kernels (float and half caches, one new token and a chunk, every mask, global and windowed);

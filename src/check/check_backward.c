@@ -120,11 +120,12 @@ static iha_status backward_case(iha_context *ctx, const iha_shape *s, int half, 
     return st;
 }
 
-/* Ragged shapes on both sides of the tile kernel's d = 64 boundary, each under every mask,
+/* Ragged shapes on both sides of the tile kernel's d = 64 boundary (the head widths of
+ * check_kernels.c's buckets, whose programs the forward calls reuse), each under every mask,
  * global and with a window. */
 iha_status iha__check_backward(iha_check_run *run, int half)
 {
-    static const iha_shape shapes[] = {{1, 11, 0, 2, 16, 2}, {2, 5, 0, 1, 72, 3}};
+    static const iha_shape shapes[] = {{1, 11, 0, 2, 13, 3}, {2, 5, 0, 1, 128, 2}};
     iha_context *ctx = run->ctx;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
         const iha_shape *s = &shapes[i];
@@ -210,13 +211,14 @@ static iha_status layer_case(iha_context *ctx, const iha_shape *s, int half, int
 }
 
 /* A ragged layer with rotary (so every step of the backward runs), every mask, global and with
- * a window: z from iha_forward, dx and every gradient from iha_backward. */
+ * a window: z from iha_forward, dx and every gradient from iha_backward. d and P are those of
+ * a bucket of check_kernels.c, whose programs it reuses. */
 iha_status iha__check_layer(iha_check_run *run, int half)
 {
-    const iha_shape s = {2, 5, 24, 2, 8, 2};
+    const iha_shape s = {2, 5, 24, 2, 128, 2};
     iha_context *ctx = run->ctx;
     char shape[160];
-    snprintf(shape, sizeof shape, "B=2 N=5 D=24 H=2 d=8 P=2 rotary%s; 3 masks, global and window 2; z, dx, 8 gradients",
+    snprintf(shape, sizeof shape, "B=2 N=5 D=24 H=2 d=128 P=2 rotary%s; 3 masks, global and window 2; z, dx, 8 gradients",
              half ? ", half activations and weights" : "");
     char config[64];
     snprintf(config, sizeof config, "attention backward: %s", iha__attention_backward_tiled(ctx, s.head_dim) ? "tiles" : "rows");

@@ -4,6 +4,7 @@
  * a few representative buckets, and every configuration of the profile's entries for it; each
  * runs on the cases (masks, windows, cache types) its kernels take. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check/check.h"
@@ -11,8 +12,10 @@
 #include "tune/state.h"
 
 /* Head widths and pseudo-heads of the representative buckets: an odd width (no rotary, ragged
- * vectors), and the widths the built-ins distinguish. */
-static const size_t dims[][2] = {{13, 3}, {16, 2}, {64, 4}, {128, 2}};
+ * vectors, a GPU's local-memory attention) and a wide one (whole vectors, a GPU's register
+ * tiles). Few, because building the programs is most of the check's time (check_backward.c
+ * uses the same two, so that its calls load these programs). */
+static const size_t dims[][2] = {{13, 3}, {128, 2}};
 #define DIMS (sizeof dims / sizeof dims[0])
 /* The representative layer: long enough that a window of WINDOW tokens is a window. */
 #define TOKENS 256
@@ -21,7 +24,6 @@ static const size_t dims[][2] = {{13, 3}, {16, 2}, {64, 4}, {128, 2}};
 
 static const char *const mask_names[3] = {"causal", "token_causal", "none"};
 
-#define MAX_ITEMS 64
 typedef struct item {
     iha_tune_config config;
     size_t d, P;
@@ -30,25 +32,33 @@ typedef struct item {
 } item;
 
 typedef struct item_list {
-    item v[MAX_ITEMS];
-    size_t n;
+    item *v;
+    size_t n, capacity;
+    int out_of_memory;
 } item_list;
 
-/* Adds a configuration for (d, P, half) unless one that behaves the same is there. */
+/* Adds a configuration for (d, P, half) unless it is there (the first source found stays). */
 static void add_item(const iha_tunable *t, item_list *l, const iha_tune_config *c, size_t d, size_t P, int half,
                      int source)
 {
     iha_tune_config mine = *c;
     iha__space_tie(t->space, &mine);
-    if (t->canonical) t->canonical(NULL, &mine);
     for (size_t i = 0; i < l->n; ++i) {
         iha_tune_config theirs = l->v[i].config;
         iha__space_tie(t->space, &theirs);
-        if (t->canonical) t->canonical(NULL, &theirs);
         if (l->v[i].d == d && l->v[i].P == P && l->v[i].half == half && iha__config_equal(t->space, &mine, &theirs))
             return;
     }
-    if (l->n < MAX_ITEMS) l->v[l->n++] = (item){*c, d, P, half, source};
+    if (l->n == l->capacity) {
+        const size_t capacity = l->capacity ? 2 * l->capacity : 16;
+        item *grown = realloc(l->v, capacity * sizeof *grown);
+        if (grown == NULL) {
+            l->out_of_memory = 1;
+            return;
+        }
+        l->v = grown, l->capacity = capacity;
+    }
+    l->v[l->n++] = (item){*c, d, P, half, source};
 }
 
 /* The lookup's configuration for a bucket, as a layer call would get it. */
@@ -138,8 +148,7 @@ static void begin_row(const iha_tunable *t, const item *it, const char *family, 
 iha_status iha__check_attention(iha_check_run *run)
 {
     const iha_tunable *t = &iha__tunable_attention;
-    item_list items;
-    items.n = 0;
+    item_list items = {NULL, 0, 0, 0};
     for (size_t i = 0; i < DIMS; ++i)
         for (int mask = 0; mask < 3; ++mask)
             for (int w = 0; w < 2; ++w) {
@@ -150,7 +159,8 @@ iha_status iha__check_attention(iha_check_run *run)
                 add_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo, 0);
             }
     add_profile(run->ctx, t, &items);
-    for (size_t i = 0; i < items.n; ++i) {
+    iha_status st = items.out_of_memory ? iha__fail(run->ctx, IHA_ERROR_HOST_MEMORY, "out of host memory") : IHA_OK;
+    for (size_t i = 0; i < items.n && st == IHA_OK; ++i) {
         const item *it = &items.v[i];
         check_case cases[6];
         int n = 0;
@@ -166,9 +176,10 @@ iha_status iha__check_attention(iha_check_run *run)
                  it->P);
         iha_check_row row;
         begin_row(t, it, "attention", shape, &row);
-        IHA_FORWARD_IF_ERROR(run_row(run, t, &row, &it->config, cases, n));
+        st = run_row(run, t, &row, &it->config, cases, n);
     }
-    return IHA_OK;
+    free(items.v);
+    return st;
 }
 
 /* ---- mixing and collapse ---- */
@@ -176,8 +187,7 @@ iha_status iha__check_attention(iha_check_run *run)
 iha_status iha__check_rows(iha_check_run *run)
 {
     const iha_tunable *t = &iha__tunable_rows;
-    item_list items;
-    items.n = 0;
+    item_list items = {NULL, 0, 0, 0};
     const iha_attention_options o = masked(IHA_MASK_CAUSAL, 0);
     for (size_t i = 0; i < DIMS; ++i) {
         const iha_shape s = layer_shape(dims[i][0], dims[i][1]);
@@ -186,7 +196,8 @@ iha_status iha__check_rows(iha_check_run *run)
         add_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo, 0);
     }
     add_profile(run->ctx, t, &items);
-    for (size_t i = 0; i < items.n; ++i) {
+    iha_status st = items.out_of_memory ? iha__fail(run->ctx, IHA_ERROR_HOST_MEMORY, "out of host memory") : IHA_OK;
+    for (size_t i = 0; i < items.n && st == IHA_OK; ++i) {
         const item *it = &items.v[i];
         check_case c = {layer_shape(it->d, it->P), o, {0, {0}}, ""};
         t->bucket_of(run->ctx, &c.shape, &c.options, &c.bucket);
@@ -195,9 +206,10 @@ iha_status iha__check_rows(iha_check_run *run)
         snprintf(shape, sizeof shape, "d=%zu P=%zu, the tuner's ragged problem", it->d, it->P);
         iha_check_row row;
         begin_row(t, it, "rows", shape, &row);
-        IHA_FORWARD_IF_ERROR(run_row(run, t, &row, &it->config, &c, 1));
+        st = run_row(run, t, &row, &it->config, &c, 1);
     }
-    return IHA_OK;
+    free(items.v);
+    return st;
 }
 
 /* ---- decoding ---- */
@@ -217,8 +229,7 @@ static void decode_bucket(size_t d, size_t P, int half, size_t k, int mask, int 
 iha_status iha__check_decode(iha_check_run *run)
 {
     const iha_tunable *t = &iha__tunable_decode;
-    item_list items;
-    items.n = 0;
+    item_list items = {NULL, 0, 0, 0};
     for (size_t i = 0; i < DIMS; ++i)
         for (int half = 0; half < 2; ++half)
             for (int k = 0; k < 2; ++k)
@@ -229,7 +240,8 @@ iha_status iha__check_decode(iha_check_run *run)
                         add_lookup(run->ctx, t, &items, &b, dims[i][0], dims[i][1], half);
                     }
     add_profile(run->ctx, t, &items);
-    for (size_t i = 0; i < items.n; ++i) {
+    iha_status st = items.out_of_memory ? iha__fail(run->ctx, IHA_ERROR_HOST_MEMORY, "out of host memory") : IHA_OK;
+    for (size_t i = 0; i < items.n && st == IHA_OK; ++i) {
         const item *it = &items.v[i];
         check_case cases[12];
         int n = 0;
@@ -247,9 +259,10 @@ iha_status iha__check_decode(iha_check_run *run)
                  it->d, it->P, it->half ? "half" : "float");
         iha_check_row row;
         begin_row(t, it, "decode", shape, &row);
-        IHA_FORWARD_IF_ERROR(run_row(run, t, &row, &it->config, cases, n));
+        st = run_row(run, t, &row, &it->config, cases, n);
     }
-    return IHA_OK;
+    free(items.v);
+    return st;
 }
 
 /* ---- GEMM ---- */
