@@ -39,9 +39,9 @@ static const char *source_words(int source)
 {
     switch (source) {
     case IHA_CONFIG_PROFILE_EXACT: return "profile";
-    case IHA_CONFIG_PROFILE_NEAREST: return "profile~";
-    case IHA_CONFIG_PROFILE_DEVICE: return "profile/dev";
-    case IHA_CONFIG_BUILTIN_SAFE: return "safe";
+    case IHA_CONFIG_PROFILE_NEAREST: return "profile:near"; /* the nearest bucket's entry */
+    case IHA_CONFIG_PROFILE_DEVICE: return "profile:dev";   /* the device-wide default */
+    case IHA_CONFIG_BUILTIN_SAFE: return "built-in:safe";
     default: return "built-in";
     }
 }
@@ -54,7 +54,7 @@ static const char *state_words(int state)
 static void print_row(const iha_check_row *row, void *user)
 {
     (void)user;
-    printf("%-18s %-11s %-11s %9.2e %8.1e  %s  [%s]\n", row->family, source_words(row->source),
+    printf("%-18s %-13s %-11s %9.2e %8.1e  %s  [%s]\n", row->family, source_words(row->source),
            state_words(row->state), row->error, row->limit, row->shape, row->config);
     if (row->state != IHA_CHECK_OK) printf("    %s\n", row->note);
     fflush(stdout);
@@ -87,7 +87,7 @@ int cmd_check(int argc, char **argv)
         profile_text = "off";
     printf("iha check (library %s) on %s; profile: %s%s%s\n", iha_version_string(), iha_context_device_name(ctx),
            profile_text, profile.path[0] ? " " : "", profile.path);
-    printf("%-18s %-11s %-11s %9s %8s  %s  [%s]\n", "family", "source", "result", "error", "limit", "problem",
+    printf("%-18s %-13s %-11s %9s %8s  %s  [%s]\n", "family", "source", "result", "error", "limit", "problem",
            "configuration");
 
     iha_check_options opts;
