@@ -721,9 +721,10 @@ void iha_check_options_init(iha_check_options *options);
  * counts in summary->failed, and the check goes on with the next row. Returns
  * IHA_ERROR_INVALID_ARGUMENT for a NULL ctx or summary, rows NULL with capacity above 0, or a
  * families bit not defined above; IHA_ERROR_HOST_MEMORY; IHA_ERROR_OPENCL when the context's
- * queue fails outside any row. Blocks; uses the context's queue and leaves the context's
- * configurations (the GEMM backend, CLBlast's parameters) as it found them. The program cache
- * keeps what it built, as for any layer call. */
+ * queue fails outside any row. Blocks and uses the context's queue. It sets up the context's
+ * GEMM backend as a first layer call would, and otherwise leaves the context as it found it:
+ * its GEMM backend, iha_context_last_choices, and no tuning on first use during the check. The
+ * program cache keeps what it built, as for any layer call. */
 iha_status iha_check(iha_context *ctx, const iha_check_options *options, iha_check_row *rows, size_t capacity,
                      iha_check_summary *summary);
 
