@@ -47,6 +47,13 @@ void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_
             cfg->variant = 1;
             cfg->local_keys = keys;
         }
+    } else if (ctx->loop_flag != NULL) {
+        /* A driver that ends loops after a budget of iterations per work-item (runtime/
+         * loop_limit.h): one row per work-item spends the fewest iterations per key block, so
+         * the longest sequences fit. */
+        cfg->rows = 1;
+        cfg->tiles = 1;
+        cfg->group = 1;
     } else {
         cfg->rows = head_dim > 128 ? 2 : 4;
         cfg->tiles = 4;

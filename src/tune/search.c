@@ -1,6 +1,7 @@
 /* Budgeted coordinate descent (or exhaustive enumeration) over a tuning space, with
  * verification before timing and event-timed medians. See search.h. */
 #include "tune/search.h"
+#include "runtime/loop_limit.h"
 #include "common/timing.h"
 
 #include <math.h>
@@ -173,6 +174,10 @@ static iha_status evaluate(search_state *s, iha_tune_config *cands, size_t n)
             time_candidate(ctx, t, s->timing, s->copies, &cands[i], s->settings->reps,
                            s->out->found ? s->out->best_s : 0.0, &secs) != IHA_OK)
             secs = -1.0;
+        /* A candidate whose loops the driver cut short (runtime/loop_limit.h) is rejected too:
+         * at the timing size its results would be refused. */
+        int cut = 0;
+        if (iha__loop_probe_take(ctx, &cut) != IHA_OK || cut) secs = -1.0;
         s->out->candidates++;
         if (secs < 0.0) {
             s->out->rejected++;

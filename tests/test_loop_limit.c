@@ -1,0 +1,111 @@
+/* Drivers that end kernel loops early (src/runtime/loop_limit.h): the probe is on exactly on
+ * such a driver, a long sequence there is right or refused with IHA_ERROR_UNSUPPORTED, never
+ * wrong, and a refusal does not leak into the next call. On other drivers the probe is off and
+ * the long sequence is right. CI runs this file on PoCL and on Mesa rusticl (llvmpipe). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "runtime/context.h"
+#include "test_util.h"
+
+static int mesa_driver(const iha_context *ctx)
+{
+    return strstr(ctx->info.platform_name, "rusticl") != NULL || strstr(ctx->info.platform_name, "Clover") != NULL ||
+           strstr(ctx->info.device_vendor, "Mesa") != NULL;
+}
+
+/* iha_attention over one sequence of T = n * p virtual tokens: its status, and on success the
+ * relative L2 error of o against the float64 reference (with `check`). */
+static iha_status attention_once(iha_context *ctx, size_t n, size_t p, size_t d, int mask, int check, double *error)
+{
+    iha_shape s = {1, n, 1, 1, d, p};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.mask = mask;
+    const size_t elems = n * p * d;
+    tu_rng rng;
+    tu_rng_seed(&rng, 7 + n);
+    float *qt = tu_random_array(&rng, elems, 1.5f), *kt = tu_random_array(&rng, elems, 1.5f),
+          *vt = tu_random_array(&rng, elems, 1.0f), *out = tu_malloc(elems * sizeof *out);
+    cl_mem qb = tu_buffer_new(ctx, elems), kb = tu_buffer_new(ctx, elems), vb = tu_buffer_new(ctx, elems),
+           ob = tu_buffer_new(ctx, elems);
+    tu_buffer_write(ctx, qb, 0, qt, elems);
+    tu_buffer_write(ctx, kb, 0, kt, elems);
+    tu_buffer_write(ctx, vb, 0, vt, elems);
+    iha_status st = iha_attention(ctx, &s, &o, (iha_buffer){qb, 0}, (iha_buffer){kb, 0}, (iha_buffer){vb, 0},
+                                  (iha_buffer){ob, 0}, (iha_buffer){NULL, 0});
+    if (st == IHA_OK) st = iha_context_finish(ctx);
+    if (st == IHA_OK && check) {
+        ref_problem rp;
+        memset(&rp, 0, sizeof rp);
+        rp.B = 1, rp.N = n, rp.H = 1, rp.d = d, rp.P = p, rp.mask = mask;
+        double *ref = tu_malloc(elems * sizeof *ref);
+        assert_int_equal(ref_attention(&rp, qt, kt, vt, ref, NULL), 0);
+        tu_buffer_read(ctx, ob, 0, out, elems);
+        *error = tu_rel_l2(out, ref, elems);
+        free(ref);
+    }
+    cl_mem m[4] = {qb, kb, vb, ob};
+    for (int i = 0; i < 4; i++) tu_buffer_release(m[i]);
+    free(qt), free(kt), free(vt), free(out);
+    return st;
+}
+
+static void probe_matches_driver(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    if (mesa_driver(tu_ctx)) {
+        /* Mesa 22.3's gallivm stops after 65535 iterations; a later Mesa may lift the limit. */
+        if (tu_ctx->loop_flag != NULL) assert_true(tu_ctx->loop_limit > 0 && tu_ctx->loop_limit < (1 << 17));
+        else assert_int_equal(tu_ctx->loop_limit, 0);
+    } else {
+        assert_null(tu_ctx->loop_flag);
+        assert_int_equal(tu_ctx->loop_limit, 0);
+    }
+}
+
+/* 2048 virtual tokens, causal and unmasked: within the probe's budget on llvmpipe in the
+ * configuration the library builds in there, so it must be right everywhere. */
+static void long_sequence_is_right(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const int masks[2] = {IHA_MASK_CAUSAL, IHA_MASK_NONE};
+    for (int i = 0; i < 2; i++) {
+        double error = 1.0;
+        tu_assert_status(tu_ctx, attention_once(tu_ctx, 512, 4, 64, masks[i], 1, &error), IHA_OK);
+        if (error > TU_TOL_F32) fail_msg("mask %d: relative L2 error %.3e", masks[i], error);
+    }
+}
+
+/* Past the budget the call is refused, names the driver, and the next call is not affected. */
+static void too_long_is_refused(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    if (tu_ctx->loop_flag == NULL) skip(); /* loops run to completion: nothing to refuse */
+    double error = 1.0;
+    assert_int_equal(attention_once(tu_ctx, 4096, 2, 128, IHA_MASK_NONE, 0, &error), IHA_ERROR_UNSUPPORTED);
+    const char *msg = iha_context_message(tu_ctx);
+    if (strstr(msg, "ends a kernel's loops") == NULL || strstr(msg, tu_ctx->info.device_name) == NULL)
+        fail_msg("the refusal does not say why: \"%s\"", msg);
+    tu_assert_status(tu_ctx, attention_once(tu_ctx, 64, 2, 16, IHA_MASK_CAUSAL, 1, &error), IHA_OK);
+    if (error > TU_TOL_F32) fail_msg("the call after a refusal: relative L2 error %.3e", error);
+}
+
+int main(void)
+{
+    tu_init_environment();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(probe_matches_driver),
+        cmocka_unit_test(long_sequence_is_right),
+        cmocka_unit_test(too_long_is_refused),
+    };
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+}
