@@ -1,0 +1,586 @@
+/*
+ * test_nonfinite.c - the non-finite rule of doc/numerics.md: an output is non-finite exactly
+ * where the float64 reference over the visible keys is. One element of one input at a time
+ * holds NaN, +inf or -inf, under every mask, global and windowed, and every output's pattern
+ * of non-finite elements must be the reference's (its finite elements close to it). Float32
+ * overflow of scores or of the scale must give non-finite outputs or a refusal, never zeros.
+ * Covers the layer forward (float and half storage), the layer backward, iha_attention and
+ * iha_attention_backward (both backward kernels), the GPU attention variants forced through
+ * the profile as test_attention_variants.c does, and decoding through the KV cache (float and
+ * half caches).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "reference.h"
+#include "runtime/context.h"
+#include "test_layer.h"
+#include "test_util.h"
+#include "tune/profile.h"
+#include "tune/state.h"
+#include "tune/tunable.h"
+
+static const float kValues[] = {NAN, INFINITY, -INFINITY};
+static const char *const kValueNames[] = {"NaN", "+inf", "-inf"};
+#define VALUE_COUNT 3
+
+static const int kMasks[] = {IHA_MASK_CAUSAL, IHA_MASK_TOKEN_CAUSAL, IHA_MASK_NONE};
+static const char *const kMaskNames[] = {"causal", "token_causal", "none"};
+#define MASK_COUNT 3
+/* Windows in tokens: global, and one that hides most of the sequence from most queries. */
+static const long long kWindows[] = {0, 3};
+#define WINDOW_COUNT 2
+
+/* Fails unless got and ref are non-finite at the same elements, and got's finite elements are
+ * within tol (relative L2 over them) of ref's. */
+static void assert_same_pattern(const char *what, const float *got, const double *ref, size_t n, double tol)
+{
+    size_t mismatches = 0, first = 0;
+    double err = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const int fg = isfinite(got[i]) != 0, fr = isfinite(ref[i]) != 0;
+        if (fg != fr) {
+            if (mismatches++ == 0) first = i;
+            continue;
+        }
+        if (fg) {
+            err += (got[i] - ref[i]) * (got[i] - ref[i]);
+            norm += ref[i] * ref[i];
+        }
+    }
+    if (mismatches)
+        fail_msg("%s: %zu of %zu elements differ in finiteness from the reference; first at %zu: %g, reference %g",
+                 what, mismatches, n, first, (double)got[first], ref[first]);
+    if (norm > 0.0 && sqrt(err / norm) > tol)
+        fail_msg("%s: the finite elements are off by %g (relative L2) from the reference", what, sqrt(err / norm));
+}
+
+/* Fails unless every element of got is non-finite or close to ref (|got - ref| at most tol
+ * times the largest |ref|): float32 overflow may give NaN or infinity, never zeros or other
+ * finite values the reference does not have. */
+static void assert_nonfinite_or_close(const char *what, const float *got, const double *ref, size_t n, double tol)
+{
+    double top = 0.0;
+    for (size_t i = 0; i < n; i++) top = fmax(top, fabs(ref[i]));
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(got[i]) && fabs(got[i] - ref[i]) > tol * top)
+            fail_msg("%s: element %zu is %g, finite, where the reference is %g", what, i, (double)got[i], ref[i]);
+}
+
+static float *read_floats(cl_mem mem, size_t n)
+{
+    float *out = tu_malloc(n * sizeof *out);
+    tu_buffer_read(tu_ctx, mem, 0, out, n);
+    return out;
+}
+
+/* ---- The layer: forward, backward, decoding ---- */
+
+enum { IN_X, IN_WQ, IN_WK, IN_WV, IN_WO, IN_AQ, IN_AK, IN_AV, IN_R, IN_DZ, INPUTS };
+static const char *const kInputNames[INPUTS] = {"x", "wq", "wk", "wv", "wo", "alpha_q", "alpha_k", "alpha_v", "r", "dz"};
+
+/* T = 24 virtual keys: two key blocks of 16, so a query meets whole and partial blocks; d = 16
+ * takes the backward's tile kernel on CPUs. */
+static const iha_shape kLayer = {1, 12, 16, 2, 16, 2};
+
+/* The planted element of each input: token 5 of x and dz (tokens before and after it), and a
+ * fixed element of each weight. */
+static size_t plant_index(const iha_shape *s, int which, size_t token)
+{
+    const size_t D = s->model_dim, HD = s->heads * s->head_dim, H = s->heads, P = s->pseudo;
+    switch (which) {
+    case IN_X:
+    case IN_DZ: return token * D + 3;
+    case IN_WQ:
+    case IN_WK:
+    case IN_WV: return 2 * HD + 5;
+    case IN_WO: return 3 * D + 7;
+    default: return (1 * H + 0) * P + 1; /* alpha[1][0][1], R[1][0][1] */
+    }
+}
+
+static float *input_of(tu_layer *l, float *dz, int which)
+{
+    float *const a[INPUTS] = {l->x, l->wq, l->wk, l->wv, l->wo, l->alpha_q, l->alpha_k, l->alpha_v, l->r, dz};
+    return a[which];
+}
+
+static void case_name(char *out, size_t size, const char *what, int which, int v, int m, long long w)
+{
+    snprintf(out, size, "%s, %s in %s, %s mask, window %lld", what, kValueNames[v], kInputNames[which],
+             kMaskNames[m], w);
+}
+
+/* z of iha_forward_host against the reference, in `storage` for activations and weights. */
+static void layer_forward_case(const tu_layer *l, const iha_attention_options *o, const char *name)
+{
+    const size_t nx = tu_count_x(&l->shape);
+    double *zref = tu_layer_reference(l, o);
+    float *z = tu_malloc(nx * sizeof *z);
+    tu_fill_nan(z, nx);
+    const iha_host_weights w = {l->wq, l->wk, l->wv, l->wo, l->alpha_q, l->alpha_k, l->alpha_v, l->r};
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &l->shape, o, &w, l->x, z), IHA_OK);
+    assert_same_pattern(name, z, zref, nx, o->storage == IHA_STORAGE_F16 ? 2e-3 : 1e-4);
+    free(z);
+    free(zref);
+}
+
+/* dx and every gradient of iha_backward against ref_backward. */
+static void layer_backward_case(const tu_layer *l, const float *dz, const iha_attention_options *o, const char *name)
+{
+    const iha_shape *s = &l->shape;
+    const size_t n[9] = {tu_count_x(s),   tu_count_w(s),   tu_count_w(s),   tu_count_w(s),  tu_count_w(s),
+                         tu_count_mix(s), tu_count_mix(s), tu_count_mix(s), tu_count_mix(s)};
+    static const char *const names[9] = {"dx", "dwq", "dwk", "dwv", "dwo", "dalpha_q", "dalpha_k", "dalpha_v", "dr"};
+    tu_device_layer d;
+    tu_device_layer_upload(tu_ctx, l, 0, &d);
+    cl_mem bdz = tu_buffer_guarded(tu_ctx, dz, n[0], 0, 0, 0.0f);
+    cl_mem out[9];
+    for (int i = 0; i < 9; i++) out[i] = tu_buffer_guarded(tu_ctx, NULL, n[i], 0, 0, 0.0f);
+    const iha_layer_grads g = {{out[1], 0}, {out[2], 0}, {out[3], 0}, {out[4], 0},
+                               {out[5], 0}, {out[6], 0}, {out[7], 0}, {out[8], 0}};
+    tu_assert_status(tu_ctx, iha_backward(tu_ctx, s, o, &d.weights, d.x, (iha_buffer){bdz, 0}, (iha_buffer){out[0], 0}, &g),
+                     IHA_OK);
+    double *ref[9];
+    for (int i = 0; i < 9; i++) ref[i] = tu_malloc(n[i] * sizeof(double));
+    const ref_grads rg = {ref[0], ref[1], ref[2], ref[3], ref[4], ref[5], ref[6], ref[7], ref[8]};
+    const ref_problem p = tu_layer_problem(l, o);
+    assert_int_equal(ref_backward(&p, dz, &rg), 0);
+    for (int i = 0; i < 9; i++) {
+        char what[256];
+        snprintf(what, sizeof what, "%s: %s", name, names[i]);
+        float *got = read_floats(out[i], n[i]);
+        assert_same_pattern(what, got, ref[i], n[i], 1e-4);
+        free(got);
+        free(ref[i]);
+        tu_buffer_release(out[i]);
+    }
+    tu_buffer_release(bdz);
+    tu_device_layer_release(&d);
+}
+
+/* Every input of the layer, every value, mask and window: z, and with `backward` every
+ * gradient. */
+static void layer_grid(int storage, int backward)
+{
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const size_t nx = tu_count_x(&kLayer);
+    size_t cases = 0;
+    for (int which = 0; which < INPUTS; which++) {
+        if (which == IN_DZ && !backward) continue;
+        for (int v = 0; v < VALUE_COUNT; v++)
+            for (int m = 0; m < MASK_COUNT; m++)
+                for (int w = 0; w < WINDOW_COUNT; w++) {
+                    tu_layer l;
+                    tu_layer_init(&l, &kLayer, 1900);
+                    tu_rng rng;
+                    tu_rng_seed(&rng, 1901);
+                    float *dz = tu_random_array(&rng, nx, 1.0f);
+                    input_of(&l, dz, which)[plant_index(&kLayer, which, 5)] = kValues[v];
+                    iha_attention_options o = tu_options(kMasks[m], kWindows[w], 0);
+                    o.storage = o.weight_storage = storage;
+                    char name[160];
+                    case_name(name, sizeof name, backward ? "backward" : "forward", which, v, m, kWindows[w]);
+                    if (which != IN_DZ) layer_forward_case(&l, &o, name);
+                    if (backward) layer_backward_case(&l, dz, &o, name);
+                    free(dz);
+                    tu_layer_free(&l);
+                    ++cases;
+                }
+    }
+    print_message("%zu cases\n", cases);
+}
+
+static void layer_forward_f32(void **state)
+{
+    (void)state;
+    layer_grid(IHA_STORAGE_F32, 0);
+}
+
+static void layer_forward_half(void **state)
+{
+    (void)state;
+    layer_grid(IHA_STORAGE_F16, 0);
+}
+
+static void layer_backward_f32(void **state)
+{
+    (void)state;
+    layer_grid(IHA_STORAGE_F32, 1);
+}
+
+/* Decoding: a prefill of 8 tokens, then one token a step, each step's z against the reference's
+ * rows; the planted x element reaches the cache's keys and values, so later steps read them. */
+static void decode_sequence(const tu_layer *l, const iha_attention_options *o, int cache_storage, const char *name)
+{
+    const iha_shape *s = &l->shape;
+    const size_t D = s->model_dim;
+    iha_kv_cache *cache = NULL;
+    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, s, cache_storage, &cache), IHA_OK);
+    tu_device_layer dev;
+    tu_device_layer_upload(tu_ctx, l, 0, &dev);
+    const size_t chunk = 8;
+    cl_mem xs = tu_buffer_new(tu_ctx, chunk * D), zs = tu_buffer_new(tu_ctx, chunk * D);
+    float *zh = tu_malloc(chunk * D * sizeof *zh);
+    for (size_t done = 0; done < s->tokens;) {
+        const size_t k = done == 0 ? chunk : 1;
+        iha_shape step = *s;
+        step.tokens = k;
+        tu_buffer_write(tu_ctx, xs, 0, l->x + done * D, k * D);
+        tu_fill_nan(zh, k * D);
+        tu_buffer_write(tu_ctx, zs, 0, zh, k * D);
+        tu_assert_status(tu_ctx,
+                         iha_decode_step(tu_ctx, cache, &step, o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+                         IHA_OK);
+        tu_buffer_read(tu_ctx, zs, 0, zh, k * D);
+        ref_problem p = tu_layer_problem(l, o);
+        p.N = done + k;
+        size_t rows[8];
+        for (size_t j = 0; j < k; j++) rows[j] = done + j;
+        double *ref = tu_malloc(k * D * sizeof *ref);
+        assert_int_equal(ref_forward(&p, rows, k, ref), 0);
+        char what[256];
+        snprintf(what, sizeof what, "%s, %s cache, tokens %zu..%zu", name, cache_storage ? "half" : "float", done,
+                 done + k - 1);
+        assert_same_pattern(what, zh, ref, k * D, cache_storage == IHA_STORAGE_F16 ? 2e-3 : 1e-4);
+        free(ref);
+        done += k;
+    }
+    free(zh);
+    tu_buffer_release(xs);
+    tu_buffer_release(zs);
+    tu_device_layer_release(&dev);
+    iha_kv_cache_free(cache);
+}
+
+static void decode_grid(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    /* x in a prefill token (its keys and values sit in the cache for every later step) and in a
+     * decoded token, and the weights whose element reaches every token's keys or values. */
+    static const struct {
+        int which;
+        size_t token;
+    } plants[] = {{IN_X, 5}, {IN_X, 9}, {IN_WK, 0}, {IN_AV, 0}, {IN_R, 0}};
+    size_t cases = 0;
+    for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
+        for (int v = 0; v < VALUE_COUNT; v++)
+            for (int m = 0; m < MASK_COUNT; m++)
+                for (int w = 0; w < WINDOW_COUNT; w++)
+                    for (int storage = IHA_STORAGE_F32; storage <= IHA_STORAGE_F16; storage++) {
+                        if (storage == IHA_STORAGE_F16 && plants[i].which != IN_X) continue;
+                        tu_layer l;
+                        tu_layer_init(&l, &kLayer, 1910);
+                        input_of(&l, NULL, plants[i].which)[plant_index(&kLayer, plants[i].which, plants[i].token)] =
+                            kValues[v];
+                        const iha_attention_options o = tu_options(kMasks[m], kWindows[w], 0);
+                        char name[160];
+                        case_name(name, sizeof name, "decode", plants[i].which, v, m, kWindows[w]);
+                        snprintf(name + strlen(name), sizeof name - strlen(name), " (token %zu)", plants[i].token);
+                        decode_sequence(&l, &o, storage, name);
+                        tu_layer_free(&l);
+                        ++cases;
+                    }
+    print_message("%zu sequences\n", cases);
+}
+
+/* ---- Attention alone, in every variant, and its backward ---- */
+
+enum { A_Q, A_K, A_V, A_DOUT, A_INPUTS };
+static const char *const kAttentionInputs[A_INPUTS] = {"qt", "kt", "vt", "dout"};
+
+/* Virtual tensors of kAttention: B = 1, H = 1, T = N*P = 24. */
+static iha_shape attention_shape(size_t d) { return (iha_shape){1, 12, 0, 1, d, 2}; }
+
+/* iha_attention's o and lse, then with `backward` iha_attention_backward's dqt, dkt, dvt, each
+ * against the reference, with one element of one input planted (element 5 of row 11: rows
+ * before and after it, in the same key block and the next). */
+static void attention_case(iha_context *ctx, size_t d, int which, int v, int m, long long w, int backward,
+                           const char *variant)
+{
+    const iha_shape s = attention_shape(d);
+    const size_t n = tu_count_virtual(&s), T = s.tokens * s.pseudo;
+    tu_rng rng;
+    tu_rng_seed(&rng, 1920 + d);
+    float *in[A_INPUTS];
+    for (int i = 0; i < A_INPUTS; i++) in[i] = tu_random_array(&rng, n, i == A_V || i == A_DOUT ? 1.0f : 1.5f);
+    in[which][11 * d + 5 % d] = kValues[v];
+    iha_attention_options o = tu_options(kMasks[m], w, 0);
+    ref_problem p;
+    memset(&p, 0, sizeof p);
+    p.B = s.batch, p.N = s.tokens, p.H = s.heads, p.d = s.head_dim, p.P = s.pseudo, p.mask = o.mask, p.window = w;
+    double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(T * sizeof *lref);
+    assert_int_equal(ref_attention(&p, in[A_Q], in[A_K], in[A_V], oref, lref), 0);
+
+    cl_mem b[A_INPUTS];
+    for (int i = 0; i < A_INPUTS; i++) b[i] = tu_buffer_guarded(ctx, in[i], n, 0, 0, 0.0f);
+    cl_mem ob = tu_buffer_guarded(ctx, NULL, n, 0, 0, 0.0f), lb = tu_buffer_guarded(ctx, NULL, T, 0, 0, 0.0f);
+    tu_assert_status(ctx, iha_attention(ctx, &s, &o, (iha_buffer){b[A_Q], 0}, (iha_buffer){b[A_K], 0},
+                                        (iha_buffer){b[A_V], 0}, (iha_buffer){ob, 0}, (iha_buffer){lb, 0}),
+                     IHA_OK);
+    char name[256];
+    snprintf(name, sizeof name, "attention (%s, d=%zu), %s in %s, %s mask, window %lld", variant, d, kValueNames[v],
+             kAttentionInputs[which], kMaskNames[m], w);
+    char what[300];
+    float *got = tu_malloc(n * sizeof *got);
+    tu_buffer_read(ctx, ob, 0, got, n);
+    snprintf(what, sizeof what, "%s: o", name);
+    assert_same_pattern(what, got, oref, n, 1e-4);
+    tu_buffer_read(ctx, lb, 0, got, T);
+    snprintf(what, sizeof what, "%s: lse", name);
+    assert_same_pattern(what, got, lref, T, 1e-4);
+
+    if (backward) {
+        /* The backward reads the forward's o and lse as the device computed them; the reference
+         * recomputes its own, which are non-finite at the same elements (checked above). */
+        double *gref[3];
+        cl_mem gb[3];
+        for (int i = 0; i < 3; i++) {
+            gref[i] = tu_malloc(n * sizeof(double));
+            gb[i] = tu_buffer_guarded(ctx, NULL, n, 0, 0, 0.0f);
+        }
+        assert_int_equal(ref_attention_backward(&p, in[A_Q], in[A_K], in[A_V], in[A_DOUT], gref[0], gref[1], gref[2]), 0);
+        tu_assert_status(ctx, iha_attention_backward(ctx, &s, &o, (iha_buffer){b[A_Q], 0}, (iha_buffer){b[A_K], 0},
+                                                     (iha_buffer){b[A_V], 0}, (iha_buffer){ob, 0}, (iha_buffer){lb, 0},
+                                                     (iha_buffer){b[A_DOUT], 0}, (iha_buffer){gb[0], 0},
+                                                     (iha_buffer){gb[1], 0}, (iha_buffer){gb[2], 0}),
+                         IHA_OK);
+        static const char *const gnames[3] = {"dqt", "dkt", "dvt"};
+        for (int i = 0; i < 3; i++) {
+            tu_buffer_read(ctx, gb[i], 0, got, n);
+            snprintf(what, sizeof what, "%s: %s", name, gnames[i]);
+            assert_same_pattern(what, got, gref[i], n, 1e-4);
+            free(gref[i]);
+            tu_buffer_release(gb[i]);
+        }
+    }
+    free(got);
+    for (int i = 0; i < A_INPUTS; i++) {
+        tu_buffer_release(b[i]);
+        free(in[i]);
+    }
+    tu_buffer_release(ob);
+    tu_buffer_release(lb);
+    free(oref);
+    free(lref);
+}
+
+static void attention_grid(iha_context *ctx, size_t d, int backward, const char *variant)
+{
+    for (int which = 0; which < (backward ? A_INPUTS : A_DOUT); which++)
+        for (int v = 0; v < VALUE_COUNT; v++)
+            for (int m = 0; m < MASK_COUNT; m++)
+                for (int w = 0; w < WINDOW_COUNT; w++) attention_case(ctx, d, which, v, m, kWindows[w], backward, variant);
+}
+
+/* The device's own choice, forward and backward: d = 16 takes the backward's tile kernel on
+ * CPUs, d = 5 the row kernel. */
+static void attention_and_backward(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    attention_grid(tu_ctx, 16, 1, "built-in");
+    attention_grid(tu_ctx, 5, 1, "built-in");
+}
+
+typedef struct variant_case {
+    const char *name;
+    iha_attention_config cfg; /* rows, tiles, key_block, vec, group, variant, local_keys, prefetch */
+} variant_case;
+
+/* The forward's variants on any device: register tiles with GPU geometry, local memory with a
+ * row per work-item, local memory with register sub-tiles. */
+static const variant_case kVariants[] = {
+    {"register tiles 4x1, KB 8", {4, 1, 8, 4, 128, 0, 32, 0}},
+    {"local, 16 rows, 16 keys, KB 8", {1, 1, 8, 4, 16, 1, 16, 0}},
+    {"local tiles, 16 rows, 16 keys, KB 4", {1, 1, 4, 4, 16, 2, 16, 0}},
+    {"local tiles, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 2, 32, 0}},
+};
+
+/* The tuning space's form of cfg (as test_attention_variants.c). */
+static iha_tune_config tune_config(const iha_attention_config *cfg)
+{
+    const iha_tune_space *s = iha__tunable_attention.space;
+    iha_tune_config c;
+    memset(&c, 0, sizeof c);
+    const struct {
+        const char *name;
+        long value;
+    } v[] = {{"ATT_ROWS", cfg->rows},     {"ATT_TILES", cfg->tiles},   {"ATT_KB", cfg->key_block},
+             {"ATT_VD", cfg->vec},        {"group", (long)cfg->group}, {"variant", cfg->variant},
+             {"LOC_KEYS", cfg->local_keys}, {"ATT_PREFETCH", cfg->prefetch}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        const int k = iha__space_param_index(s, v[i].name);
+        assert_true(k >= 0);
+        c.v[k] = v[i].value;
+    }
+    return c;
+}
+
+static void attention_variants(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const size_t d = 8;
+    for (size_t i = 0; i < sizeof kVariants / sizeof kVariants[0]; i++) {
+        const variant_case *v = &kVariants[i];
+        iha_context_options options;
+        iha_context_options_init(&options);
+        options.profile = "off"; /* the forced entry stays in this context's memory */
+        iha_context *ctx = NULL;
+        char message[1024] = "";
+        if (iha_context_create(&ctx, &options, message, sizeof message) != IHA_OK)
+            fail_msg("iha_context_create: %s", message);
+        const int fits = v->cfg.variant == 1   ? iha__attention_local_fits(ctx, d, (int)v->cfg.group, v->cfg.local_keys,
+                                                                             v->cfg.key_block)
+                         : v->cfg.variant == 2 ? iha__attention_tiles_fits(ctx, d, (int)v->cfg.group, v->cfg.local_keys,
+                                                                             v->cfg.key_block)
+                                               : v->cfg.group <= ctx->info.max_work_group_size;
+        if (!fits) {
+            print_message("%s does not fit this device: skipped\n", v->name);
+            iha_context_free(ctx);
+            continue;
+        }
+        iha_profile_entry e;
+        memset(&e, 0, sizeof e);
+        e.tunable = &iha__tunable_attention;
+        e.is_default = 1;
+        e.config = tune_config(&v->cfg);
+        assert_true(iha__profile_put(&ctx->tune->profile, &e));
+        char expected[512];
+        assert_int_equal(iha__space_format(e.tunable->space, &e.config, expected, sizeof expected), 0);
+        attention_grid(ctx, d, 0, v->name);
+        iha_kernel_choice choices[4];
+        size_t count = 0;
+        assert_int_equal(iha_context_last_choices(ctx, choices, 4, &count), IHA_OK);
+        for (size_t c = 0; c < count && c < 4; c++)
+            if (strcmp(choices[c].kernel, "attention") == 0 && strcmp(choices[c].config, expected) != 0)
+                fail_msg("the call ran \"%s\", not the forced \"%s\"", choices[c].config, expected);
+        iha_context_free(ctx);
+    }
+}
+
+/* ---- Float32 overflow ---- */
+
+/* x times 1e20: the scores overflow float32 (the float64 reference's do not). */
+static void overflowing_scores_are_not_zeros(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    tu_layer l;
+    tu_layer_init(&l, &kLayer, 1930);
+    const size_t nx = tu_count_x(&kLayer);
+    for (size_t i = 0; i < nx; i++) l.x[i] *= 1e20f;
+    for (int m = 0; m < MASK_COUNT; m++) {
+        const iha_attention_options o = tu_options(kMasks[m], 0, 0);
+        double *zref = tu_layer_reference(&l, &o);
+        float *z = tu_malloc(nx * sizeof *z);
+        const iha_host_weights w = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
+        tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &kLayer, &o, &w, l.x, z), IHA_OK);
+        char what[96];
+        snprintf(what, sizeof what, "z of x * 1e20, %s mask", kMaskNames[m]);
+        assert_nonfinite_or_close(what, z, zref, nx, 1e-3);
+        free(z);
+        free(zref);
+    }
+    tu_layer_free(&l);
+}
+
+/* iha_attention with scales that overflow many scores (dots of up to 16 * 4 * 4), the largest
+ * scale accepted among them. */
+static void huge_scales_are_not_garbage(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = attention_shape(16);
+    const size_t n = tu_count_virtual(&s);
+    tu_rng rng;
+    tu_rng_seed(&rng, 1940);
+    float *q = tu_random_array(&rng, n, 4.0f), *k = tu_random_array(&rng, n, 4.0f), *v = tu_random_array(&rng, n, 1.0f);
+    cl_mem qb = tu_buffer_guarded(tu_ctx, q, n, 0, 0, 0.0f), kb = tu_buffer_guarded(tu_ctx, k, n, 0, 0, 0.0f);
+    cl_mem vb = tu_buffer_guarded(tu_ctx, v, n, 0, 0, 0.0f), ob = tu_buffer_new(tu_ctx, n);
+    const float scales[] = {1e37f, 2.35e38f};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+        iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
+        o.scale = scales[i];
+        ref_problem p;
+        memset(&p, 0, sizeof p);
+        p.B = s.batch, p.N = s.tokens, p.H = s.heads, p.d = s.head_dim, p.P = s.pseudo, p.mask = o.mask;
+        p.scale = o.scale;
+        double *oref = tu_malloc(n * sizeof *oref);
+        assert_int_equal(ref_attention(&p, q, k, v, oref, NULL), 0);
+        float *got = tu_malloc(n * sizeof *got);
+        tu_fill_nan(got, n);
+        tu_buffer_write(tu_ctx, ob, 0, got, n);
+        tu_assert_status(tu_ctx, iha_attention(tu_ctx, &s, &o, (iha_buffer){qb, 0}, (iha_buffer){kb, 0},
+                                               (iha_buffer){vb, 0}, (iha_buffer){ob, 0}, (iha_buffer){NULL, 0}),
+                         IHA_OK);
+        tu_buffer_read(tu_ctx, ob, 0, got, n);
+        char what[64];
+        snprintf(what, sizeof what, "o at scale %g", (double)scales[i]);
+        assert_nonfinite_or_close(what, got, oref, n, 1e-3);
+        free(got);
+        free(oref);
+    }
+    free(q);
+    free(k);
+    free(v);
+    cl_mem m[4] = {qb, kb, vb, ob};
+    for (int i = 0; i < 4; i++) tu_buffer_release(m[i]);
+}
+
+/* A scale whose product with log2(e) is no float is refused, with a message naming it. */
+static void unrepresentable_scale_is_refused(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = attention_shape(8);
+    const size_t n = tu_count_virtual(&s);
+    cl_mem b[4];
+    for (int i = 0; i < 4; i++) b[i] = tu_buffer_guarded(tu_ctx, NULL, n, 0, 0, 0.0f);
+    const float scales[] = {3.4e38f, -3.0e38f};
+    for (size_t i = 0; i < 2; i++) {
+        iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
+        o.scale = scales[i];
+        tu_assert_status(tu_ctx, iha_attention(tu_ctx, &s, &o, (iha_buffer){b[0], 0}, (iha_buffer){b[1], 0},
+                                               (iha_buffer){b[2], 0}, (iha_buffer){b[3], 0}, (iha_buffer){NULL, 0}),
+                         IHA_ERROR_INVALID_ARGUMENT);
+        assert_non_null(strstr(iha_context_message(tu_ctx), "scale"));
+        tu_layer l;
+        tu_layer_init(&l, &kLayer, 1950);
+        float *z = tu_malloc(tu_count_x(&kLayer) * sizeof *z);
+        const iha_host_weights w = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
+        tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &kLayer, &o, &w, l.x, z), IHA_ERROR_INVALID_ARGUMENT);
+        free(z);
+        tu_layer_free(&l);
+    }
+    for (int i = 0; i < 4; i++) tu_buffer_release(b[i]);
+}
+
+int main(void)
+{
+    tu_init_environment();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(layer_forward_f32),
+        cmocka_unit_test(layer_forward_half),
+        cmocka_unit_test(layer_backward_f32),
+        cmocka_unit_test(decode_grid),
+        cmocka_unit_test(attention_and_backward),
+        cmocka_unit_test(attention_variants),
+        cmocka_unit_test(overflowing_scores_are_not_zeros),
+        cmocka_unit_test(huge_scales_are_not_garbage),
+        cmocka_unit_test(unrepresentable_scale_is_refused),
+    };
+    return cmocka_run_group_tests_name("nonfinite", tests, tu_group_setup, tu_group_teardown);
+}
