@@ -13,9 +13,10 @@ build=${IHA_BUILD_DIR:-$root/build}
 # it CMake may find Debian's reference libblas (3-4 GFLOP/s here), a meaningless ceiling.
 packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd
           libcmocka-dev libcjson-dev libopenblas-dev)
-# CI's reliability stages: the OpenCL simulator, clang with libFuzzer and the sanitizer
-# runtimes (a recommendation of clang, so named here), llvm-symbolizer, shellcheck.
-[ "$mode" = ci-deps ] && packages+=(oclgrind clang libclang-rt-dev llvm shellcheck)
+# CI's reliability stages: the OpenCL simulator, Mesa's OpenCL drivers (rusticl on llvmpipe,
+# a second implementation), clang with libFuzzer and the sanitizer runtimes (a recommendation
+# of clang, so named here), llvm-symbolizer, shellcheck.
+[ "$mode" = ci-deps ] && packages+=(oclgrind mesa-opencl-icd clang libclang-rt-dev llvm shellcheck)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
