@@ -656,7 +656,7 @@ iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attenti
 /* A device nobody has tried may compile a kernel into something wrong without any error.
  * iha_check (or `iha check`) runs, on the context's device, every kernel family and variant its
  * layer calls would use, on small ragged problems, against float64: attention in the
- * configuration the lookup above gives a few representative buckets (d of 16, 40, 64 and 128)
+ * configuration the lookup above gives two representative buckets (d of 13 and 128)
  * and in every configuration of the profile's attention entries, each under the three masks,
  * global and with a window; the mixing and collapse kernels ("rows") likewise; the decode
  * kernels (float and half caches, one new token and a chunk, every mask, global and windowed);
@@ -721,9 +721,10 @@ void iha_check_options_init(iha_check_options *options);
  * counts in summary->failed, and the check goes on with the next row. Returns
  * IHA_ERROR_INVALID_ARGUMENT for a NULL ctx or summary, rows NULL with capacity above 0, or a
  * families bit not defined above; IHA_ERROR_HOST_MEMORY; IHA_ERROR_OPENCL when the context's
- * queue fails outside any row. Blocks; uses the context's queue and leaves the context's
- * configurations (the GEMM backend, CLBlast's parameters) as it found them. The program cache
- * keeps what it built, as for any layer call. */
+ * queue fails outside any row. Blocks and uses the context's queue. It sets up the context's
+ * GEMM backend as a first layer call would, and otherwise leaves the context as it found it:
+ * its GEMM backend, iha_context_last_choices, and no tuning on first use during the check. The
+ * program cache keeps what it built, as for any layer call. */
 iha_status iha_check(iha_context *ctx, const iha_check_options *options, iha_check_row *rows, size_t capacity,
                      iha_check_summary *summary);
 
