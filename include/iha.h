@@ -690,8 +690,8 @@ typedef struct iha_check_row {
                          ("tiles": the register-tile pass, "rows": the row kernels) */
     int source;       /* an iha_config_source: where a layer call gets this configuration */
     char shape[160];  /* the problem's sizes and the masks and windows it ran */
-    double error;     /* the largest relative L2 error against float64 over the row's cases and
-                         outputs; +inf when an output is not finite; 0 when unsupported */
+    double error;     /* the largest relative L2 error against float64 over the cases that ran
+                         and their outputs; +inf when an output is not finite or a call failed */
     double limit;     /* SPEC's bound: 1e-5 for float storage, 2e-3 for half */
     int state;        /* an iha_check_state */
     char note[256];   /* the worst case, or the status and message of a failed or refused call */

@@ -36,7 +36,7 @@ int iha__check_row_case(iha_context *ctx, iha_check_row *row, iha_status st, dou
         if (st != IHA_ERROR_UNSUPPORTED) row->error = INFINITY;
         snprintf(row->note, sizeof row->note, "%s: %s: %s", label, iha_status_name(st),
                  iha__message_text(&ctx->message));
-        /* One line: a build log's first line says enough here; the rest is in a rerun's message. */
+        /* A note is one line: of a build log, the first, which names the failure. */
         row->note[strcspn(row->note, "\n")] = '\0';
         iha__message_clear(&ctx->message);
         ctx->cl_error = 0;
