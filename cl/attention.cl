@@ -17,6 +17,7 @@
  * (measured on PoCL/AVX2: 30 -> 53 GFLOP/s at T=4096, d=64).
  * Written for CPUs (PoCL vectorises explicit floatN inside a work-item); it is correct on
  * GPUs, where a variant staging tiles in local memory would be faster. */
+#include "loop_probe.clh"
 
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined by the host"
@@ -340,7 +341,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
                                 __global float *o, ulong o_off,         /* [B*H][T][HEAD_DIM] */
                                 __global float *lse, ulong lse_off,     /* [B*H][T] natural log */
                                 int want_lse, int T, int P, int mask, int window,
-                                float scale_log2) /* score scale * log2(e) */
+                                float scale_log2 IHA_PROBE_PARAMS) /* score scale * log2(e) */
 {
     const int t0 = get_global_id(0) * (ATT_ROWS * ATT_TILES);
     const int bh = get_global_id(1);
@@ -367,7 +368,8 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
      * d = 128 (see BENCHMARKS.md, v10). Tile i+1's score FMAs are independent of tile i's
      * softmax chain, so the two still overlap. */
     float pr[ATT_TILES][ATT_ROWS * ATT_KB];
-    for (int blk = lo_min / ATT_KB; blk <= hi_max / ATT_KB; ++blk) {
+    int blk = lo_min / ATT_KB;
+    for (; blk <= hi_max / ATT_KB; ++blk) {
         const int j0 = blk * ATT_KB;
         const __global kv_t *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
 #if ATT_PREFETCH && defined(__clang__)
@@ -384,8 +386,9 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         /* A block that runs past T is partial for every tile: its padding keys are masked, and
          * their rows clamped to the last key keep the reads in bounds. */
         const int last = min(j0 + ATT_KB, T) - 1;
+        int cv = 0;
         #pragma unroll 1
-        for (int cv = 0; cv < VCHUNKS; ++cv) {
+        for (; cv < VCHUNKS; ++cv) {
 #if ATT_PREFETCH && defined(__clang__)
             if (prefetch) {
                 #pragma unroll
@@ -400,13 +403,18 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
                         tile_pv_chunk(&tiles[i], pr[i], vb, j0, last, 0, cv);
                 }
         }
+        IHA_PROBE_EXPECT(cv == VCHUNKS);
     }
+    IHA_PROBE_EXPECT(blk > hi_max / ATT_KB);
 
     for (int i = 0; i < ATT_TILES; ++i) {
         const tile_state *ts = &tiles[i];
         for (int r = 0; r < ATT_ROWS; ++r) {
             const int t = t0 + i * ATT_ROWS + r;
-            if (t >= T) return;
+            if (t >= T) {
+                IHA_PROBE_CHECK();
+                return;
+            }
             const float l = hsum(ts->l[r]);
             /* Every row sees a key, so l = 0 means that no score was finite, and a NaN l that
              * one was NaN: 1/l then makes the row NaN, as SPEC's float64 softmax is
@@ -418,4 +426,5 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
             if (want_lse) lse[lse_off + (size_t)bh * T + t] = row_lse(ts->m[r], l);
         }
     }
+    IHA_PROBE_CHECK();
 }

@@ -11,6 +11,7 @@
  * in order, which streams them through the cache. This is the straightforward form of the
  * algorithm, right on every device and head width: GPUs run it, and CPUs for widths that 16
  * does not divide; other CPUs run cl/attention_backward_tiles.cl (BENCHMARKS.md, "Backward"). */
+#include "loop_probe.clh"
 
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined by the host"
@@ -85,7 +86,7 @@ static inline void axpy_row(float4 *acc, float w, const __global float *row)
 __kernel void attention_bwd_rowdot_f32(__global const float *o, ulong o_off,   /* [B*H][T][HEAD_DIM] */
                                        __global const float *dout, ulong d_off, /* [B*H][T][HEAD_DIM] */
                                        __global float *delta,                   /* [B*H][T] */
-                                       int T)
+                                       int T IHA_PROBE_PARAMS)
 {
     const int t = get_global_id(0), bh = get_global_id(1);
     if (t >= T) return;
@@ -93,6 +94,7 @@ __kernel void attention_bwd_rowdot_f32(__global const float *o, ulong o_off,   /
     float4 a[CHUNKS];
     load_row(o + o_off + row, a);
     delta[(size_t)bh * T + t] = dot_row(a, dout + d_off + row);
+    IHA_PROBE_CHECK();
 }
 
 /* dq_t for one query row per work-item, over its visible keys. */
@@ -103,7 +105,7 @@ __kernel void attention_bwd_dq_f32(__global const float *q, ulong q_off,       /
                                    __global const float *lse, ulong lse_off,   /* [B*H][T] natural log */
                                    __global const float *delta,                /* [B*H][T] */
                                    __global float *dq, ulong dq_off,           /* [B*H][T][HEAD_DIM] */
-                                   int T, int P, int mask, int window, float scale)
+                                   int T, int P, int mask, int window, float scale IHA_PROBE_PARAMS)
 {
     const int t = get_global_id(0), bh = get_global_id(1);
     if (t >= T) return;
@@ -117,13 +119,16 @@ __kernel void attention_bwd_dq_f32(__global const float *q, ulong q_off,       /
     /* A row that saw no key has LSE = -inf and no gradient. */
     if (l != -INFINITY) {
         const int2 r = visible_range(t, T, P, mask, window);
-        for (int u = r.x; u <= r.y; ++u) {
+        int u = r.x;
+        for (; u <= r.y; ++u) {
             const float p = exp(dot_row(qs, k + k_off + base + (size_t)u * HEAD_DIM) - l);
             const float ds = p * (dot_row(g, v + v_off + base + (size_t)u * HEAD_DIM) - dt);
             axpy_row(acc, ds, k + k_off + base + (size_t)u * HEAD_DIM);
         }
+        IHA_PROBE_EXPECT(u > r.y);
     }
     store_row(dq + dq_off + row, acc, scale);
+    IHA_PROBE_CHECK();
 }
 
 /* dk_u and dv_u for one key row per work-item, over the queries that see it. */
@@ -135,7 +140,7 @@ __kernel void attention_bwd_dkv_f32(__global const float *q, ulong q_off,     /*
                                     __global const float *delta,              /* [B*H][T] */
                                     __global float *dk, ulong dk_off,         /* [B*H][T][HEAD_DIM] */
                                     __global float *dv, ulong dv_off,         /* [B*H][T][HEAD_DIM] */
-                                    int T, int P, int mask, int window, float scale)
+                                    int T, int P, int mask, int window, float scale IHA_PROBE_PARAMS)
 {
     const int u = get_global_id(0), bh = get_global_id(1);
     if (u >= T) return;
@@ -146,7 +151,8 @@ __kernel void attention_bwd_dkv_f32(__global const float *q, ulong q_off,     /*
     load_row(v + v_off + row, vs);
     for (int c = 0; c < CHUNKS; ++c) dk_acc[c] = dv_acc[c] = (float4)(0.0f);
     const int2 r = seeing_queries(u, T, P, mask, window);
-    for (int t = r.x; t <= r.y; ++t) {
+    int t = r.x;
+    for (; t <= r.y; ++t) {
         const float l = lse[lse_off + (size_t)bh * T + t];
         if (l == -INFINITY) continue; /* a query that saw no key has no gradient */
         const __global float *g = dout + d_off + base + (size_t)t * HEAD_DIM;
@@ -156,6 +162,8 @@ __kernel void attention_bwd_dkv_f32(__global const float *q, ulong q_off,     /*
         axpy_row(dv_acc, p, g);
         axpy_row(dk_acc, ds, qt);
     }
+    IHA_PROBE_EXPECT(t > r.y);
     store_row(dk + dk_off + row, dk_acc, scale);
     store_row(dv + dv_off + row, dv_acc, 1.0f);
+    IHA_PROBE_CHECK();
 }

@@ -17,6 +17,7 @@
  * last chunk of a width that 16 does not divide is loaded and stored as its TAIL elements
  * (whole 4- and 8-float vectors where TAIL allows), decided once per chunk pass, outside the
  * query loop, as the forward's v13 does (BENCHMARKS.md). */
+#include "loop_probe.clh"
 
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined by the host"
@@ -227,8 +228,10 @@ static inline void dq_accumulate(__global float *part, const key_tile *tiles, co
 }
 
 /* One group of BW_ROWS * BW_TILES keys from u0: dk and dv of its rows, stored, and their share
- * of dq added into `part`, over the query blocks that see them. */
-static void key_group(const __global float *qpb, const __global float *gpb, const __global float *qb,
+ * of dq added into `part`, over the query blocks that see them. Returns 0 only when its block
+ * loop stopped early (the loop probe of cl/loop_probe.clh; a function's loops have a budget of
+ * their own there, so the kernel cannot see the cut itself). */
+static int key_group(const __global float *qpb, const __global float *gpb, const __global float *qb,
                       const __global float *kb, const __global float *vb, const __global float *gb,
                       const __global float *lse_bh, const __global float *delta_bh, __global float *dkb,
                       __global float *dvb, __global float *part, int u0, int T, int P, int mask, int window,
@@ -257,7 +260,8 @@ static void key_group(const __global float *qpb, const __global float *gpb, cons
 
     const int zero = T < 0;
     float pr[BW_ROWS * KB], ds[BW_TILES * BW_ROWS * KB];
-    for (int blk = lo_min / KB; blk <= hi_max / KB; ++blk) {
+    int blk = lo_min / KB;
+    for (; blk <= hi_max / KB; ++blk) {
         const int j0 = blk * KB;
         const __global float *qpk = qpb + (size_t)blk * HEAD_DIM * KB;
         const __global float *gpk = gpb + (size_t)blk * HEAD_DIM * KB;
@@ -315,6 +319,7 @@ static void key_group(const __global float *qpb, const __global float *gpb, cons
         store_rows(dkb, u0 + i * BW_ROWS, T, tiles[i].acc_k, scale);
         store_rows(dvb, u0 + i * BW_ROWS, T, tiles[i].acc_v, 1.0f);
     }
+    return blk > hi_max / KB;
 }
 
 /* dk, dv and SEGMENTS partial dq sums: work-item (s, bh) takes the key groups s, s + segments,
@@ -330,7 +335,7 @@ __kernel void attention_bwd_tiles_f32(__global const float *qp, ulong qp_off,   
                                       __global float *dk, ulong dk_off,         /* [B*H][T][HEAD_DIM] */
                                       __global float *dv, ulong dv_off,         /* [B*H][T][HEAD_DIM] */
                                       __global float *part,                     /* see above */
-                                      int segments, int T, int P, int mask, int window, float scale)
+                                      int segments, int T, int P, int mask, int window, float scale IHA_PROBE_PARAMS)
 {
     const int s = get_global_id(0), bh = get_global_id(1), bhs = get_global_size(1);
     if (s >= segments) return;
@@ -338,18 +343,23 @@ __kernel void attention_bwd_tiles_f32(__global const float *qp, ulong qp_off,   
     const size_t rows_base = (size_t)bh * T * HEAD_DIM, packed_base = (size_t)bh * blocks * HEAD_DIM * KB;
     const size_t part_rows = (size_t)blocks * KB * ROWPAD;
     __global float *pb = part + ((size_t)s * bhs + bh) * part_rows;
-    for (size_t i = 0; i < part_rows; i += 16) vstore16((float16)(0.0f), 0, pb + i);
-    for (int u0 = s * per_group; u0 < T; u0 += segments * per_group)
-        key_group(qp + qp_off + packed_base, gp + gp_off + packed_base, q + q_off + rows_base, k + k_off + rows_base,
+    size_t i = 0;
+    for (; i < part_rows; i += 16) vstore16((float16)(0.0f), 0, pb + i);
+    IHA_PROBE_EXPECT(i >= part_rows);
+    int u0 = s * per_group, whole = 1;
+    for (; u0 < T; u0 += segments * per_group)
+        whole &= key_group(qp + qp_off + packed_base, gp + gp_off + packed_base, q + q_off + rows_base, k + k_off + rows_base,
                   v + v_off + rows_base, dout + d_off + rows_base, lse + lse_off + (size_t)bh * T,
                   delta + (size_t)bh * T, dk + dk_off + rows_base, dv + dv_off + rows_base, pb, u0, T, P, mask,
                   window, scale);
+    IHA_PROBE_EXPECT(u0 >= T && whole);
+    IHA_PROBE_CHECK();
 }
 
 /* dq = ln 2 * the sum of the segments' partials (their key rows carried scale * log2(e)): one
  * work-item per row t of sequence bh. */
 __kernel void attention_bwd_dq_sum_f32(__global const float *part, int segments, __global float *dq, ulong dq_off,
-                                       int T)
+                                       int T IHA_PROBE_PARAMS)
 {
     const int t = get_global_id(0), bh = get_global_id(1), bhs = get_global_size(1);
     if (t >= T) return;
@@ -361,4 +371,5 @@ __kernel void attention_bwd_dq_sum_f32(__global const float *part, int segments,
         for (int cv = 0; cv < CHUNKS; ++cv) acc[cv] += vload16(cv, row);
     }
     store_rows(dq + dq_off + (size_t)bh * T * HEAD_DIM, t, t + 1, (float16(*)[CHUNKS])acc, M_LN2_F);
+    IHA_PROBE_CHECK();
 }

@@ -2,6 +2,7 @@
  * softmax. A file of its own so that layer calls never compile these kernels: PoCL compiles
  * every kernel of a program when the library fetches the program's binary for the disk cache,
  * and inside attention.cl they added 2-5 s to a layer's empty-cache first call (BENCHMARKS.md). */
+#include "loop_probe.clh"
 #include "attention.cl"
 
 /* acc += P V over the whole head dimension for one tile (decoding's single tile). */
@@ -41,7 +42,7 @@ static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __
 __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off, __global const kv_t *kc,
                                            __global const kv_t *vc, __global float *part,
                                            __global const int *step, int rows, int H, int P, int t_max,
-                                           int splits, int split_blocks, int mask, int window, float scale_log2)
+                                           int splits, int split_blocks, int mask, int window, float scale_log2 IHA_PROBE_PARAMS)
 {
     const int r0 = get_global_id(0) * ATT_ROWS;
     const int s = get_global_id(1);
@@ -69,8 +70,10 @@ __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off,
     const int t_blocks = (t_max + ATT_KB - 1) / ATT_KB;
     const __global kv_t *kb = kc + (size_t)bh * t_blocks * HEAD_DIM * ATT_KB;
     const __global kv_t *vb = vc + (size_t)bh * t_max * HEAD_DIM;
-    for (int blk = first; blk <= last; ++blk)
+    int blk = first;
+    for (; blk <= last; ++blk)
         tile_step(&ts, kb + (size_t)blk * HEAD_DIM * ATT_KB, vb, blk * ATT_KB, T);
+    IHA_PROBE_EXPECT(blk > last);
 
     for (int r = 0; r < ATT_ROWS && r0 + r < rows; ++r) {
         __global float *out = part + (((size_t)bh * rows + r0 + r) * splits + s) * PART_STRIDE;
@@ -82,11 +85,12 @@ __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off,
         out[HEAD_DIM] = ts.m[r];
         out[HEAD_DIM + 1] = hsum(ts.l[r]);
     }
+    IHA_PROBE_CHECK();
 }
 
 /* Merges the splits of each query row into o [B*H][rows][HEAD_DIM]; inactive rows get 0. */
 __kernel void attention_decode_combine_f32(__global const float *part, __global float *o, ulong o_off,
-                                           __global const int *step, int rows, int H, int P, int splits)
+                                           __global const int *step, int rows, int H, int P, int splits IHA_PROBE_PARAMS)
 {
     const int r = get_global_id(0);
     const int bh = get_global_id(1);
@@ -110,4 +114,5 @@ __kernel void attention_decode_combine_f32(__global const float *part, __global 
         for (int s = 0; s < splits; ++s) acc = fma(w[s], pr[(size_t)s * PART_STRIDE + c], acc);
         out[c] = acc * inv;
     }
+    IHA_PROBE_CHECK();
 }

@@ -15,6 +15,7 @@
  * the key-block layout [B*H][ceil(T/ATT_KB)][HEAD_DIM][ATT_KB]. Masks and windows are the
  * per-row visible interval [lo, hi] of SPEC; key tiles outside the work-group's union of
  * intervals are skipped, tiles outside one row's interval are skipped by that row. */
+#include "loop_probe.clh"
 
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined"
@@ -42,7 +43,7 @@
 #include "masks.clh"
 
 __kernel __attribute__((reqd_work_group_size(LOC_ROWS, 1, 1)))
-void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS)
+void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
 {
     __local float ks[LOC_KEYS * HEAD_DIM]; /* the packed layout's blocks, as stored */
     __local float vs[LOC_KEYS * HEAD_DIM]; /* value rows [key][HEAD_DIM] */
@@ -68,7 +69,8 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS)
     const int hi_max = visible_range(min(t0 + LOC_ROWS - 1, T - 1), T, P, mask, window).y;
     float m = -INFINITY, l = 0.0f;
 
-    for (int j0 = lo_min / LOC_KEYS * LOC_KEYS; j0 <= hi_max; j0 += LOC_KEYS) {
+    int j0 = lo_min / LOC_KEYS * LOC_KEYS;
+    for (; j0 <= hi_max; j0 += LOC_KEYS) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is no longer read */
         /* A tile is LOC_KEYS / ATT_KB whole blocks: contiguous in the packed buffer. Blocks past
          * the last one and value rows past T are not there; zeros keep the reads in bounds. */
@@ -123,12 +125,17 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS)
             m = m_new;
         }
     }
+    IHA_PROBE_EXPECT(j0 > hi_max);
 
-    if (!active) return;
+    if (!active) {
+        IHA_PROBE_CHECK();
+        return;
+    }
     /* l = 0 (no score was finite) or NaN makes the row NaN, and its LSE NaN, as in
      * attention_fwd_f32 (doc/numerics.md). */
     const float inv = 1.0f / l;
     __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
     for (int c = 0; c < HEAD_DIM; ++c) orow[c] = acc[c] * inv;
     if (want_lse) lse[lse_off + (size_t)bh * T + t] = l > 0.0f ? (m + log2(l)) * M_LN2_F : NAN;
+    IHA_PROBE_CHECK();
 }

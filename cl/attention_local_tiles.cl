@@ -15,6 +15,7 @@
  * values as rows [B*H][T][HEAD_DIM], keys in the key-block layout [B*H][ceil(T/ATT_KB)][HEAD_DIM]
  * [ATT_KB]. Masks and windows are the per-row visible interval [lo, hi] of SPEC; key tiles outside
  * the work-group's union of intervals are skipped. */
+#include "loop_probe.clh"
 
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined"
@@ -42,7 +43,7 @@
 #include "masks.clh"
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
-void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS)
+void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
 {
     __local float qs[DP * TILE_ROWS];        /* [column][row], scaled: a float4 is 4 rows */
     __local float ks[DP * TILE_KEYS];        /* [column][key]: a float4 is 4 keys */
@@ -85,7 +86,8 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS)
     const int lo_min = visible_range(t0, T, P, mask, window).x;
     const int hi_max = visible_range(min(t0 + TILE_ROWS - 1, T - 1), T, P, mask, window).y;
 
-    for (int j0 = lo_min / TILE_KEYS * TILE_KEYS; j0 <= hi_max; j0 += TILE_KEYS) {
+    int j0 = lo_min / TILE_KEYS * TILE_KEYS;
+    for (; j0 <= hi_max; j0 += TILE_KEYS) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's ks, vs and ps are no longer read */
         /* TILE_KEYS / ATT_KB whole blocks, contiguous in the packed buffer ([block][c][kk]);
          * blocks past the last one and value rows past T are not there: zeros. */
@@ -176,6 +178,7 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS)
             }
         }
     }
+    IHA_PROBE_EXPECT(j0 > hi_max);
 
     for (int r = 0; r < 4; ++r) {
         const int t = t0 + 4 * ty + r;
@@ -188,4 +191,5 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS)
         if (want_lse && tx == 0)
             lse[lse_off + (size_t)bh * T + t] = l[r] > 0.0f ? (m[r] + log2(l[r])) * M_LN2_F : NAN;
     }
+    IHA_PROBE_CHECK();
 }

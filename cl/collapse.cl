@@ -6,6 +6,7 @@
  *                            H*P pseudo-head rows (H*P*d floats) are read from memory once and
  *                            from cache for every further head: a work-item per (token, head)
  *                            read them H times from memory, its heads being far apart in time. */
+#include "loop_probe.clh"
 
 /* Columns per vector in collapse_heads_rows_f32: 4, 8 or 16. */
 #ifndef COLLAPSE_VEC
@@ -22,7 +23,7 @@ __kernel void collapse_heads_f32(__global const float *o, ulong o_off, /* [B][H]
                                  __global const float *r, ulong r_off, /* [H][H][P] */
                                  int identity,                         /* P == 1, R = I */
                                  __global float *y, ulong y_off,       /* [B][N][H][d] */
-                                 int N, int H, int d, int P)
+                                 int N, int H, int d, int P IHA_PROBE_PARAMS)
 {
     const int c = get_global_id(0);
     const int n = get_global_id(1);
@@ -41,6 +42,7 @@ __kernel void collapse_heads_f32(__global const float *o, ulong o_off, /* [B][H]
         }
     }
     y[y_off + (((size_t)b * N + n) * H + h) * d + c] = acc;
+    IHA_PROBE_CHECK();
 }
 
 /* Columns [c, c + COLLAPSE_VEC) of a row, zeros from d on where a whole load is not allowed
@@ -84,7 +86,7 @@ static inline void collapse_token(const __global float *o, ulong o_off, const __
 }
 
 __kernel void collapse_heads_rows_f32(__global const float *o, ulong o_off, __global const float *r, ulong r_off,
-                                      int identity, __global float *y, ulong y_off, int N, int H, int d, int P)
+                                      int identity, __global float *y, ulong y_off, int N, int H, int d, int P IHA_PROBE_PARAMS)
 {
     const int n = get_global_id(0);
     const int b = get_global_id(1);
@@ -103,4 +105,5 @@ __kernel void collapse_heads_rows_f32(__global const float *o, ulong o_off, __gl
         collapse_token(o, o_off, r, r_off, identity, y, y_off, N, H, d, P, n, b, d);
     else
         collapse_token(o, o_off, r, r_off, identity, y, y_off, N, H, d, P, n, b, up);
+    IHA_PROBE_CHECK();
 }

@@ -5,6 +5,7 @@
  * Each work-item of the conversions handles CONVERT_VEC consecutive elements with one vector
  * load and store, which PoCL vectorises inside the work-item on a CPU and which stays coalesced
  * across work-items on a GPU; the last work-item takes the tail element by element. */
+#include "loop_probe.clh"
 
 #ifndef CONVERT_VEC
 #define CONVERT_VEC 8
@@ -15,7 +16,7 @@
 #define floatC CAT(float, CONVERT_VEC)
 
 __kernel void convert_half_to_float(__global const half *src, ulong src_off, __global float *dst, ulong dst_off,
-                                    ulong n)
+                                    ulong n IHA_PROBE_PARAMS)
 {
     const ulong i = (ulong)get_global_id(0) * CONVERT_VEC;
     if (i >= n) return;
@@ -26,10 +27,11 @@ __kernel void convert_half_to_float(__global const half *src, ulong src_off, __g
         return;
     }
     for (ulong j = 0; i + j < n; ++j) dst[j] = vload_half(j, src);
+    IHA_PROBE_CHECK();
 }
 
 __kernel void convert_float_to_half(__global const float *src, ulong src_off, __global half *dst, ulong dst_off,
-                                    ulong n)
+                                    ulong n IHA_PROBE_PARAMS)
 {
     const ulong i = (ulong)get_global_id(0) * CONVERT_VEC;
     if (i >= n) return;
@@ -40,6 +42,7 @@ __kernel void convert_float_to_half(__global const float *src, ulong src_off, __
         return;
     }
     for (ulong j = 0; i + j < n; ++j) vstore_half(src[j], j, dst);
+    IHA_PROBE_CHECK();
 }
 
 /* y[r][c] = sum_k x[r][k] * w[k][c] for a few rows (a decoding step's projections) with half
@@ -51,7 +54,7 @@ __kernel void convert_float_to_half(__global const float *src, ulong src_off, __
 
 __kernel void gemv_half_weights(__global const float *x, ulong x_off, int m, int K,  /* x [m][K] */
                                 __global const half *w, ulong w_off, int C,          /* w [K][C] */
-                                __global float *y, ulong y_off)                      /* y [m][C] */
+                                __global float *y, ulong y_off IHA_PROBE_PARAMS)                      /* y [m][C] */
 {
     const int c0 = get_global_id(0) * 8;
     const int r0 = get_global_id(1) * GEMV_ROWS;
@@ -64,7 +67,8 @@ __kernel void gemv_half_weights(__global const float *x, ulong x_off, int m, int
     float8 acc[GEMV_ROWS];
     for (int r = 0; r < GEMV_ROWS; ++r) acc[r] = (float8)(0.0f);
     const int whole = c0 + 8 <= C;
-    for (int k = 0; k < K; ++k) {
+    int k = 0;
+    for (; k < K; ++k) {
         const __global half *wk = w + (size_t)k * C + c0;
         float8 wv;
         if (whole) {
@@ -76,6 +80,7 @@ __kernel void gemv_half_weights(__global const float *x, ulong x_off, int m, int
         }
         for (int r = 0; r < GEMV_ROWS; ++r) acc[r] = fma((float8)(xr[r][k]), wv, acc[r]);
     }
+    IHA_PROBE_EXPECT(k >= K);
     for (int r = 0; r < GEMV_ROWS && r0 + r < m; ++r) {
         __global float *yr = y + (size_t)(r0 + r) * C + c0;
         if (whole) {
@@ -86,4 +91,5 @@ __kernel void gemv_half_weights(__global const float *x, ulong x_off, int m, int
             for (int j = 0; c0 + j < C; ++j) yr[j] = tmp[j];
         }
     }
+    IHA_PROBE_CHECK();
 }

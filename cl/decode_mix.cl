@@ -4,6 +4,7 @@
  * layout of attention.cl, [B][H][ceil(t_max/KB)][d][KB]. Rotary uses the same double-precision cos/sin table as mix.cl ([T][2][d/2]).
  * step[b] = (n0, count): sequence b's length before the step and its new tokens. Tokens past
  * count are skipped (their query rows are written as 0). One (token, head) per work-item. */
+#include "loop_probe.clh"
 
 /* Cache storage: 1 stores half with vstore_half (core OpenCL, no cl_khr_fp16 needed). */
 #ifndef CACHE_HALF
@@ -50,7 +51,7 @@ __kernel void decode_mix_queries_f32(__global const float *src, ulong src_off, /
                                      __global const float *alpha, ulong alpha_off, int identity,
                                      __global float *dst, ulong dst_off, /* [B][H][k*P][d] */
                                      __global const float *rope, int use_rope, __global const int *step, int k,
-                                     int H, int d, int P)
+                                     int H, int d, int P IHA_PROBE_PARAMS)
 {
     const int j = get_global_id(0);
     const int bh = get_global_id(1);
@@ -70,13 +71,14 @@ __kernel void decode_mix_queries_f32(__global const float *src, ulong src_off, /
         MIX_ROW(STORE_Q);
 #undef STORE_Q
     }
+    IHA_PROBE_CHECK();
 }
 
 __kernel void decode_mix_cache(__global const float *src, ulong src_off, /* [B][k][H][d] */
                                __global const float *alpha, ulong alpha_off, int identity,
                                __global cache_t *cache, /* see above */
                                __global const float *rope, int use_rope, __global const int *step, int k, int H,
-                               int d, int P, int t_max, int key_block)
+                               int d, int P, int t_max, int key_block IHA_PROBE_PARAMS)
 {
     const int j = get_global_id(0);
     const int bh = get_global_id(1);
@@ -99,4 +101,5 @@ __kernel void decode_mix_cache(__global const float *src, ulong src_off, /* [B][
         MIX_ROW(STORE_C);
 #undef STORE_C
     }
+    IHA_PROBE_CHECK();
 }

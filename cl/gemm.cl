@@ -17,6 +17,7 @@
  * Written for CPUs (PoCL vectorises explicit floatN inside a work-item; AVX2's 16 registers
  * hold the 6 x 16 tile's 12 halves, one row of B and a broadcast). It is correct on GPUs, where
  * CLBlast's local-memory kernels are faster. */
+#include "loop_probe.clh"
 
 /* Rows of C per work-item, 1 to 8. */
 #ifndef GEMM_MR
@@ -64,7 +65,7 @@ static inline void tile_update(floatV acc[GEMM_MR], __global const float *const 
 }
 
 __kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global const float *a, ulong a_off, ulong lda,
-                        __global const float *b, ulong b_off, ulong ldb, __global float *c, ulong c_off, ulong ldc)
+                        __global const float *b, ulong b_off, ulong ldb, __global float *c, ulong c_off, ulong ldc IHA_PROBE_PARAMS)
 {
     const int row0 = (int)get_global_id(0) * GEMM_MR, col0 = (int)get_global_id(1) * GEMM_VW;
     if (row0 >= m || col0 >= n) return; /* work-items that round the grid up to whole groups */
@@ -88,7 +89,8 @@ __kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global c
 
     const int k_main = k - k % GEMM_KU;
     if (full) {
-        for (int l = 0; l < k_main; l += GEMM_KU) {
+        int l = 0;
+        for (; l < k_main; l += GEMM_KU) {
 #pragma unroll
             for (int u = 0; u < GEMM_KU; ++u) {
                 const floatV bv = vloadV(0, bp + (ulong)(l + u) * ldb);
@@ -96,6 +98,7 @@ __kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global c
                 for (int r = 0; r < GEMM_MR; ++r) acc[r] = fma((floatV)(ap[r][l + u]), bv, acc[r]);
             }
         }
+        IHA_PROBE_EXPECT(l >= k_main);
         tile_update(acc, ap, bp, ldb, cols, k_main, k);
     } else {
         tile_update(acc, ap, bp, ldb, cols, 0, k);
@@ -115,14 +118,16 @@ __kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global c
             for (int j = 0; j < cols; ++j) cp[j] = beta != 0.0f ? fma(beta, cp[j], part[j]) : part[j];
         }
     }
+    IHA_PROBE_CHECK();
 }
 
 /* B [k][n] (leading dimension ldb) -> packed [ceil(n / GEMM_VW)][k][GEMM_VW], zeros past column n:
  * one row of one panel per work-item, (panel, l) = (get_global_id(1), get_global_id(0)). */
-__kernel void gemm_pack_b_f32(int k, int n, __global const float *b, ulong b_off, ulong ldb, __global float *packed)
+__kernel void gemm_pack_b_f32(int k, int n, __global const float *b, ulong b_off, ulong ldb, __global float *packed IHA_PROBE_PARAMS)
 {
     const int l = (int)get_global_id(0), panel = (int)get_global_id(1), col0 = panel * GEMM_VW;
     if (l >= k || col0 >= n) return;
     const floatV row = panel_row(b + b_off + (ulong)l * ldb + col0, n - col0);
     vstoreV(row, 0, packed + ((ulong)panel * (ulong)k + (ulong)l) * GEMM_VW);
+    IHA_PROBE_CHECK();
 }

@@ -2,6 +2,7 @@
  * transposes for the weight gradients' products, the inverse rotary of dQt and dKt, and the
  * gradients of the mixing and collapse matrices. All memory-bound or small next to the
  * attention step; written for clarity and correctness on every device. */
+#include "loop_probe.clh"
 
 /* Side of the square tile one work-item of transpose_f32 moves. */
 #define TR_TILE 8
@@ -12,7 +13,7 @@
  * (column tile, row tile) = (get_global_id(0), get_global_id(1)); the tile's reads stay in
  * cache while each destination row is written contiguously. */
 __kernel void transpose_f32(int rows, int cols, __global const float *src, ulong src_off, ulong ld_src,
-                            __global float *dst, ulong dst_off, ulong ld_dst)
+                            __global float *dst, ulong dst_off, ulong ld_dst IHA_PROBE_PARAMS)
 {
     const int c0 = (int)get_global_id(0) * TR_TILE, r0 = (int)get_global_id(1) * TR_TILE;
     if (c0 >= cols || r0 >= rows) return;
@@ -22,13 +23,14 @@ __kernel void transpose_f32(int rows, int cols, __global const float *src, ulong
         const __global float *in = src + src_off + (ulong)r0 * ld_src + c0 + j;
         for (int i = 0; i < nr; ++i) out[i] = in[(ulong)i * ld_src];
     }
+    IHA_PROBE_CHECK();
 }
 
 /* The gradient through SPEC step 3's rotation, in place on rows x [rows][d] (row index
  * bh * T + t, virtual position t): the rotation is orthogonal, so its gradient is the inverse
  * rotation, (g_i, g_{i+d/2}) -> (g_i cos + g_{i+d/2} sin, g_{i+d/2} cos - g_i sin). table is
  * the forward's [T][2][d/2] (cosines, then sines). A work-item per (pair i, row). */
-__kernel void rope_inverse_f32(__global float *x, ulong x_off, ulong rows, __global const float *table, int T, int d)
+__kernel void rope_inverse_f32(__global float *x, ulong x_off, ulong rows, __global const float *table, int T, int d IHA_PROBE_PARAMS)
 {
     const int pairs = d / 2, i = (int)get_global_id(0);
     const ulong row = get_global_id(1);
@@ -39,6 +41,7 @@ __kernel void rope_inverse_f32(__global float *x, ulong x_off, ulong rows, __glo
     const float g0 = g[i], g1 = g[i + pairs];
     g[i] = g0 * c + g1 * s;
     g[i + pairs] = g1 * c - g0 * s;
+    IHA_PROBE_CHECK();
 }
 
 /* The mixing and collapse matrices' gradients share one form (SPEC):
@@ -50,7 +53,7 @@ __kernel void rope_inverse_f32(__global float *x, ulong x_off, ulong rows, __glo
  * partial[chunk index][H*H*P]; stage two sums the chunks of each output in a fixed order, so the
  * result does not depend on scheduling. */
 __kernel void mix_grad_partial_f32(__global const float *a, ulong a_off, __global const float *v, ulong v_off,
-                                   __global float *partial, int B, int N, int H, int d, int P, int chunk)
+                                   __global float *partial, int B, int N, int H, int d, int P, int chunk IHA_PROBE_PARAMS)
 {
     const int idx = (int)get_global_id(0), part = (int)get_global_id(1);
     const int outputs = H * H * P;
@@ -65,24 +68,28 @@ __kernel void mix_grad_partial_f32(__global const float *a, ulong a_off, __globa
     float8 acc8 = (float8)(0.0f);
     float acc = 0.0f;
     const int whole = d - d % 8;
-    for (long bn = first; bn < last; ++bn) {
+    long bn = first;
+    for (; bn < last; ++bn) {
         const ulong b = (ulong)(bn / N), n = (ulong)(bn % N);
         const __global float *ar = a + a_off + ((ulong)bn * H + i) * d;
         const __global float *vr = v + v_off + ((b * H + j) * T + n * P + p) * d;
         for (int c = 0; c < whole; c += 8) acc8 = fma(vload8(0, ar + c), vload8(0, vr + c), acc8);
         for (int c = whole; c < d; ++c) acc = fma(ar[c], vr[c], acc);
     }
+    IHA_PROBE_EXPECT(bn >= last);
     const float4 a4 = acc8.lo + acc8.hi;
     const float2 a2 = a4.lo + a4.hi;
     partial[(ulong)part * outputs + idx] = acc + a2.x + a2.y;
+    IHA_PROBE_CHECK();
 }
 
 __kernel void mix_grad_reduce_f32(__global const float *partial, int outputs, int parts, __global float *g,
-                                  ulong g_off)
+                                  ulong g_off IHA_PROBE_PARAMS)
 {
     const int idx = (int)get_global_id(0);
     if (idx >= outputs) return;
     float acc = 0.0f;
     for (int k = 0; k < parts; ++k) acc += partial[(ulong)k * outputs + idx];
     g[g_off + idx] = acc;
+    IHA_PROBE_CHECK();
 }

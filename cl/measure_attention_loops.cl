@@ -8,9 +8,10 @@
  * A file of its own so that applications never compile it: PoCL compiles every kernel of a
  * program when the program's binary is fetched for the disk cache, and inside attention.cl this
  * kernel added ~3.6 s to the empty-cache first call. */
+#include "loop_probe.clh"
 #include "attention.cl"
 
-__kernel void attention_loops_f32(__global const kv_t *blocks, __global float *out, int iters, int which)
+__kernel void attention_loops_f32(__global const kv_t *blocks, __global float *out, int iters, int which IHA_PROBE_PARAMS)
 {
     const int g = get_global_id(0);
     const __global kv_t *kblk = blocks + (size_t)g * 2 * HEAD_DIM * ATT_KB;
@@ -24,8 +25,9 @@ __kernel void attention_loops_f32(__global const kv_t *blocks, __global float *o
         for (int cv = 0; cv < VCHUNKS; ++cv) ts.acc[r][cv] = (floatV)(0.0f);
     }
     floatK total = (floatK)(0.0f);
+    int it = 0;
     if (which == 0) {
-        for (int it = 0; it < iters; ++it) {
+        for (; it < iters; ++it) {
             /* it * ts.zero is 0 at run time; the compiler cannot see that, so it cannot hoist the
              * loop-invariant scores out of the timing loop. */
             floatK s[ATT_ROWS];
@@ -35,11 +37,12 @@ __kernel void attention_loops_f32(__global const kv_t *blocks, __global float *o
         }
     } else {
         /* Chunk by chunk, not unrolled, as attention_fwd_f32 runs P.V. */
-        for (int it = 0; it < iters; ++it) {
+        for (; it < iters; ++it) {
             #pragma unroll 1
             for (int cv = 0; cv < VCHUNKS; ++cv) tile_pv_chunk(&ts, pr, vb, 0, ATT_KB - 1, 0, cv);
         }
     }
+    IHA_PROBE_EXPECT(it >= iters);
     float sum = hsum(total);
     for (int r = 0; r < ATT_ROWS; ++r)
         for (int cv = 0; cv < VCHUNKS; ++cv) {
@@ -48,4 +51,5 @@ __kernel void attention_loops_f32(__global const kv_t *blocks, __global float *o
             for (int i = 0; i < ATT_VD; ++i) sum += tmp[i];
         }
     out[g] = sum;
+    IHA_PROBE_CHECK();
 }

@@ -4,6 +4,7 @@
  * previous one: latency times throughput chains hide it, about 8 of 8-wide on an AVX2 core with
  * two FMA pipes of latency 4). Explicit vectors inside a work-item let PoCL emit one ymm/zmm FMA
  * per operation without having to vectorise across work-items. */
+#include "loop_probe.clh"
 
 /* Lanes per chain: 8 fills one AVX2 register, 16 one AVX-512 register or two AVX2 ones. */
 #ifndef FMA_WIDTH
@@ -21,16 +22,18 @@ typedef FMA_VEC(FMA_WIDTH) fma_vec;
 
 /* x <- x*a + b with 0 < a < 1 converges to b/(1-a): the values stay normal and finite for any
  * iteration count. The sum is written out so that the compiler cannot drop the chains. */
-__kernel void measure_peak_fma_f32(__global float *out, int iterations, float a, float b)
+__kernel void measure_peak_fma_f32(__global float *out, int iterations, float a, float b IHA_PROBE_PARAMS)
 {
     const fma_vec va = (fma_vec)(a), vb = (fma_vec)(b);
     fma_vec x[FMA_CHAINS];
 #pragma unroll
     for (int c = 0; c < FMA_CHAINS; ++c) x[c] = (fma_vec)((float)get_global_id(0) * 1e-9f + (float)c * 1e-3f);
-    for (int i = 0; i < iterations; ++i) {
+    int i = 0;
+    for (; i < iterations; ++i) {
 #pragma unroll
         for (int c = 0; c < FMA_CHAINS; ++c) x[c] = fma(x[c], va, vb);
     }
+    IHA_PROBE_EXPECT(i >= iterations);
     fma_vec s = x[0];
 #pragma unroll
     for (int c = 1; c < FMA_CHAINS; ++c) s += x[c];
@@ -38,4 +41,5 @@ __kernel void measure_peak_fma_f32(__global float *out, int iterations, float a,
     const float *lanes = (const float *)&s;
     for (int l = 0; l < FMA_WIDTH; ++l) total += lanes[l];
     out[get_global_id(0)] = total;
+    IHA_PROBE_CHECK();
 }

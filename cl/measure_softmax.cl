@@ -4,6 +4,7 @@
  *
  * Under every mask and window of SPEC.md the keys a query sees form one contiguous range
  * [lo, hi) of virtual positions, so the row needs no per-element mask test. */
+#include "loop_probe.clh"
 
 /* Work-items per row, a power of two: they stride over the row and reduce in local memory. */
 #ifndef SOFTMAX_WG
@@ -44,7 +45,7 @@ static void visible_range(int t, int T, int P, int mask, int window, int *lo, in
 #define OP_ADD(a, b) ((a) + (b))
 
 __kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1))) void
-measure_softmax_rows_f32(__global float *s, ulong s_off, int T, int P, int mask, int window)
+measure_softmax_rows_f32(__global float *s, ulong s_off, int T, int P, int mask, int window IHA_PROBE_PARAMS)
 {
     __local float red[SOFTMAX_WG];
     const int lid = get_local_id(0), t = get_group_id(1);
@@ -76,4 +77,5 @@ measure_softmax_rows_f32(__global float *s, ulong s_off, int T, int P, int mask,
     for (int u = lo + lid; u < hi; u += SOFTMAX_WG) row[u] *= inv;
     for (int u = lid; u < T; u += SOFTMAX_WG)
         if (u < lo || u >= hi) row[u] = 0.0f;
+    IHA_PROBE_CHECK();
 }

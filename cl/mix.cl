@@ -13,6 +13,7 @@
  * The keys on CPUs take a third kernel, mix_keys_blocks_f32 in cl/mix_keys.cl: a program of
  * its own, because PoCL compiles every kernel of a program when the library asks for its binary
  * (for the disk cache), and that kernel is by far the slowest of the three to compile. */
+#include "loop_probe.clh"
 
 #include "mix_common.clh"
 
@@ -29,7 +30,7 @@ __kernel void mix_heads_f32(__global const float *src, ulong src_off,     /* [B]
                             int identity,                                 /* P == 1, alpha = I */
                             __global float *dst, ulong dst_off,
                             __global const float *rope, int use_rope,     /* [T][2][d/2] */
-                            int N, int H, int d, int P, int key_block)
+                            int N, int H, int d, int P, int key_block IHA_PROBE_PARAMS)
 {
     const int i = get_global_id(0);
     const int t = get_global_id(1);
@@ -67,6 +68,7 @@ __kernel void mix_heads_f32(__global const float *src, ulong src_off,     /* [B]
     }
     dst[dst_off + out_index(bh, t, c0, T, d, key_block)] = x0;
     if (has1) dst[dst_off + out_index(bh, t, c1, T, d, key_block)] = x1;
+    IHA_PROBE_CHECK();
 }
 
 static inline void store_cols(__global float *dst, int bh, int t, int c, floatM x, int limit, int T, int d,
@@ -83,7 +85,7 @@ static inline void store_cols(__global float *dst, int bh, int t, int c, floatM 
 
 __kernel void mix_heads_rows_f32(__global const float *src, ulong src_off, __global const float *alpha,
                                  ulong alpha_off, int identity, __global float *dst, ulong dst_off,
-                                 __global const float *rope, int use_rope, int N, int H, int d, int P, int key_block)
+                                 __global const float *rope, int use_rope, int N, int H, int d, int P, int key_block IHA_PROBE_PARAMS)
 {
     const int n = get_global_id(0);
     const int bh = get_global_id(1);
@@ -129,4 +131,5 @@ __kernel void mix_heads_rows_f32(__global const float *src, ulong src_off, __glo
         for (int t = T; t < padded; ++t)
             for (int c = 0; c < d; ++c) out[out_index(bh, t, c, T, d, key_block)] = 0.0f;
     }
+    IHA_PROBE_CHECK();
 }

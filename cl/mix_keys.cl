@@ -3,6 +3,7 @@
  * piece is transposed in registers (store_transposed8) so that each of the block's columns
  * (MIX_KB consecutive floats of the key-block layout) is written with vector stores;
  * mix_heads_rows_f32 would scatter every element MIX_KB floats apart (measured 4x slower). */
+#include "loop_probe.clh"
 
 #include "mix_common.clh"
 
@@ -65,7 +66,7 @@ static inline void store_transposed16(__global float *out, const float16 *r, int
 
 __kernel void mix_keys_blocks_f32(__global const float *src, ulong src_off, __global const float *alpha,
                                   ulong alpha_off, int identity, __global float *dst, ulong dst_off,
-                                  __global const float *rope, int use_rope, int N, int H, int d, int P)
+                                  __global const float *rope, int use_rope, int N, int H, int d, int P IHA_PROBE_PARAMS)
 {
     const int blk = get_global_id(0);
     const int bh = get_global_id(1);
@@ -147,4 +148,5 @@ __kernel void mix_keys_blocks_f32(__global const float *src, ulong src_off, __gl
         }
 #endif
     }
+    IHA_PROBE_CHECK();
 }

@@ -4,6 +4,7 @@
  * Two forms: one element per work-item (GPUs: neighbouring work-items read neighbouring
  * columns), and one key block per work-item (CPUs: each column of the block is one vector
  * store instead of KB scattered ones; measured 7% of a windowed attention call before). */
+#include "loop_probe.clh"
 
 /* Keys per block in pack_keys_blocks_f32: 4, 8 or 16. */
 #ifndef PACK_KB
@@ -15,7 +16,7 @@
 #define vloadKB CAT(vload, PACK_KB)
 
 __kernel void pack_keys_f32(__global const float *src, ulong src_off, __global float *dst, ulong dst_off, int T,
-                            int d, int key_block)
+                            int d, int key_block IHA_PROBE_PARAMS)
 {
     const int c = get_global_id(0);
     const int t = get_global_id(1);
@@ -24,10 +25,11 @@ __kernel void pack_keys_f32(__global const float *src, ulong src_off, __global f
     if (c >= d || t >= blocks * key_block) return;
     const float x = t < T ? src[src_off + ((size_t)bh * T + t) * d + c] : 0.0f;
     dst[dst_off + (((size_t)bh * blocks + t / key_block) * d + c) * key_block + t % key_block] = x;
+    IHA_PROBE_CHECK();
 }
 
 __kernel void pack_keys_blocks_f32(__global const float *src, ulong src_off, __global float *dst, ulong dst_off,
-                                   int T, int d)
+                                   int T, int d IHA_PROBE_PARAMS)
 {
     const int blk = get_global_id(0);
     const int bh = get_global_id(1);
@@ -44,4 +46,5 @@ __kernel void pack_keys_blocks_f32(__global const float *src, ulong src_off, __g
         for (int j = 0; j < PACK_KB; ++j) col[j] = t0 + j < T ? rows[j][c] : 0.0f;
         vstoreKB(vloadKB(0, col), 0, out + (size_t)c * PACK_KB);
     }
+    IHA_PROBE_CHECK();
 }
