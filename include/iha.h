@@ -1,8 +1,9 @@
 /*
  * iha.h - Interleaved Head Attention on any OpenCL device.
  *
- * This header is the manual. It is C11, includes only <CL/cl.h>, <stddef.h> and <stdint.h>,
- * and every declaration below says what it needs, what it returns and who owns what.
+ * This header is the manual. It is C11 (and valid C++17 and later), includes only <CL/cl.h>,
+ * <stddef.h> and <stdint.h>, and every declaration below says what it needs, what it returns
+ * and who owns what. The stability of what it declares is doc/abi.md's subject.
  *
  * The computation is Duvvuri et al., "Interleaved Head Attention" (arXiv 2602.21371, 2026):
  * each head's queries, keys and values are mixed into P pseudo-heads, interleaved token-major
@@ -36,6 +37,12 @@
  * - Work is enqueued on the context's in-order command queue and the call returns once it is
  *   enqueued: the outputs are ready after iha_context_finish() (or clFinish on the queue).
  *   Calls with a "_host" suffix are the exception: they block until results are in host memory.
+ * - Drivers that end kernel loops early: Mesa's llvmpipe (rusticl, Clover) stops every loop of
+ *   a kernel invocation after a fixed number of iterations in all, silently. iha_context_create
+ *   detects such a driver; there every call waits for its kernels before it returns, and a call
+ *   whose kernels were cut short returns IHA_ERROR_UNSUPPORTED naming the driver (its outputs
+ *   are then unspecified; the next call is unaffected), never a wrong result. In practice that
+ *   refuses long sequences (more than a few thousand virtual tokens at d = 64; doc/drivers.md).
  * - On failure a call returns a status other than IHA_OK and leaves a message in the context
  *   (iha_context_message). The library never aborts, never prints, reads the environment only
  *   in iha_context_create, and keeps no process-wide mutable state of its own. CLBlast, which
@@ -62,10 +69,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The library needs OpenCL 1.2 only. An application that wants a later version's declarations
+ * defines CL_TARGET_OPENCL_VERSION itself before including this header. */
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
 #endif
 #include <CL/cl.h>
+
+/* IHA_API marks every function of the API: the shared library is built with hidden visibility,
+ * so these are the only symbols it exports (doc/abi.md). */
+#ifndef IHA_API
+#if defined(__GNUC__) || defined(__clang__)
+#define IHA_API __attribute__((visibility("default")))
+#else
+#define IHA_API
+#endif
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,8 +102,8 @@ extern "C" {
     IHA_STRINGIFY(IHA_VERSION_MAJOR) "." IHA_STRINGIFY(IHA_VERSION_MINOR) "." IHA_STRINGIFY(IHA_VERSION_PATCH)
 
 /* The version of the library actually linked, as IHA_VERSION_NUMBER and as a string. */
-unsigned iha_version_number(void);
-const char *iha_version_string(void);
+IHA_API unsigned iha_version_number(void);
+IHA_API const char *iha_version_string(void);
 
 /* ---- Status codes ----------------------------------------------------------------------- */
 
@@ -112,10 +131,10 @@ typedef enum iha_status {
 
 /* "IHA_ERROR_BUFFER_TOO_SMALL" for IHA_ERROR_BUFFER_TOO_SMALL; "IHA_STATUS_UNKNOWN" otherwise.
  * The returned strings are static. */
-const char *iha_status_name(iha_status status);
+IHA_API const char *iha_status_name(iha_status status);
 /* A one-line generic description of a status (static string). The specific reason of the
  * last failure on a context is iha_context_message(). */
-const char *iha_status_description(iha_status status);
+IHA_API const char *iha_status_description(iha_status status);
 
 /* ---- Devices ---------------------------------------------------------------------------- */
 
@@ -143,7 +162,7 @@ typedef struct iha_device_info {
 /* Fills up to `capacity` entries of `out` (which may be NULL when capacity is 0) and stores
  * the total number of devices on all platforms in *count. Returns IHA_ERROR_NO_DEVICE when
  * no OpenCL platform is installed, IHA_ERROR_INVALID_ARGUMENT when count is NULL. */
-iha_status iha_devices_list(iha_device_info *out, size_t capacity, size_t *count);
+IHA_API iha_status iha_devices_list(iha_device_info *out, size_t capacity, size_t *count);
 
 /* ---- Context ---------------------------------------------------------------------------- */
 
@@ -167,9 +186,10 @@ typedef struct iha_context_options {
     const char *kernel_dir;
     /* Borrow the application's OpenCL objects: set both or neither. The queue must belong to
      * the context and be in-order. The library retains them while the iha_context lives and
-     * releases only its own references. */
-    cl_context cl_context;
-    cl_command_queue cl_queue;
+     * releases only its own references. (Not named after their types: in C++ a member named
+     * cl_context would change what cl_context means inside the struct.) */
+    cl_context opencl_context;
+    cl_command_queue opencl_queue;
     /* Nonzero: every layer call finishes the queue after each stage and records wall time per
      * stage (iha_context_stage_times). Serialises the queue; for tools and benchmarks. */
     int time_stages;
@@ -188,7 +208,7 @@ typedef struct iha_context_options {
 } iha_context_options;
 
 /* Sets every field of *options to its default (all NULL/0). */
-void iha_context_options_init(iha_context_options *options);
+IHA_API void iha_context_options_init(iha_context_options *options);
 
 /* Creates a context. `options` may be NULL for all defaults. On success stores a new context
  * in *out (free it with iha_context_free). On failure stores NULL in *out (when out is not
@@ -205,35 +225,35 @@ void iha_context_options_init(iha_context_options *options);
  * (BENCHMARKS.md, "Soak"). The library itself holds nothing after iha_context_free, apart
  * from CLBlast's program cache (above), emptied when the last context that used CLBlast is
  * freed. */
-iha_status iha_context_create(iha_context **out, const iha_context_options *options, char *message,
-                              size_t message_size);
+IHA_API iha_status iha_context_create(iha_context **out, const iha_context_options *options, char *message,
+                                      size_t message_size);
 
 /* Waits for queued work, releases everything the context owns and frees it. NULL is allowed.
  * Borrowed OpenCL objects and application buffers stay valid. */
-void iha_context_free(iha_context *ctx);
+IHA_API void iha_context_free(iha_context *ctx);
 
 /* The message of the last failed call on this context ("" when none). Owned by the context,
  * valid until the next call on it: every call clears it on entry, so read it right after the
  * failure. For IHA_ERROR_BUILD it contains the OpenCL build log. */
-const char *iha_context_message(const iha_context *ctx);
+IHA_API const char *iha_context_message(const iha_context *ctx);
 /* The OpenCL error code of the last IHA_ERROR_OPENCL / IHA_ERROR_DEVICE_MEMORY failure
  * (e.g. -4 for CL_MEM_OBJECT_ALLOCATION_FAILURE), or 0. */
-cl_int iha_context_cl_error(const iha_context *ctx);
+IHA_API cl_int iha_context_cl_error(const iha_context *ctx);
 
 /* The OpenCL objects in use (owned by the context unless borrowed; do not release them). */
-cl_context iha_context_cl_context(const iha_context *ctx);
-cl_command_queue iha_context_cl_queue(const iha_context *ctx);
-cl_device_id iha_context_cl_device(const iha_context *ctx);
+IHA_API cl_context iha_context_cl_context(const iha_context *ctx);
+IHA_API cl_command_queue iha_context_cl_queue(const iha_context *ctx);
+IHA_API cl_device_id iha_context_cl_device(const iha_context *ctx);
 /* The device's name, e.g. "pthread-haswell-AMD EPYC 7B13" (owned by the context). */
-const char *iha_context_device_name(const iha_context *ctx);
+IHA_API const char *iha_context_device_name(const iha_context *ctx);
 
 /* Blocks until all work enqueued by the library on this context has finished. */
-iha_status iha_context_finish(iha_context *ctx);
+IHA_API iha_status iha_context_finish(iha_context *ctx);
 
 /* Releases internal workspace buffers (they are grown on demand and reused between calls).
  * Blocks first until the context's queue has finished, as iha_context_finish (on a borrowed
  * queue that includes the application's own work on it). */
-void iha_context_trim(iha_context *ctx);
+IHA_API void iha_context_trim(iha_context *ctx);
 
 /* Wall-clock seconds per stage of the last layer call, when options.time_stages was set
  * (all zero otherwise). */
@@ -244,7 +264,7 @@ typedef struct iha_stage_times {
     double collapse;    /* fold-back of pseudo-heads with R */
     double output;      /* Y W_O */
 } iha_stage_times;
-void iha_context_stage_times(const iha_context *ctx, iha_stage_times *out);
+IHA_API void iha_context_stage_times(const iha_context *ctx, iha_stage_times *out);
 
 /* ---- Problem description ---------------------------------------------------------------- */
 
@@ -289,7 +309,7 @@ typedef struct iha_attention_options {
 } iha_attention_options;
 
 /* Defaults: causal, global, scale 1/sqrt(d), no rotary, float32 storage. */
-void iha_attention_options_init(iha_attention_options *options);
+IHA_API void iha_attention_options_init(iha_attention_options *options);
 
 /* Shape of one layer. Limits: every field >= 1, head_dim <= 256; every tensor's element count
  * (and T = tokens*pseudo) must fit in size_t and each internal buffer in the device's largest
@@ -348,15 +368,15 @@ typedef struct iha_layer_weights {
  *   Y[b][n][h] = sum_{m,p} R[h][m][p] O[b][m][n*P+p]; Z = Y W_O.
  * x and z must not overlap. Temporary tensors live in context-owned workspace, O(B*H*T*d)
  * floats; no T x T matrix is ever formed. */
-iha_status iha_forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                       const iha_layer_weights *weights, iha_buffer x, iha_buffer z);
+IHA_API iha_status iha_forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                               const iha_layer_weights *weights, iha_buffer x, iha_buffer z);
 
 /* The layer without its projections: takes projected Q, K, V [B][N][H][d] and writes
  * Y [B][N][H][d] (mixing, rotary, attention, collapse). shape->model_dim is ignored;
  * weights->wq/wk/wv/wo are ignored. y must not overlap q, k or v. */
-iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                              const iha_layer_weights *weights, iha_buffer q, iha_buffer k, iha_buffer v,
-                              iha_buffer y);
+IHA_API iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                      const iha_layer_weights *weights, iha_buffer q, iha_buffer k, iha_buffer v,
+                                      iha_buffer y);
 
 /* Attention alone over already mixed (and rotated) virtual sequences:
  *   qt, kt, vt, o  [batch][heads][tokens*pseudo][head_dim]
@@ -364,8 +384,8 @@ iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, const ih
  *                  scaled scores, written only when lse.mem is not NULL.
  * `pseudo` only gives the masks their token structure; shape->model_dim is ignored and
  * options->rope must be 0 (rotate before calling). o must not overlap the inputs. */
-iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                         iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse);
+IHA_API iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                 iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse);
 
 /* The gradients of iha_attention (SPEC "The backward pass", the attention step), for training:
  *   inputs   qt, kt, vt, o, dout  [batch][heads][tokens*pseudo][head_dim]
@@ -387,9 +407,9 @@ iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_att
  * register-tile pass, built like the forward's kernel, that computes all three gradients; GPUs
  * run simpler row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward").
  * iha_backward below is the whole layer's backward pass. */
-iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                                  iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
-                                  iha_buffer dout, iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
+IHA_API iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                          iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
+                                          iha_buffer dout, iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
 
 /* The gradients of one layer's parameters, laid out as iha_layer_weights (wq, wk, wv [D][H*d],
  * wo [H*d][D], alpha_q/k/v and r [H][H][P]). A member with mem == NULL is not computed. */
@@ -428,9 +448,9 @@ typedef struct iha_layer_grads {
  *     rotary), collapse (the forward's, and dO, dR), output (dY, dW_O).
  *   - iha_forward_save and iha_backward_saved below are the same pass without the recomputed
  *     attention forward, for applications that can keep B*H*T*(d+1) floats between the two. */
-iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                        const iha_layer_weights *weights, iha_buffer x, iha_buffer dz, iha_buffer dx,
-                        const iha_layer_grads *grads);
+IHA_API iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                const iha_layer_weights *weights, iha_buffer x, iha_buffer dz, iha_buffer dx,
+                                const iha_layer_grads *grads);
 
 /* Training without running the attention forward twice: iha_forward_save is iha_forward that
  * also keeps the attention step's output and log-sum-exp in `saved`, and iha_backward_saved is
@@ -462,12 +482,12 @@ iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_atte
  * be NULL; when it is not, a failure's reason goes to its message. The shape is checked as a
  * layer call checks it: IHA_ERROR_INVALID_ARGUMENT, IHA_ERROR_SIZE_OVERFLOW or
  * IHA_ERROR_UNSUPPORTED for a shape iha_forward would refuse. */
-iha_status iha_saved_elements(iha_context *ctx, const iha_shape *shape, size_t *elements);
-iha_status iha_forward_save(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                            const iha_layer_weights *weights, iha_buffer x, iha_buffer z, iha_buffer saved);
-iha_status iha_backward_saved(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                              const iha_layer_weights *weights, iha_buffer x, iha_buffer saved, iha_buffer dz,
-                              iha_buffer dx, const iha_layer_grads *grads);
+IHA_API iha_status iha_saved_elements(iha_context *ctx, const iha_shape *shape, size_t *elements);
+IHA_API iha_status iha_forward_save(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                    const iha_layer_weights *weights, iha_buffer x, iha_buffer z, iha_buffer saved);
+IHA_API iha_status iha_backward_saved(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                      const iha_layer_weights *weights, iha_buffer x, iha_buffer saved, iha_buffer dz,
+                                      iha_buffer dx, const iha_layer_grads *grads);
 
 /* Host-memory convenience for applications without OpenCL code: the same as iha_forward,
  * with every tensor in host memory (same shapes; alpha/r may be NULL under the same identity
@@ -479,8 +499,8 @@ typedef struct iha_host_weights {
     const float *wq, *wk, *wv, *wo;
     const float *alpha_q, *alpha_k, *alpha_v, *r;
 } iha_host_weights;
-iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                            const iha_host_weights *weights, const float *x, float *z);
+IHA_API iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                    const iha_host_weights *weights, const float *x, float *z);
 
 /* ---- Tuning ----------------------------------------------------------------------------- */
 
@@ -541,7 +561,7 @@ typedef struct iha_kernel_choice {
  * entry; a refused call changes nothing): up to `capacity` entries into out (NULL when capacity is 0), the number
  * available in *count. The GEMM entry reports the context's GEMM configuration (its backend,
  * and the parameters applied to CLBlast when that is the backend). */
-iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *out, size_t capacity, size_t *count);
+IHA_API iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *out, size_t capacity, size_t *count);
 
 typedef enum iha_profile_state {
     IHA_PROFILE_NONE = 0,    /* no profile file yet */
@@ -559,12 +579,12 @@ typedef struct iha_profile_info {
 
 /* Describes the context's profile. Returns IHA_OK when it is loaded, absent or off, and
  * IHA_ERROR_PROFILE when a file exists but was ignored (also setting iha_context_message). */
-iha_status iha_context_profile(iha_context *ctx, iha_profile_info *info);
+IHA_API iha_status iha_context_profile(iha_context *ctx, iha_profile_info *info);
 
 /* Deletes the context's profile file (a missing file is fine) and stops using its entries:
  * calls fall back to built-in defaults. CLBlast keeps the GEMM parameters it has until the
  * process ends (it has no way back to its database). IHA_ERROR_IO when it cannot delete. */
-iha_status iha_profile_clear(iha_context *ctx);
+IHA_API iha_status iha_profile_clear(iha_context *ctx);
 
 /* Kernels for iha_tune_options.kernels. */
 #define IHA_TUNE_ROWS 1u      /* mixing and collapse */
@@ -607,7 +627,7 @@ typedef struct iha_tune_options {
 } iha_tune_options;
 
 /* Sets the defaults (all zero). */
-void iha_tune_options_init(iha_tune_options *options);
+IHA_API void iha_tune_options_init(iha_tune_options *options);
 
 /* One tuned kernel and bucket. Times are medians of one run of the timing problem: the
  * bucket's sizes with the batch of (b, h) rows cut to what fills the device (attention), or
@@ -647,9 +667,9 @@ typedef struct iha_tune_result {
  * profile cannot be written, checked before tuning starts where it can be (no usable path, a
  * directory that cannot be made or written), with the cause in the message; and the failure of
  * any call that is not a candidate's own. */
-iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attention_options *options, size_t count,
-                    const iha_tune_options *tune_options, iha_tune_result *results, size_t capacity,
-                    size_t *result_count);
+IHA_API iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attention_options *options, size_t count,
+                            const iha_tune_options *tune_options, iha_tune_result *results, size_t capacity,
+                            size_t *result_count);
 
 /* ---- Self-check ------------------------------------------------------------------------- */
 
@@ -712,7 +732,7 @@ typedef struct iha_check_summary {
 } iha_check_summary;
 
 /* Sets the defaults (all families, no callback). */
-void iha_check_options_init(iha_check_options *options);
+IHA_API void iha_check_options_init(iha_check_options *options);
 
 /* Runs the self-check described above on ctx's device (options NULL: defaults). Writes up to
  * `capacity` rows into `rows` (NULL when capacity is 0) in the order they ran, and the totals
@@ -725,8 +745,8 @@ void iha_check_options_init(iha_check_options *options);
  * GEMM backend as a first layer call would, and otherwise leaves the context as it found it:
  * its GEMM backend, iha_context_last_choices, and no tuning on first use during the check. The
  * program cache keeps what it built, as for any layer call. */
-iha_status iha_check(iha_context *ctx, const iha_check_options *options, iha_check_row *rows, size_t capacity,
-                     iha_check_summary *summary);
+IHA_API iha_status iha_check(iha_context *ctx, const iha_check_options *options, iha_check_row *rows, size_t capacity,
+                             iha_check_summary *summary);
 
 /* ---- Incremental decoding with a pseudo-token KV cache ---------------------------------- */
 
@@ -750,19 +770,19 @@ typedef struct iha_kv_cache iha_kv_cache;
  * attention kernel's key block (ATT_KB of the configuration chosen for the shape: 4, 8 or
  * 16; iha_kv_cache_bytes gives the exact figure). Shape errors as iha_forward's; a key buffer
  * larger than the device's largest allocation is IHA_ERROR_DEVICE_MEMORY. */
-iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_storage storage, iha_kv_cache **out);
+IHA_API iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_storage storage, iha_kv_cache **out);
 /* Releases the cache's device memory, after the context's queue has finished (while the
  * context lives). NULL is allowed. */
-void iha_kv_cache_free(iha_kv_cache *cache);
+IHA_API void iha_kv_cache_free(iha_kv_cache *cache);
 /* Forgets every sequence's tokens (lengths back to 0). */
-void iha_kv_cache_reset(iha_kv_cache *cache);
+IHA_API void iha_kv_cache_reset(iha_kv_cache *cache);
 /* Rewinds sequence b to its first `tokens` tokens (at most its current length), so an
  * application can drop rejected tokens; IHA_ERROR_INVALID_ARGUMENT otherwise. */
-iha_status iha_kv_cache_truncate(iha_kv_cache *cache, size_t b, size_t tokens);
+IHA_API iha_status iha_kv_cache_truncate(iha_kv_cache *cache, size_t b, size_t tokens);
 /* The current length of sequence b in tokens (0 for a bad index). */
-size_t iha_kv_cache_length(const iha_kv_cache *cache, size_t b);
+IHA_API size_t iha_kv_cache_length(const iha_kv_cache *cache, size_t b);
 /* Device bytes held by the cache's keys and values; per token: 2 * H * P * d * element size. */
-size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
+IHA_API size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
 
 /* One decoding step: sequence b appends counts[b] new tokens (counts NULL: shape->tokens for
  * every sequence) at its current length n0_b, and gets their layer outputs.
@@ -775,9 +795,9 @@ size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
  * and attends under options' mask and window. shape->batch, heads, head_dim and pseudo must
  * equal the cache's. A step that would grow any sequence past the cache's max_tokens returns
  * IHA_ERROR_INVALID_ARGUMENT and writes nothing (cache and z untouched). */
-iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shape *shape,
-                           const iha_attention_options *options, const iha_layer_weights *weights,
-                           const uint32_t *counts, iha_buffer x, iha_buffer z);
+IHA_API iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shape *shape,
+                                   const iha_attention_options *options, const iha_layer_weights *weights,
+                                   const uint32_t *counts, iha_buffer x, iha_buffer z);
 
 /* ---- Half-precision host arrays --------------------------------------------------------- */
 
@@ -786,8 +806,8 @@ iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shap
  * vstore_half; values beyond the half range become infinities, NaN stays NaN (quiet),
  * subnormals are kept. src and dst must not overlap; n == 0 does nothing. Thread-safe, no
  * context needed. */
-void iha_half_from_float(const float *src, uint16_t *dst, size_t n);
-void iha_half_to_float(const uint16_t *src, float *dst, size_t n);
+IHA_API void iha_half_from_float(const float *src, uint16_t *dst, size_t n);
+IHA_API void iha_half_to_float(const uint16_t *src, float *dst, size_t n);
 
 /* ---- Measurement calls, for benchmarks and tools -------------------------------------- */
 
@@ -809,7 +829,7 @@ void iha_half_to_float(const uint16_t *src, float *dst, size_t n);
  * IHA_ERROR_INVALID_ARGUMENT for a zero size or reps, IHA_ERROR_SIZE_OVERFLOW or
  * IHA_ERROR_DEVICE_MEMORY when a matrix does not fit in one device allocation, IHA_ERROR_GEMM
  * when CLBlast fails. */
-iha_status iha_measure_gemm(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
+IHA_API iha_status iha_measure_gemm(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
 
 /* The same measurement through the library's own SGEMM kernel (cl/gemm.cl, a register-tile
  * micro-kernel; see "Tuning" for when layer calls use it) with the tile of the context's GEMM
@@ -818,14 +838,14 @@ iha_status iha_measure_gemm(iha_context *ctx, size_t m, size_t n, size_t k, size
  * except IHA_ERROR_GEMM; also IHA_ERROR_BUILD when the kernel does not compile, and
  * IHA_ERROR_UNSUPPORTED when m or n comes within a few thousand of INT_MAX or k exceeds it (the
  * kernel indexes with int). Never calls into CLBlast. */
-iha_status iha_measure_gemm_kernel(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
+IHA_API iha_status iha_measure_gemm_kernel(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
 
 /* The device's float32 FMA rate in GFLOP/s (an FMA counts as 2 FLOPs), measured with the
  * library's own kernel (cl/measure_peak_fma.cl): independent chains of floatN FMAs held in
  * registers in each work-item, and enough work-items to occupy every compute unit (sizes from
  * device queries). The run length is calibrated to at least about 0.1 s; the result is the
  * median of 5 runs. This is the ceiling for compute-bound kernels; no real kernel reaches it. */
-iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
+IHA_API iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
 
 /* The attention kernel's two inner loops alone, in GFLOP/s (an FMA counts as 2 FLOPs): the
  * register-tile kernel's score loop, one tile of query rows against one key block, and its P.V
@@ -842,8 +862,8 @@ iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
  * argument errors of iha_attention for shape and options, IHA_ERROR_INVALID_ARGUMENT for a NULL
  * output, IHA_ERROR_UNSUPPORTED when the configuration is the local-memory variant
  * (cl/attention_local.cl, GPUs' built-in for d <= 64), whose loops differ, IHA_ERROR_BUILD. */
-iha_status iha_measure_attention_loops(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                                       double *score_gflops, double *pv_gflops);
+IHA_API iha_status iha_measure_attention_loops(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                               double *score_gflops, double *pv_gflops);
 
 /* The device's copy bandwidth: a kernel (cl/measure_copy.cl) copies `bytes` from one device
  * buffer to another with vector loads and stores (float4 on a GPU, float16 on a CPU);
@@ -852,7 +872,7 @@ iha_status iha_measure_attention_loops(iha_context *ctx, const iha_shape *shape,
  * bytes) and must be at least one vector and fit in one device allocation
  * (IHA_ERROR_INVALID_ARGUMENT, IHA_ERROR_DEVICE_MEMORY otherwise). Use a size well above the
  * device's last-level cache to measure memory rather than cache. */
-iha_status iha_measure_copy_bandwidth(iha_context *ctx, size_t bytes, double *bytes_per_second);
+IHA_API iha_status iha_measure_copy_bandwidth(iha_context *ctx, size_t bytes, double *bytes_per_second);
 
 /* The unfused baseline of iha_attention: the same contract (qt, kt, vt, o
  * [batch][heads][tokens*pseudo][head_dim], every mask and window, options->rope must be 0, o must
@@ -864,8 +884,8 @@ iha_status iha_measure_copy_bandwidth(iha_context *ctx, size_t bytes, double *by
  * and returns IHA_ERROR_UNSUPPORTED when that exceeds the device's largest allocation, or for
  * half storage (options->storage must be IHA_STORAGE_F32). Like iha_attention it enqueues and
  * returns; the result is ready after iha_context_finish. */
-iha_status iha_attention_unfused(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                                 iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o);
+IHA_API iha_status iha_attention_unfused(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                         iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o);
 
 #ifdef __cplusplus
 }
