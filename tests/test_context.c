@@ -96,8 +96,8 @@ static void version_create_and_free(void **state)
     assert_null(options.device);
     assert_null(options.cache_dir);
     assert_null(options.kernel_dir);
-    assert_null(options.cl_context);
-    assert_null(options.cl_queue);
+    assert_null(options.opencl_context);
+    assert_null(options.opencl_queue);
     assert_int_equal(options.time_stages, 0);
 
     iha_context *ctx = open_or_fail(NULL);
@@ -402,8 +402,8 @@ static void borrow_application_queue(void **state)
 
     iha_context_options options;
     iha_context_options_init(&options);
-    options.cl_context = app;
-    options.cl_queue = queue;
+    options.opencl_context = app;
+    options.opencl_queue = queue;
     options.device = "no-such-device-xyz"; /* ignored when borrowing */
     iha_context *ctx = open_or_fail(&options);
     assert_ptr_equal(iha_context_cl_context(ctx), app);
@@ -469,13 +469,13 @@ static void borrow_refuses_bad_objects(void **state)
 
     /* Half a borrow. */
     iha_context_options_init(&options);
-    options.cl_context = app;
+    options.opencl_context = app;
     message[0] = '\0';
     assert_int_equal(iha_context_create(&ctx, &options, message, sizeof message), IHA_ERROR_INVALID_ARGUMENT);
     assert_null(ctx);
     assert_true(strlen(message) > 0);
     iha_context_options_init(&options);
-    options.cl_queue = queue;
+    options.opencl_queue = queue;
     message[0] = '\0';
     assert_int_equal(iha_context_create(&ctx, &options, message, sizeof message), IHA_ERROR_INVALID_ARGUMENT);
     assert_null(ctx);
@@ -483,8 +483,8 @@ static void borrow_refuses_bad_objects(void **state)
 
     /* A queue of another context. */
     iha_context_options_init(&options);
-    options.cl_context = other;
-    options.cl_queue = queue;
+    options.opencl_context = other;
+    options.opencl_queue = queue;
     message[0] = '\0';
     iha_status st = iha_context_create(&ctx, &options, message, sizeof message);
     if (st == IHA_OK)
@@ -496,8 +496,8 @@ static void borrow_refuses_bad_objects(void **state)
     cl_command_queue ooo = clCreateCommandQueue(app, device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
     if (err == CL_SUCCESS) {
         iha_context_options_init(&options);
-        options.cl_context = app;
-        options.cl_queue = ooo;
+        options.opencl_context = app;
+        options.opencl_queue = ooo;
         message[0] = '\0';
         st = iha_context_create(&ctx, &options, message, sizeof message);
         if (st == IHA_OK)

@@ -178,8 +178,8 @@ static int step_new_context(soak *s)
     iha_context_options_init(&o);
     o.device = cli_get(&spec, "device");
     if (s->mode == CONTEXTS_BORROWED) {
-        o.cl_context = iha_context_cl_context(s->ctx);
-        o.cl_queue = iha_context_cl_queue(s->ctx);
+        o.opencl_context = iha_context_cl_context(s->ctx);
+        o.opencl_queue = iha_context_cl_queue(s->ctx);
     }
     iha_context *ctx = NULL;
     char message[512];

@@ -71,22 +71,22 @@ static iha_status borrow(iha_context *ctx, const iha_context_options *o)
 {
     cl_command_queue_properties props = 0;
     cl_context queue_ctx = NULL;
-    IHA_CL_CHECK(ctx, clGetCommandQueueInfo(o->cl_queue, CL_QUEUE_CONTEXT, sizeof queue_ctx, &queue_ctx, NULL),
+    IHA_CL_CHECK(ctx, clGetCommandQueueInfo(o->opencl_queue, CL_QUEUE_CONTEXT, sizeof queue_ctx, &queue_ctx, NULL),
                  "clGetCommandQueueInfo(CL_QUEUE_CONTEXT)");
-    IHA_RETURN_ERROR_IF(queue_ctx != o->cl_context, ctx, IHA_ERROR_INVALID_ARGUMENT,
+    IHA_RETURN_ERROR_IF(queue_ctx != o->opencl_context, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "the borrowed queue does not belong to the borrowed context");
-    IHA_CL_CHECK(ctx, clGetCommandQueueInfo(o->cl_queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL),
+    IHA_CL_CHECK(ctx, clGetCommandQueueInfo(o->opencl_queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL),
                  "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
     IHA_RETURN_ERROR_IF(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "the borrowed queue is out-of-order; iha needs an in-order queue");
-    IHA_CL_CHECK(ctx, clGetCommandQueueInfo(o->cl_queue, CL_QUEUE_DEVICE, sizeof ctx->device, &ctx->device, NULL),
+    IHA_CL_CHECK(ctx, clGetCommandQueueInfo(o->opencl_queue, CL_QUEUE_DEVICE, sizeof ctx->device, &ctx->device, NULL),
                  "clGetCommandQueueInfo(CL_QUEUE_DEVICE)");
     IHA_CL_CHECK(ctx, clGetDeviceInfo(ctx->device, CL_DEVICE_PLATFORM, sizeof ctx->platform, &ctx->platform, NULL),
                  "clGetDeviceInfo(CL_DEVICE_PLATFORM)");
-    IHA_CL_CHECK(ctx, clRetainContext(o->cl_context), "clRetainContext");
-    ctx->cl_ctx = o->cl_context;
-    IHA_CL_CHECK(ctx, clRetainCommandQueue(o->cl_queue), "clRetainCommandQueue");
-    ctx->queue = o->cl_queue;
+    IHA_CL_CHECK(ctx, clRetainContext(o->opencl_context), "clRetainContext");
+    ctx->cl_ctx = o->opencl_context;
+    IHA_CL_CHECK(ctx, clRetainCommandQueue(o->opencl_queue), "clRetainCommandQueue");
+    ctx->queue = o->opencl_queue;
     if (iha__device_describe(ctx->platform, ctx->device, 0, 0, &ctx->info) != IHA_OK)
         return iha__fail(ctx, IHA_ERROR_OPENCL, "cannot query the borrowed queue's device");
     return IHA_OK;
@@ -107,9 +107,9 @@ static iha_status own(iha_context *ctx, const iha_context_options *o)
 
 static iha_status setup(iha_context *ctx, const iha_context_options *o)
 {
-    int borrow_ctx = o->cl_context != NULL, borrow_queue = o->cl_queue != NULL;
+    int borrow_ctx = o->opencl_context != NULL, borrow_queue = o->opencl_queue != NULL;
     IHA_RETURN_ERROR_IF(borrow_ctx != borrow_queue, ctx, IHA_ERROR_INVALID_ARGUMENT,
-                        "to borrow OpenCL objects give both cl_context and cl_queue");
+                        "to borrow OpenCL objects give both opencl_context and opencl_queue");
     IHA_FORWARD_IF_ERROR(borrow_ctx ? borrow(ctx, o) : own(ctx, o));
     IHA_RETURN_ERROR_IF(iha__device_identity(ctx->platform, ctx->device, &ctx->identity) != IHA_OK, ctx,
                         IHA_ERROR_HOST_MEMORY, "out of host memory for the device's description");
