@@ -1,5 +1,5 @@
-/* The README's example, built and run by the test suite so it stays correct: one IHA layer on
- * host memory, B=1 sequence of N=128 tokens, D=256, H=4 heads of d=64, P=4. */
+/* The README's first example, built and run by the test suite: one IHA layer on host memory,
+ * B=1 sequence of N=128 tokens, D=256, H=4 heads of d=64, P=4. */
 #include <iha.h>
 #include <stdio.h>
 #include <stdlib.h>
