@@ -369,7 +369,9 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
      * softmax chain, so the two still overlap. */
     float pr[ATT_TILES][ATT_ROWS * ATT_KB];
     int blk = lo_min / ATT_KB;
-    for (; blk <= hi_max / ATT_KB; ++blk) {
+    const int blk_end = hi_max / ATT_KB + 1;
+    for (; blk < blk_end + IHA_PROBE_PAST; ++blk) {
+        IHA_PROBE_SKIP_PAST(blk >= blk_end);
         const int j0 = blk * ATT_KB;
         const __global kv_t *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
 #if ATT_PREFETCH && defined(__clang__)
@@ -386,9 +388,8 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         /* A block that runs past T is partial for every tile: its padding keys are masked, and
          * their rows clamped to the last key keep the reads in bounds. */
         const int last = min(j0 + ATT_KB, T) - 1;
-        int cv = 0;
         #pragma unroll 1
-        for (; cv < VCHUNKS; ++cv) {
+        for (int cv = 0; cv < VCHUNKS; ++cv) {
 #if ATT_PREFETCH && defined(__clang__)
             if (prefetch) {
                 #pragma unroll
@@ -403,9 +404,8 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
                         tile_pv_chunk(&tiles[i], pr[i], vb, j0, last, 0, cv);
                 }
         }
-        IHA_PROBE_EXPECT(cv == VCHUNKS);
     }
-    IHA_PROBE_EXPECT(blk > hi_max / ATT_KB);
+    IHA_PROBE_EXPECT(blk == blk_end + IHA_PROBE_PAST);
 
     for (int i = 0; i < ATT_TILES; ++i) {
         const tile_state *ts = &tiles[i];

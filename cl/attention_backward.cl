@@ -120,12 +120,13 @@ __kernel void attention_bwd_dq_f32(__global const float *q, ulong q_off,       /
     if (l != -INFINITY) {
         const int2 r = visible_range(t, T, P, mask, window);
         int u = r.x;
-        for (; u <= r.y; ++u) {
+        for (; u <= r.y + IHA_PROBE_PAST; ++u) {
+            IHA_PROBE_SKIP_PAST(u > r.y);
             const float p = exp(dot_row(qs, k + k_off + base + (size_t)u * HEAD_DIM) - l);
             const float ds = p * (dot_row(g, v + v_off + base + (size_t)u * HEAD_DIM) - dt);
             axpy_row(acc, ds, k + k_off + base + (size_t)u * HEAD_DIM);
         }
-        IHA_PROBE_EXPECT(u > r.y);
+        IHA_PROBE_EXPECT(u == r.y + 1 + IHA_PROBE_PAST);
     }
     store_row(dq + dq_off + row, acc, scale);
     IHA_PROBE_CHECK();
@@ -152,7 +153,8 @@ __kernel void attention_bwd_dkv_f32(__global const float *q, ulong q_off,     /*
     for (int c = 0; c < CHUNKS; ++c) dk_acc[c] = dv_acc[c] = (float4)(0.0f);
     const int2 r = seeing_queries(u, T, P, mask, window);
     int t = r.x;
-    for (; t <= r.y; ++t) {
+    for (; t <= r.y + IHA_PROBE_PAST; ++t) {
+        IHA_PROBE_SKIP_PAST(t > r.y);
         const float l = lse[lse_off + (size_t)bh * T + t];
         if (l == -INFINITY) continue; /* a query that saw no key has no gradient */
         const __global float *g = dout + d_off + base + (size_t)t * HEAD_DIM;
@@ -162,7 +164,7 @@ __kernel void attention_bwd_dkv_f32(__global const float *q, ulong q_off,     /*
         axpy_row(dv_acc, p, g);
         axpy_row(dk_acc, ds, qt);
     }
-    IHA_PROBE_EXPECT(t > r.y);
+    IHA_PROBE_EXPECT(t == r.y + 1 + IHA_PROBE_PAST);
     store_row(dk + dk_off + row, dk_acc, scale);
     store_row(dv + dv_off + row, dv_acc, 1.0f);
     IHA_PROBE_CHECK();

@@ -228,10 +228,8 @@ static inline void dq_accumulate(__global float *part, const key_tile *tiles, co
 }
 
 /* One group of BW_ROWS * BW_TILES keys from u0: dk and dv of its rows, stored, and their share
- * of dq added into `part`, over the query blocks that see them. Returns 0 only when its block
- * loop stopped early (the loop probe of cl/loop_probe.clh; a function's loops have a budget of
- * their own there, so the kernel cannot see the cut itself). */
-static int key_group(const __global float *qpb, const __global float *gpb, const __global float *qb,
+ * of dq added into `part`, over the query blocks that see them. */
+static void key_group(const __global float *qpb, const __global float *gpb, const __global float *qb,
                       const __global float *kb, const __global float *vb, const __global float *gb,
                       const __global float *lse_bh, const __global float *delta_bh, __global float *dkb,
                       __global float *dvb, __global float *part, int u0, int T, int P, int mask, int window,
@@ -260,8 +258,7 @@ static int key_group(const __global float *qpb, const __global float *gpb, const
 
     const int zero = T < 0;
     float pr[BW_ROWS * KB], ds[BW_TILES * BW_ROWS * KB];
-    int blk = lo_min / KB;
-    for (; blk <= hi_max / KB; ++blk) {
+    for (int blk = lo_min / KB; blk <= hi_max / KB; ++blk) {
         const int j0 = blk * KB;
         const __global float *qpk = qpb + (size_t)blk * HEAD_DIM * KB;
         const __global float *gpk = gpb + (size_t)blk * HEAD_DIM * KB;
@@ -319,7 +316,6 @@ static int key_group(const __global float *qpb, const __global float *gpb, const
         store_rows(dkb, u0 + i * BW_ROWS, T, tiles[i].acc_k, scale);
         store_rows(dvb, u0 + i * BW_ROWS, T, tiles[i].acc_v, 1.0f);
     }
-    return blk > hi_max / KB;
 }
 
 /* dk, dv and SEGMENTS partial dq sums: work-item (s, bh) takes the key groups s, s + segments,
@@ -343,16 +339,18 @@ __kernel void attention_bwd_tiles_f32(__global const float *qp, ulong qp_off,   
     const size_t rows_base = (size_t)bh * T * HEAD_DIM, packed_base = (size_t)bh * blocks * HEAD_DIM * KB;
     const size_t part_rows = (size_t)blocks * KB * ROWPAD;
     __global float *pb = part + ((size_t)s * bhs + bh) * part_rows;
-    size_t i = 0;
-    for (; i < part_rows; i += 16) vstore16((float16)(0.0f), 0, pb + i);
-    IHA_PROBE_EXPECT(i >= part_rows);
-    int u0 = s * per_group, whole = 1;
-    for (; u0 < T; u0 += segments * per_group)
-        whole &= key_group(qp + qp_off + packed_base, gp + gp_off + packed_base, q + q_off + rows_base, k + k_off + rows_base,
+    for (size_t i = 0; i < part_rows; i += 16) vstore16((float16)(0.0f), 0, pb + i);
+    /* The key-group loop is the last loop: its extra iteration catches a cut anywhere above. */
+    const int stride = segments * per_group;
+    int u0 = s * per_group;
+    for (; u0 < T + IHA_PROBE_PAST * stride; u0 += stride) {
+        IHA_PROBE_SKIP_PAST(u0 >= T);
+        key_group(qp + qp_off + packed_base, gp + gp_off + packed_base, q + q_off + rows_base, k + k_off + rows_base,
                   v + v_off + rows_base, dout + d_off + rows_base, lse + lse_off + (size_t)bh * T,
                   delta + (size_t)bh * T, dk + dk_off + rows_base, dv + dv_off + rows_base, pb, u0, T, P, mask,
                   window, scale);
-    IHA_PROBE_EXPECT(u0 >= T && whole);
+    }
+    IHA_PROBE_EXPECT(u0 >= T + IHA_PROBE_PAST * stride);
     IHA_PROBE_CHECK();
 }
 

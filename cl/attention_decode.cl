@@ -71,9 +71,11 @@ __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off,
     const __global kv_t *kb = kc + (size_t)bh * t_blocks * HEAD_DIM * ATT_KB;
     const __global kv_t *vb = vc + (size_t)bh * t_max * HEAD_DIM;
     int blk = first;
-    for (; blk <= last; ++blk)
+    for (; blk <= last + IHA_PROBE_PAST; ++blk) {
+        IHA_PROBE_SKIP_PAST(blk > last);
         tile_step(&ts, kb + (size_t)blk * HEAD_DIM * ATT_KB, vb, blk * ATT_KB, T);
-    IHA_PROBE_EXPECT(blk > last);
+    }
+    IHA_PROBE_EXPECT(blk == last + 1 + IHA_PROBE_PAST);
 
     for (int r = 0; r < ATT_ROWS && r0 + r < rows; ++r) {
         __global float *out = part + (((size_t)bh * rows + r0 + r) * splits + s) * PART_STRIDE;

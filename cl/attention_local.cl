@@ -70,7 +70,8 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
     float m = -INFINITY, l = 0.0f;
 
     int j0 = lo_min / LOC_KEYS * LOC_KEYS;
-    for (; j0 <= hi_max; j0 += LOC_KEYS) {
+    for (; j0 <= hi_max + IHA_PROBE_PAST * LOC_KEYS; j0 += LOC_KEYS) {
+        IHA_PROBE_SKIP_PAST(j0 > hi_max); /* uniform across the group, like the barriers */
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is no longer read */
         /* A tile is LOC_KEYS / ATT_KB whole blocks: contiguous in the packed buffer. Blocks past
          * the last one and value rows past T are not there; zeros keep the reads in bounds. */
@@ -125,7 +126,7 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
             m = m_new;
         }
     }
-    IHA_PROBE_EXPECT(j0 > hi_max);
+    IHA_PROBE_EXPECT(j0 > hi_max + IHA_PROBE_PAST * LOC_KEYS);
 
     if (!active) {
         IHA_PROBE_CHECK();

@@ -87,7 +87,8 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
     const int hi_max = visible_range(min(t0 + TILE_ROWS - 1, T - 1), T, P, mask, window).y;
 
     int j0 = lo_min / TILE_KEYS * TILE_KEYS;
-    for (; j0 <= hi_max; j0 += TILE_KEYS) {
+    for (; j0 <= hi_max + IHA_PROBE_PAST * TILE_KEYS; j0 += TILE_KEYS) {
+        IHA_PROBE_SKIP_PAST(j0 > hi_max); /* uniform across the group, like the barriers */
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's ks, vs and ps are no longer read */
         /* TILE_KEYS / ATT_KB whole blocks, contiguous in the packed buffer ([block][c][kk]);
          * blocks past the last one and value rows past T are not there: zeros. */
@@ -178,7 +179,7 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
             }
         }
     }
-    IHA_PROBE_EXPECT(j0 > hi_max);
+    IHA_PROBE_EXPECT(j0 > hi_max + IHA_PROBE_PAST * TILE_KEYS);
 
     for (int r = 0; r < 4; ++r) {
         const int t = t0 + 4 * ty + r;

@@ -53,15 +53,19 @@ static inline floatV panel_row(__global const float *bp, int cols)
     return vloadV(0, part);
 }
 
-/* The tile's rank-1 updates for k in [l0, l1). */
-static inline void tile_update(floatV acc[GEMM_MR], __global const float *const ap[GEMM_MR],
-                               __global const float *bp, ulong ldb, int cols, int l0, int l1)
+/* The tile's rank-1 updates for k in [l0, l1). Returns 0 only when the driver cut the loop
+ * short (cl/loop_probe.clh; always 1 elsewhere). */
+static inline int tile_update(floatV acc[GEMM_MR], __global const float *const ap[GEMM_MR],
+                              __global const float *bp, ulong ldb, int cols, int l0, int l1)
 {
-    for (int l = l0; l < l1; ++l) {
+    int l = l0;
+    for (; l < l1 + IHA_PROBE_PAST; ++l) {
+        IHA_PROBE_SKIP_PAST(l >= l1);
         const floatV bv = panel_row(bp + (ulong)l * ldb, cols);
 #pragma unroll
         for (int r = 0; r < GEMM_MR; ++r) acc[r] = fma((floatV)(ap[r][l]), bv, acc[r]);
     }
+    return l == l1 + IHA_PROBE_PAST;
 }
 
 __kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global const float *a, ulong a_off, ulong lda,
@@ -90,7 +94,8 @@ __kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global c
     const int k_main = k - k % GEMM_KU;
     if (full) {
         int l = 0;
-        for (; l < k_main; l += GEMM_KU) {
+        for (; l < k_main + IHA_PROBE_PAST * GEMM_KU; l += GEMM_KU) {
+            IHA_PROBE_SKIP_PAST(l >= k_main);
 #pragma unroll
             for (int u = 0; u < GEMM_KU; ++u) {
                 const floatV bv = vloadV(0, bp + (ulong)(l + u) * ldb);
@@ -98,10 +103,12 @@ __kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global c
                 for (int r = 0; r < GEMM_MR; ++r) acc[r] = fma((floatV)(ap[r][l + u]), bv, acc[r]);
             }
         }
-        IHA_PROBE_EXPECT(l >= k_main);
-        tile_update(acc, ap, bp, ldb, cols, k_main, k);
+        IHA_PROBE_EXPECT(l == k_main + IHA_PROBE_PAST * GEMM_KU);
+        const int tail_whole = tile_update(acc, ap, bp, ldb, cols, k_main, k);
+        IHA_PROBE_EXPECT(tail_whole);
     } else {
-        tile_update(acc, ap, bp, ldb, cols, 0, k);
+        const int whole = tile_update(acc, ap, bp, ldb, cols, 0, k);
+        IHA_PROBE_EXPECT(whole);
     }
 
 #pragma unroll

@@ -27,7 +27,8 @@ __kernel void attention_loops_f32(__global const kv_t *blocks, __global float *o
     floatK total = (floatK)(0.0f);
     int it = 0;
     if (which == 0) {
-        for (; it < iters; ++it) {
+        for (; it < iters + IHA_PROBE_PAST; ++it) {
+            IHA_PROBE_SKIP_PAST(it >= iters);
             /* it * ts.zero is 0 at run time; the compiler cannot see that, so it cannot hoist the
              * loop-invariant scores out of the timing loop. */
             floatK s[ATT_ROWS];
@@ -37,12 +38,13 @@ __kernel void attention_loops_f32(__global const kv_t *blocks, __global float *o
         }
     } else {
         /* Chunk by chunk, not unrolled, as attention_fwd_f32 runs P.V. */
-        for (; it < iters; ++it) {
+        for (; it < iters + IHA_PROBE_PAST; ++it) {
+            IHA_PROBE_SKIP_PAST(it >= iters);
             #pragma unroll 1
             for (int cv = 0; cv < VCHUNKS; ++cv) tile_pv_chunk(&ts, pr, vb, 0, ATT_KB - 1, 0, cv);
         }
     }
-    IHA_PROBE_EXPECT(it >= iters);
+    IHA_PROBE_EXPECT(it == iters + IHA_PROBE_PAST);
     float sum = hsum(total);
     for (int r = 0; r < ATT_ROWS; ++r)
         for (int cv = 0; cv < VCHUNKS; ++cv) {

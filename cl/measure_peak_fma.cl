@@ -29,11 +29,12 @@ __kernel void measure_peak_fma_f32(__global float *out, int iterations, float a,
 #pragma unroll
     for (int c = 0; c < FMA_CHAINS; ++c) x[c] = (fma_vec)((float)get_global_id(0) * 1e-9f + (float)c * 1e-3f);
     int i = 0;
-    for (; i < iterations; ++i) {
+    for (; i < iterations + IHA_PROBE_PAST; ++i) {
+        IHA_PROBE_SKIP_PAST(i >= iterations);
 #pragma unroll
         for (int c = 0; c < FMA_CHAINS; ++c) x[c] = fma(x[c], va, vb);
     }
-    IHA_PROBE_EXPECT(i >= iterations);
+    IHA_PROBE_EXPECT(i == iterations + IHA_PROBE_PAST);
     fma_vec s = x[0];
 #pragma unroll
     for (int c = 1; c < FMA_CHAINS; ++c) s += x[c];

@@ -29,6 +29,10 @@ void tu_init_environment(void)
     /* setenv(..., 0) keeps a value the caller chose. */
     setenv("IHA_CACHE_DIR", IHA_TEST_BINARY_DIR "/cache/iha", 0);
     setenv("POCL_CACHE_DIR", IHA_TEST_BINARY_DIR "/cache/pocl", 0);
+    /* IHA_TEST_SKIP: a CMocka pattern of cases to skip, for a slow device that runs the quick
+     * cases only (.ci/rusticl.sh). */
+    const char *skip_pattern = getenv("IHA_TEST_SKIP");
+    if (skip_pattern && skip_pattern[0]) cmocka_set_skip_filter(skip_pattern);
 }
 
 void tu_rng_seed(tu_rng *rng, uint64_t seed)

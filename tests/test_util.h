@@ -17,7 +17,8 @@
 #define TU_TOL_F32 1e-5
 
 /* Call first in main(): points IHA_CACHE_DIR and POCL_CACHE_DIR at directories inside the build
- * tree unless the caller has set them, so that runs do not depend on the user's caches. */
+ * tree unless the caller has set them, so that runs do not depend on the user's caches, and
+ * skips the cases that match IHA_TEST_SKIP (a CMocka pattern) when it is set. */
 void tu_init_environment(void);
 
 /* ---- Random inputs (xorshift64*, seeded) ---- */
