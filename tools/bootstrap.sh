@@ -15,8 +15,10 @@ packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers lib
           libcmocka-dev libcjson-dev libopenblas-dev)
 # CI's reliability stages: the OpenCL simulator, Mesa's OpenCL drivers (rusticl on llvmpipe,
 # a second implementation), clang with libFuzzer and the sanitizer runtimes (a recommendation
-# of clang, so named here), llvm-symbolizer, shellcheck.
-[ "$mode" = ci-deps ] && packages+=(oclgrind mesa-opencl-icd clang libclang-rt-dev llvm shellcheck)
+# of clang, so named here), llvm-symbolizer, shellcheck; for the package stage clang++ (in
+# clang), dpkg-shlibdeps (dpkg-dev, with file) and lintian.
+[ "$mode" = ci-deps ] && packages+=(oclgrind mesa-opencl-icd clang libclang-rt-dev llvm shellcheck
+                                   dpkg-dev file lintian)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# CI stage "package": iha as its users get it. Builds the release tree (reusing build/ from the
+# test stage), installs it into a temporary prefix, checks the shared library's SONAME and that
+# it exports only iha.h's calls, then builds and runs against the install, through
+# find_package (examples/, the C++20 consumer of tests/package, the static library inside a
+# shared one) and through pkg-config (C and C++20); then iha as a FetchContent subproject;
+# then the Debian packages: built with CPack, unpacked with dpkg -x, an example built and run
+# against them, and lintian on them when Debian has it.
+#   .ci/package.sh [build-dir]     (default build)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+build=${1:-build}
+jobs=$(nproc)
+work=$(mktemp -d "${TMPDIR:-/tmp}/iha-package.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+step() { echo "== package: $*"; }
+# shows TEXT COMMAND...: COMMAND's output contains TEXT (not `| grep -q`, whose early exit
+# fails the pipeline under pipefail).
+shows() { local out; out=$("${@:2}"); [[ $out == *"$1"* ]]; }
+fail() { echo "package: FAILED: $*" >&2; exit 1; }
+cxx_flags=(-Wall -Wextra -pedantic -Werror)
+
+step "build $build (Release) and install into a temporary prefix"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }
+cmake --build "$build" -j"$jobs"
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" > "$work/install.log"
+version=$(sed -n 's/^#define IHA_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' include/iha.h | paste -sd.)
+major=${version%%.*}
+lib=$prefix/lib/libiha.so.$version
+[ -f "$lib" ] || fail "no $lib"
+
+step "the shared library: SONAME libiha.so.$major, and exports only the calls of iha.h"
+soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+[ "$soname" = "libiha.so.$major" ] || fail "SONAME is '$soname', not libiha.so.$major"
+nm -D --defined-only "$lib" | awk '{print $NF}' | sort > "$work/exported"
+grep -E '^IHA_API ' include/iha.h | sed -E 's/\(.*//; s/.*[ *]//' | sort > "$work/declared"
+if ! diff "$work/declared" "$work/exported" > "$work/symbols.diff"; then
+  cat "$work/symbols.diff"
+  fail "exported symbols differ from iha.h's IHA_API declarations (< declared only, > exported only)"
+fi
+echo "$(wc -l < "$work/exported") symbols, each declared in iha.h"
+
+step "the header alone: C11, C++17 and C++20 with ${cxx_flags[*]}, g++ and clang++"
+printf '#include <iha.h>\nint main(void) { return iha_version_number() == IHA_VERSION_NUMBER ? 0 : 1; }\n' > "$work/header.c"
+cc -std=c11 "${cxx_flags[@]}" -fsyntax-only -I"$prefix/include" "$work/header.c"
+for cxx in g++ clang++; do
+  command -v "$cxx" > /dev/null || fail "$cxx missing (tools/bootstrap.sh ci-deps installs it)"
+  for std in c++17 c++20; do
+    "$cxx" -x c++ -std=$std "${cxx_flags[@]}" -fsyntax-only -I"$prefix/include" "$work/header.c"
+  done
+done
+
+step "find_package(iha): examples/, built and run"
+cmake -S examples -B "$work/examples" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release > "$work/examples.log"
+cmake --build "$work/examples" -j"$jobs"
+for example in host_layer opencl_layer generate train; do
+  "$work/examples/$example" > "$work/$example.out" || { cat "$work/$example.out"; fail "examples/$example"; }
+  echo "$example: $(tail -n 1 "$work/$example.out")"
+done
+
+step "find_package(iha): the C++20 consumer (clang++), and libiha.a inside a shared library"
+CXX=clang++ cmake -S tests/package -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" > "$work/consumer.log"
+cmake --build "$work/consumer" -j"$jobs"
+"$work/consumer/consumer_cxx"
+shows "libiha.so.$major => $prefix/lib/" ldd "$work/consumer/consumer_cxx" || fail "consumer_cxx does not run with $prefix's libiha.so.$major"
+cmake -S tests/package -B "$work/consumer-static" -DCMAKE_PREFIX_PATH="$prefix" -DIHA_USE_STATIC_LIBS=ON > "$work/consumer-static.log"
+cmake --build "$work/consumer-static" -j"$jobs"
+[ -f "$work/consumer-static/libconsumer_plugin.so" ] || fail "no shared library linking libiha.a"
+"$work/consumer-static/host_layer" > /dev/null
+if shows libiha ldd "$work/consumer-static/host_layer"; then fail "IHA_USE_STATIC_LIBS linked libiha.so"; fi
+
+step "pkg-config iha: C and C++20 (g++) on libiha.so, C on libiha.a (--static)"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+pkg-config --validate iha
+[ "$(pkg-config --modversion iha)" = "$version" ] || fail "pkg-config --modversion iha is not $version"
+read -r -a iha_pc <<< "$(pkg-config --cflags --libs iha)"
+cc -std=c11 "${cxx_flags[@]}" examples/host_layer.c "${iha_pc[@]}" -Wl,-rpath,"$prefix/lib" -o "$work/pc_host_layer"
+g++ -std=c++20 "${cxx_flags[@]}" tests/package/consumer.cpp "${iha_pc[@]}" -Wl,-rpath,"$prefix/lib" -o "$work/pc_consumer"
+"$work/pc_host_layer"
+"$work/pc_consumer"
+read -r -a iha_pc_static <<< "$(pkg-config --static --libs iha | sed 's/ -liha / /')" # libiha.a instead
+cc -std=c11 examples/host_layer.c -I"$prefix/include" "$prefix/lib/libiha.a" "${iha_pc_static[@]}" -o "$work/pc_static"
+"$work/pc_static" > /dev/null
+if shows libiha ldd "$work/pc_static"; then fail "the --static build linked libiha.so"; fi
+unset PKG_CONFIG_PATH
+
+step "FetchContent: iha as a subproject (library only, no CMocka, the parent's build type kept)"
+cmake -S tests/package -B "$work/fetch" -DIHA_CONSUMER_VIA=fetchcontent -DIHA_GIT_REPOSITORY="$root" \
+      -DIHA_GIT_TAG="$(git rev-parse HEAD)" -DFETCHCONTENT_QUIET=ON > "$work/fetch.log" || { cat "$work/fetch.log"; exit 1; }
+cmake --build "$work/fetch" -j"$jobs"
+"$work/fetch/consumer_cxx"
+
+step "Debian packages: cpack -G DEB, dpkg -x, an example against them"
+(cd "$build" && cpack -G DEB -B "$work/deb" > "$work/cpack.log") || { cat "$work/cpack.log"; exit 1; }
+debs=()
+for p in "libiha${major}" libiha-dev iha-tools; do
+  deb=$(ls "$work/deb/${p}_${version}_"*.deb 2> /dev/null) || fail "no ${p}_${version}_*.deb"
+  debs+=("$deb")
+  echo "$(basename "$deb"): Depends: $(dpkg-deb -f "$deb" Depends)"
+  shows "usr/share/doc/$p/copyright" dpkg-deb -c "$deb" || fail "$p has no copyright file"
+  dpkg -x "$deb" "$work/debroot"
+done
+shows libclblast dpkg-deb -f "${debs[0]}" Depends || fail "libiha$major's dependencies lack CLBlast (shlibdeps)"
+shows "libiha$major (= $version)" dpkg-deb -f "${debs[1]}" Depends || fail "libiha-dev does not depend on libiha$major (= $version)"
+cmake -S examples -B "$work/deb-examples" -DCMAKE_PREFIX_PATH="$work/debroot/usr" > "$work/deb-examples.log"
+cmake --build "$work/deb-examples" -j"$jobs" --target host_layer
+"$work/deb-examples/host_layer"
+shows "$work/debroot/usr/lib" ldd "$work/deb-examples/host_layer" || fail "the example does not run with the package's libiha"
+"$work/debroot/usr/bin/iha" devices > /dev/null
+
+if command -v lintian > /dev/null; then
+  step "lintian"
+  lintian --fail-on error "${debs[@]}" # errors fail the stage; warnings are shown
+else
+  step "lintian: not installed (tools/bootstrap.sh ci-deps installs it), skipped"
+fi
+step "ok"
