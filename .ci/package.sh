@@ -3,8 +3,8 @@
 # test stage), installs it into a temporary prefix, checks the shared library's SONAME and that
 # it exports only iha.h's calls, then builds and runs against the install, through
 # find_package (examples/, the C++20 consumer of tests/package, the static library inside a
-# shared one) and through pkg-config (C and C++20); then iha as a FetchContent subproject;
-# then the Debian packages: built with CPack, unpacked with dpkg -x, an example built and run
+# shared one) and through pkg-config (C and C++20); then iha as a subproject (FetchContent of
+# the commit, add_subdirectory of the tree); then the Debian packages: built with CPack, unpacked with dpkg -x, an example built and run
 # against them, and lintian on them when Debian has it.
 #   .ci/package.sh [build-dir]     (default build)
 set -euo pipefail
@@ -91,6 +91,13 @@ cmake -S tests/package -B "$work/fetch" -DIHA_CONSUMER_VIA=fetchcontent -DIHA_GI
       -DIHA_GIT_TAG="$(git rev-parse HEAD)" -DFETCHCONTENT_QUIET=ON > "$work/fetch.log" || { cat "$work/fetch.log"; exit 1; }
 cmake --build "$work/fetch" -j"$jobs"
 "$work/fetch/consumer_cxx"
+
+step "add_subdirectory: iha beside a Debug parent with BUILD_SHARED_LIBS=ON (iha::iha is then libiha.so)"
+cmake -S tests/package -B "$work/subdir" -DIHA_CONSUMER_VIA=subdirectory -DIHA_SOURCE_DIR="$root" \
+      -DCMAKE_BUILD_TYPE=Debug -DBUILD_SHARED_LIBS=ON > "$work/subdir.log" || { cat "$work/subdir.log"; exit 1; }
+cmake --build "$work/subdir" -j"$jobs"
+"$work/subdir/consumer_cxx"
+shows "libiha.so.$major => $work/subdir/iha/" ldd "$work/subdir/consumer_cxx" || fail "iha::iha is not libiha.so with BUILD_SHARED_LIBS=ON"
 
 step "Debian packages: cpack -G DEB, dpkg -x, an example against them"
 (cd "$build" && cpack -G DEB -B "$work/deb" > "$work/cpack.log") || { cat "$work/cpack.log"; exit 1; }
