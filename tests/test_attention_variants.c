@@ -23,13 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "attention_configs.h"
 #include "reference.h"
-#include "runtime/context.h"
 #include "test_layer.h"
 #include "test_util.h"
-#include "tune/profile.h"
-#include "tune/state.h"
 #include "tune/tunable.h"
 
 enum { CAUSAL = IHA_MASK_CAUSAL, TOKEN = IHA_MASK_TOKEN_CAUSAL, NONE = IHA_MASK_NONE };
@@ -54,12 +51,7 @@ static const shape_case kShapes[] = {
 };
 #define SHAPE_COUNT (sizeof kShapes / sizeof kShapes[0])
 
-typedef struct variant_case {
-    const char *name;
-    iha_attention_config cfg; /* rows, tiles, key_block, vec, group, variant, local_keys, prefetch */
-} variant_case;
-
-static const variant_case kVariants[] = {
+static const ac_variant kVariants[] = {
     {"register tiles 4x1, 128 work-items (GPUs, d > 64)", {4, 1, 16, 4, 128, 0, 32, 0}},
     {"register tiles 4x8, 32 rows per work-item", {4, 8, 16, 16, 1, 0, 32, 0}},
     {"local, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 1, 32, 0}},
@@ -69,34 +61,6 @@ static const variant_case kVariants[] = {
     {"local tiles, 128 rows, 64 keys, KB 16", {1, 1, 16, 4, 128, 2, 64, 0}},
 };
 #define VARIANT_COUNT (sizeof kVariants / sizeof kVariants[0])
-
-/* The tuning space's form of cfg. */
-static iha_tune_config tune_config(const iha_attention_config *cfg)
-{
-    const iha_tune_space *s = iha__tunable_attention.space;
-    iha_tune_config c;
-    memset(&c, 0, sizeof c);
-    const struct {
-        const char *name;
-        long value;
-    } v[] = {{"ATT_ROWS", cfg->rows},     {"ATT_TILES", cfg->tiles},   {"ATT_KB", cfg->key_block},
-             {"ATT_VD", cfg->vec},        {"group", (long)cfg->group}, {"variant", cfg->variant},
-             {"LOC_KEYS", cfg->local_keys}, {"ATT_PREFETCH", cfg->prefetch}};
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-        const int k = iha__space_param_index(s, v[i].name);
-        assert_true(k >= 0);
-        c.v[k] = v[i].value;
-    }
-    return c;
-}
-
-/* Whether the device can run cfg at head width d at all. */
-static int fits(iha_context *ctx, const iha_attention_config *cfg, size_t d)
-{
-    if (cfg->variant == 1) return iha__attention_local_fits(ctx, d, (int)cfg->group, cfg->local_keys, cfg->key_block);
-    if (cfg->variant == 2) return iha__attention_tiles_fits(ctx, d, (int)cfg->group, cfg->local_keys, cfg->key_block);
-    return cfg->group <= ctx->info.max_work_group_size;
-}
 
 static void check(iha_context *ctx, const char *what, iha_buffer b, size_t n, const double *ref)
 {
@@ -140,18 +104,7 @@ static void run_shape(iha_context *ctx, const shape_case *c, const char *expecte
     tu_assert_status(ctx, iha_attention(ctx, &s, &o, qb, kb, vb, ob, lb), IHA_OK);
     tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
 
-    iha_kernel_choice choices[4];
-    size_t count = 0;
-    assert_int_equal(iha_context_last_choices(ctx, choices, 4, &count), IHA_OK);
-    int found = 0;
-    for (size_t i = 0; i < count && i < 4; i++) {
-        if (strcmp(choices[i].kernel, "attention") != 0) continue;
-        found = 1;
-        if (choices[i].source != IHA_CONFIG_PROFILE_DEVICE || strcmp(choices[i].config, expected_config) != 0)
-            fail_msg("the call ran \"%s\" (source %d), not the forced \"%s\"", choices[i].config, choices[i].source,
-                     expected_config);
-    }
-    assert_true(found);
+    ac_assert_last_ran(ctx, expected_config);
     check(ctx, "o", ob, n, oref);
     check(ctx, "lse", lb, nl, lref);
 
@@ -166,32 +119,19 @@ static void run_shape(iha_context *ctx, const shape_case *c, const char *expecte
 
 static void variant_test(void **state)
 {
-    const variant_case *v = *state;
+    const ac_variant *v = *state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    iha_context_options options;
-    iha_context_options_init(&options);
-    options.profile = "off"; /* the forced entry stays in this context's memory */
-    iha_context *ctx = NULL;
-    char message[1024] = "";
-    if (iha_context_create(&ctx, &options, message, sizeof message) != IHA_OK)
-        fail_msg("iha_context_create: %s", message);
-
-    const iha_tunable *t = &iha__tunable_attention;
-    iha_profile_entry e;
-    memset(&e, 0, sizeof e);
-    e.tunable = t;
-    e.is_default = 1;
-    e.config = tune_config(&v->cfg);
-    assert_true(iha__profile_put(&ctx->tune->profile, &e));
     char expected[512];
-    assert_int_equal(iha__space_format(t->space, &e.config, expected, sizeof expected), 0);
+    iha_context *ctx = ac_context_forcing(&v->cfg, expected, sizeof expected);
+    const iha_tunable *t = &iha__tunable_attention;
+    const iha_tune_config config = ac_tune_config(&v->cfg);
 
     iha_tune_limits limits;
     iha__tune_limits(ctx, &limits);
     size_t ran = 0;
     for (size_t i = 0; i < SHAPE_COUNT; i++) {
         const shape_case *c = &kShapes[i];
-        if (!fits(ctx, &v->cfg, c->d)) {
+        if (!ac_fits(ctx, &v->cfg, c->d)) {
             print_message("d=%zu: %s does not fit this device: skipped\n", c->d, v->name);
             continue;
         }
@@ -203,7 +143,7 @@ static void variant_test(void **state)
         iha_tune_bucket bucket;
         const char *why = NULL;
         assert_true(t->bucket_of(ctx, &shape, &o, &bucket));
-        if (!iha__space_valid(t->space, &e.config, &bucket, &limits, &why)) {
+        if (!iha__space_valid(t->space, &config, &bucket, &limits, &why)) {
             print_message("d=%zu: %s is outside the tuning space (%s): skipped\n", c->d, v->name, why);
             continue;
         }

@@ -21,14 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "attention_configs.h"
 #include "reference.h"
-#include "runtime/context.h"
 #include "test_layer.h"
 #include "test_util.h"
-#include "tune/profile.h"
-#include "tune/state.h"
-#include "tune/tunable.h"
 
 static const float kValues[] = {NAN, INFINITY, -INFINITY};
 static const char *const kValueNames[] = {"NaN", "+inf", "-inf"};
@@ -394,39 +390,14 @@ static void attention_and_backward(void **state)
     attention_grid(tu_ctx, 5, 1, "built-in");
 }
 
-typedef struct variant_case {
-    const char *name;
-    iha_attention_config cfg; /* rows, tiles, key_block, vec, group, variant, local_keys, prefetch */
-} variant_case;
-
 /* The forward's variants on any device: register tiles with GPU geometry, local memory with a
  * row per work-item, local memory with register sub-tiles. */
-static const variant_case kVariants[] = {
+static const ac_variant kVariants[] = {
     {"register tiles 4x1, KB 8", {4, 1, 8, 4, 128, 0, 32, 0}},
     {"local, 16 rows, 16 keys, KB 8", {1, 1, 8, 4, 16, 1, 16, 0}},
     {"local tiles, 16 rows, 16 keys, KB 4", {1, 1, 4, 4, 16, 2, 16, 0}},
     {"local tiles, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 2, 32, 0}},
 };
-
-/* The tuning space's form of cfg (as test_attention_variants.c). */
-static iha_tune_config tune_config(const iha_attention_config *cfg)
-{
-    const iha_tune_space *s = iha__tunable_attention.space;
-    iha_tune_config c;
-    memset(&c, 0, sizeof c);
-    const struct {
-        const char *name;
-        long value;
-    } v[] = {{"ATT_ROWS", cfg->rows},     {"ATT_TILES", cfg->tiles},   {"ATT_KB", cfg->key_block},
-             {"ATT_VD", cfg->vec},        {"group", (long)cfg->group}, {"variant", cfg->variant},
-             {"LOC_KEYS", cfg->local_keys}, {"ATT_PREFETCH", cfg->prefetch}};
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-        const int k = iha__space_param_index(s, v[i].name);
-        assert_true(k >= 0);
-        c.v[k] = v[i].value;
-    }
-    return c;
-}
 
 static void attention_variants(void **state)
 {
@@ -434,39 +405,16 @@ static void attention_variants(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     const size_t d = 8;
     for (size_t i = 0; i < sizeof kVariants / sizeof kVariants[0]; i++) {
-        const variant_case *v = &kVariants[i];
-        iha_context_options options;
-        iha_context_options_init(&options);
-        options.profile = "off"; /* the forced entry stays in this context's memory */
-        iha_context *ctx = NULL;
-        char message[1024] = "";
-        if (iha_context_create(&ctx, &options, message, sizeof message) != IHA_OK)
-            fail_msg("iha_context_create: %s", message);
-        const int fits = v->cfg.variant == 1   ? iha__attention_local_fits(ctx, d, (int)v->cfg.group, v->cfg.local_keys,
-                                                                             v->cfg.key_block)
-                         : v->cfg.variant == 2 ? iha__attention_tiles_fits(ctx, d, (int)v->cfg.group, v->cfg.local_keys,
-                                                                             v->cfg.key_block)
-                                               : v->cfg.group <= ctx->info.max_work_group_size;
-        if (!fits) {
+        const ac_variant *v = &kVariants[i];
+        char expected[512];
+        iha_context *ctx = ac_context_forcing(&v->cfg, expected, sizeof expected);
+        if (!ac_fits(ctx, &v->cfg, d)) {
             print_message("%s does not fit this device: skipped\n", v->name);
             iha_context_free(ctx);
             continue;
         }
-        iha_profile_entry e;
-        memset(&e, 0, sizeof e);
-        e.tunable = &iha__tunable_attention;
-        e.is_default = 1;
-        e.config = tune_config(&v->cfg);
-        assert_true(iha__profile_put(&ctx->tune->profile, &e));
-        char expected[512];
-        assert_int_equal(iha__space_format(e.tunable->space, &e.config, expected, sizeof expected), 0);
         attention_grid(ctx, d, 0, v->name);
-        iha_kernel_choice choices[4];
-        size_t count = 0;
-        assert_int_equal(iha_context_last_choices(ctx, choices, 4, &count), IHA_OK);
-        for (size_t c = 0; c < count && c < 4; c++)
-            if (strcmp(choices[c].kernel, "attention") == 0 && strcmp(choices[c].config, expected) != 0)
-                fail_msg("the call ran \"%s\", not the forced \"%s\"", choices[c].config, expected);
+        ac_assert_last_ran(ctx, expected);
         iha_context_free(ctx);
     }
 }
