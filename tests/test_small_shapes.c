@@ -193,6 +193,11 @@ static void run_attention(const small_case *c, uint64_t seed)
     iha_buffer lb = c->call == ATTENTION ? guarded(NULL, nl, 3) : (iha_buffer){NULL, 0};
     iha_status st = c->call == ATTENTION ? iha_attention(tu_ctx, &s, &o, qb, kb, vb, ob, lb)
                                          : iha_attention_unfused(tu_ctx, &s, &o, qb, kb, vb, ob);
+    if (c->call != ATTENTION && tu_ctx->loop_flag != NULL) {
+        /* Where the driver cuts loops, CLBlast (the baseline's score product) is refused. */
+        tu_assert_status(tu_ctx, st, IHA_ERROR_UNSUPPORTED);
+        st = IHA_OK;
+    }
     tu_assert_status(tu_ctx, st, IHA_OK);
     tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
     check_output(c->call == ATTENTION ? "o (iha_attention)" : "o (iha_attention_unfused)", ob, n, oref);
@@ -294,7 +299,12 @@ static void measure_attention_loops_kernel(void **state)
         iha_attention_options_init(&o);
         double score = 0.0, pv = 0.0;
         print_message("d=%zu\n", dims[i]);
-        tu_assert_status(tu_ctx, iha_measure_attention_loops(tu_ctx, &s, &o, &score, &pv), IHA_OK);
+        const iha_status st = iha_measure_attention_loops(tu_ctx, &s, &o, &score, &pv);
+        /* Its calibrated loops outrun a driver that cuts loops short: a refusal, not a rate. */
+        if (st == IHA_ERROR_UNSUPPORTED && tu_ctx->loop_flag != NULL &&
+            strstr(iha_context_message(tu_ctx), "ends a kernel's loops") != NULL)
+            continue;
+        tu_assert_status(tu_ctx, st, IHA_OK);
         assert_true(score > 0.0 && isfinite(score));
         assert_true(pv > 0.0 && isfinite(pv));
     }
