@@ -8,8 +8,9 @@
 #      tails, every mask, windows, P = 1 and P > 1, odd d, d = 1 and d > 128, in both launch
 #      geometries (GPU and CPU), each output checked against the float64 reference, and the
 #      copy and attention-loops measurement kernels;
-#   2. tests/test_decode, tests/test_mha, tests/test_errors and tests/test_half (the half
-#      conversions and the half-weight GEMV): the decoding kernels, and
+#   2. tests/test_decode, tests/test_mha, tests/test_errors, tests/test_half (the half
+#      conversions and the half-weight GEMV) and tests/test_nonfinite (NaN and infinities reach
+#      exactly the outputs float64 makes non-finite): the decoding kernels, and
 #      numeric and refusal tests on a second, strict OpenCL implementation (anything passing
 #      on PoCL but not here is a portability bug). Memory checks only: with --data-races the
 #      decoding test alone takes 3-5 minutes (its kernels use no local memory, barriers or
@@ -66,6 +67,7 @@ run decode -- "$tests/test_decode"
 run mha -- "$tests/test_mha"
 run errors -- "$tests/test_errors"
 run half -- "$tests/test_half"
+run nonfinite -- "$tests/test_nonfinite"
 run gemm_races --data-races -- "$tests/test_gemm"
 run backward_races --data-races -- "$tests/test_backward"
 run layer_backward_races --data-races -- "$tests/test_layer_backward"
