@@ -183,3 +183,21 @@ int cli_check_layer(const cli_spec *spec, const iha_shape *s, const iha_attentio
     }
     return 0;
 }
+
+int cli_open_context(const cli_spec *spec, const iha_context_options *options, iha_context **ctx)
+{
+    iha_context_options o;
+    if (options)
+        o = *options;
+    else
+        iha_context_options_init(&o);
+    o.device = cli_get(spec, "device");
+    *ctx = NULL;
+    char message[1024];
+    const iha_status st = iha_context_create(ctx, &o, message, sizeof message);
+    if (st != IHA_OK) {
+        cli_error(spec, "%s: %s", iha_status_name(st), message);
+        return -1;
+    }
+    return 0;
+}

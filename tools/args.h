@@ -55,6 +55,11 @@ int cli_get_choice(const cli_spec *spec, const char *name, const char *const *ch
 int cli_check_layer(const cli_spec *spec, const iha_shape *shape, const iha_attention_options *options,
                     const char *what);
 
+/* Creates *ctx with `options` (NULL: the defaults) on the device that --device names (absent:
+ * the library's choice); the option must be in the table. Returns 0, or -1 after printing the
+ * status and the library's message (the caller fails). */
+int cli_open_context(const cli_spec *spec, const iha_context_options *options, iha_context **ctx);
+
 /* "iha <command>: " followed by the formatted message and a newline, on stderr. */
 #ifdef __GNUC__
 __attribute__((format(printf, 2, 3)))

@@ -190,15 +190,9 @@ static int measure(const bench_config *c, bench_results *r)
 {
     iha_context_options o;
     iha_context_options_init(&o);
-    o.device = c->device;
     o.time_stages = 1;
-    iha_context *ctx = NULL;
-    char message[1024];
-    iha_status st = iha_context_create(&ctx, &o, message, sizeof message);
-    if (st != IHA_OK) {
-        cli_error(&spec, "%s: %s", iha_status_name(st), message);
-        return -1;
-    }
+    iha_context *ctx;
+    if (cli_open_context(&spec, &o, &ctx)) return -1;
     snprintf(r->device, sizeof r->device, "%s", iha_context_device_name(ctx));
     r->device_is_cpu = device_is_cpu(ctx);
     int failed = 0;

@@ -67,16 +67,8 @@ int cmd_check(int argc, char **argv)
     int family = -1;
     if (cli_get_choice(&spec, "family", family_names, &family) != 0) return CLI_EXIT_USAGE;
 
-    iha_context_options co;
-    iha_context_options_init(&co);
-    co.device = cli_get(&spec, "device");
-    iha_context *ctx = NULL;
-    char message[1024];
-    iha_status st = iha_context_create(&ctx, &co, message, sizeof message);
-    if (st != IHA_OK) {
-        cli_error(&spec, "iha_context_create: %s: %s", iha_status_name(st), message);
-        return CLI_EXIT_FAILURE;
-    }
+    iha_context *ctx;
+    if (cli_open_context(&spec, NULL, &ctx)) return CLI_EXIT_FAILURE;
     iha_profile_info profile;
     const char *profile_text = "none";
     if (iha_context_profile(ctx, &profile) != IHA_OK || profile.state == IHA_PROFILE_IGNORED)
@@ -95,7 +87,7 @@ int cmd_check(int argc, char **argv)
     if (family >= 0) opts.families = family_bits[family];
     opts.row = print_row;
     iha_check_summary summary;
-    st = iha_check(ctx, &opts, NULL, 0, &summary);
+    const iha_status st = iha_check(ctx, &opts, NULL, 0, &summary);
     if (st != IHA_OK) {
         cli_error(&spec, "iha_check: %s: %s", iha_status_name(st), iha_context_message(ctx));
         iha_context_free(ctx);

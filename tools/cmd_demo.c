@@ -192,15 +192,10 @@ int cmd_demo(int argc, char **argv)
         return CLI_EXIT_USAGE;
     iha_context_options context_options;
     iha_context_options_init(&context_options);
-    context_options.device = cli_get(&spec, "device");
     context_options.time_stages = 1;
-    iha_context *ctx = NULL;
+    iha_context *ctx;
+    if (cli_open_context(&spec, &context_options, &ctx)) return CLI_EXIT_FAILURE;
     char message[1024];
-    iha_status st = iha_context_create(&ctx, &context_options, message, sizeof message);
-    if (st != IHA_OK) {
-        cli_error(&spec, "%s: %s", iha_status_name(st), message);
-        return CLI_EXIT_FAILURE;
-    }
     const iha_shape *s = &c.shape;
     random_layer layer;
     if (random_layer_create(ctx, s, c.seed, &layer, message, sizeof message) ||

@@ -82,19 +82,11 @@ static int check_output(const char *out)
 static int run(const layer_files *files, const iha_attention_options *attention, float *z, char *summary,
                size_t summary_size)
 {
-    iha_context_options context_options;
-    iha_context_options_init(&context_options);
-    context_options.device = cli_get(&spec, "device");
-    iha_context *ctx = NULL;
-    char message[1024];
-    iha_status status = iha_context_create(&ctx, &context_options, message, sizeof message);
-    if (status != IHA_OK) {
-        cli_error(&spec, "%s: %s", iha_status_name(status), message);
-        return -1;
-    }
+    iha_context *ctx;
+    if (cli_open_context(&spec, NULL, &ctx)) return -1;
     iha_host_weights weights = layer_files_weights(files);
     double start = timer_seconds();
-    status = iha_forward_host(ctx, &files->shape, attention, &weights, files->x.data, z);
+    iha_status status = iha_forward_host(ctx, &files->shape, attention, &weights, files->x.data, z);
     double seconds = timer_seconds() - start;
     if (status != IHA_OK)
         cli_error(&spec, "%s: %s", iha_status_name(status), iha_context_message(ctx));

@@ -134,16 +134,9 @@ int cmd_generate_check(int argc, char **argv)
     check_config c;
     if (read_options(&c)) return CLI_EXIT_USAGE;
 
-    iha_context_options co;
-    iha_context_options_init(&co);
-    co.device = cli_get(&spec, "device");
-    iha_context *ctx = NULL;
+    iha_context *ctx;
+    if (cli_open_context(&spec, NULL, &ctx)) return CLI_EXIT_FAILURE;
     char why[1024];
-    iha_status st = iha_context_create(&ctx, &co, why, sizeof why);
-    if (st != IHA_OK) {
-        cli_error(&spec, "%s: %s", iha_status_name(st), why);
-        return CLI_EXIT_FAILURE;
-    }
     random_layer layer;
     iha_kv_cache *cache = NULL;
     cl_mem xs = NULL, zs = NULL;
@@ -153,8 +146,8 @@ int cmd_generate_check(int argc, char **argv)
         iha_context_free(ctx);
         return CLI_EXIT_FAILURE;
     }
-    st = iha_forward(ctx, &c.shape, &c.options, &layer.weights, (iha_buffer){layer.x_mem, 0},
-                     (iha_buffer){layer.z_mem, 0});
+    iha_status st = iha_forward(ctx, &c.shape, &c.options, &layer.weights, (iha_buffer){layer.x_mem, 0},
+                                (iha_buffer){layer.z_mem, 0});
     if (st == IHA_OK) st = iha_context_finish(ctx);
     if (st != IHA_OK) {
         rc = library_error(ctx, st);

@@ -86,16 +86,8 @@ int cmd_profile(int argc, char **argv)
         cli_error(&spec, "unknown action '%s' (show, path or clear)", action);
         return CLI_EXIT_USAGE;
     }
-    iha_context_options co;
-    iha_context_options_init(&co);
-    co.device = cli_get(&spec, "device");
-    iha_context *ctx = NULL;
-    char message[1024];
-    iha_status st = iha_context_create(&ctx, &co, message, sizeof message);
-    if (st != IHA_OK) {
-        cli_error(&spec, "%s: %s", iha_status_name(st), message);
-        return CLI_EXIT_FAILURE;
-    }
+    iha_context *ctx;
+    if (cli_open_context(&spec, NULL, &ctx)) return CLI_EXIT_FAILURE;
     iha_profile_info info;
     iha_context_profile(ctx, &info); /* IHA_ERROR_PROFILE is a state to show, not a failure */
     code = CLI_EXIT_OK;
@@ -105,7 +97,7 @@ int cmd_profile(int argc, char **argv)
         printf("device   %s\n", iha_context_device_name(ctx));
         code = show(&info);
     } else {
-        st = iha_profile_clear(ctx);
+        const iha_status st = iha_profile_clear(ctx);
         if (st != IHA_OK) {
             cli_error(&spec, "%s: %s", iha_status_name(st), iha_context_message(ctx));
             code = CLI_EXIT_FAILURE;

@@ -176,21 +176,15 @@ static int step_new_context(soak *s)
 {
     iha_context_options o;
     iha_context_options_init(&o);
-    o.device = cli_get(&spec, "device");
     if (s->mode == CONTEXTS_BORROWED) {
         o.opencl_context = iha_context_cl_context(s->ctx);
         o.opencl_queue = iha_context_cl_queue(s->ctx);
     }
-    iha_context *ctx = NULL;
-    char message[512];
-    iha_status st = iha_context_create(&ctx, &o, message, sizeof message);
-    if (st != IHA_OK) {
-        cli_error(&spec, "iha_context_create: %s: %s", iha_status_name(st), message);
-        return -1;
-    }
+    iha_context *ctx;
+    if (cli_open_context(&spec, &o, &ctx)) return -1;
     random_layer *l = &s->layer[s->calls % 2];
     const iha_attention_options *ao = &s->options[s->calls % 2];
-    st = s->mode == CONTEXTS_BORROWED ? forward_device(ctx, l, ao) : forward_host(ctx, l, ao);
+    const iha_status st = s->mode == CONTEXTS_BORROWED ? forward_device(ctx, l, ao) : forward_host(ctx, l, ao);
     int rc = call_failed(ctx, st, "a layer call on a new context");
     iha_context_free(ctx);
     return rc;
@@ -198,11 +192,7 @@ static int step_new_context(soak *s)
 
 static int setup(soak *s, size_t n, size_t d, char *err, size_t err_size)
 {
-    iha_context_options o;
-    iha_context_options_init(&o);
-    o.device = cli_get(&spec, "device");
-    iha_status st = iha_context_create(&s->ctx, &o, err, err_size);
-    if (st != IHA_OK)
+    if (cli_open_context(&spec, NULL, &s->ctx))
         return -1;
     const iha_shape shapes[2] = {{1, n, 128, 4, d, 2}, {1, n + n / 4, 128, 4, d, 2}};
     for (int i = 0; i < 2; i++) {
@@ -260,7 +250,8 @@ int cmd_soak(int argc, char **argv)
     char err[512] = "";
     sample *v = calloc(seconds + 2, sizeof *v);
     if (!v || setup(&s, n, d, err, sizeof err)) {
-        cli_error(&spec, "%s", v ? err : "out of memory");
+        if (!v || err[0]) /* cli_open_context has said why it failed */
+            cli_error(&spec, "%s", v ? err : "out of memory");
         free(v);
         teardown(&s);
         return CLI_EXIT_FAILURE;

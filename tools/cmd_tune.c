@@ -267,16 +267,8 @@ int cmd_tune(int argc, char **argv)
     size_t count = which == 0 ? 2 : 1;
     if (which == 2) layers[0] = layers[1];
 
-    iha_context_options co;
-    iha_context_options_init(&co);
-    co.device = cli_get(&spec, "device");
-    iha_context *ctx = NULL;
-    char message[1024];
-    iha_status st = iha_context_create(&ctx, &co, message, sizeof message);
-    if (st != IHA_OK) {
-        cli_error(&spec, "%s: %s", iha_status_name(st), message);
-        return CLI_EXIT_FAILURE;
-    }
+    iha_context *ctx;
+    if (cli_open_context(&spec, NULL, &ctx)) return CLI_EXIT_FAILURE;
     iha_profile_info info;
     if (iha_context_profile(ctx, &info) != IHA_OK || info.message[0])
         fprintf(stderr, "iha tune: note: %s\n", info.message);
