@@ -143,7 +143,49 @@ static void begin_row(const iha_tunable *t, const item *it, const char *family, 
     iha__check_row_init(row, family, config, it->source, shape, IHA_TUNE_TOLERANCE);
 }
 
+/* The most cases a family runs a configuration on (decoding: 2 step sizes, 3 masks, 2 windows). */
+#define MAX_CASES 12
+
+/* A family's cases for one item (at most MAX_CASES; returns how many) and its row's shape text. */
+typedef int (*cases_of_item)(const iha_context *ctx, const iha_tunable *t, const item *it, check_case *cases,
+                             char *shape, size_t shape_size);
+
+/* Adds the profile's configurations to the lookup's in items, then runs each on the cases that
+ * cases_of gives it, a row each; frees items. */
+static iha_status check_items(iha_check_run *run, const iha_tunable *t, const char *family, item_list *items,
+                              cases_of_item cases_of)
+{
+    add_profile(run->ctx, t, items);
+    iha_status st = items->out_of_memory ? iha__fail(run->ctx, IHA_ERROR_HOST_MEMORY, "out of host memory") : IHA_OK;
+    for (size_t i = 0; i < items->n && st == IHA_OK; ++i) {
+        const item *it = &items->v[i];
+        check_case cases[MAX_CASES];
+        char shape[160];
+        const int n = cases_of(run->ctx, t, it, cases, shape, sizeof shape);
+        iha_check_row row;
+        begin_row(t, it, family, shape, &row);
+        st = run_row(run, t, &row, &it->config, cases, n);
+    }
+    free(items->v);
+    return st;
+}
+
 /* ---- attention ---- */
+
+static int attention_cases(const iha_context *ctx, const iha_tunable *t, const item *it, check_case *cases,
+                           char *shape, size_t shape_size)
+{
+    int n = 0;
+    for (int mask = 0; mask < 3; ++mask)
+        for (int w = 0; w < 2; ++w, ++n) {
+            cases[n].shape = layer_shape(it->d, it->P);
+            cases[n].options = masked(mask, w);
+            t->bucket_of(ctx, &cases[n].shape, &cases[n].options, &cases[n].bucket);
+            snprintf(cases[n].label, sizeof cases[n].label, "%s %s", mask_names[mask], w ? "windowed" : "global");
+        }
+    snprintf(shape, shape_size, "d=%zu P=%zu, the tuner's ragged problem; 3 masks, global and windowed", it->d, it->P);
+    return n;
+}
 
 iha_status iha__check_attention(iha_check_run *run)
 {
@@ -158,31 +200,20 @@ iha_status iha__check_attention(iha_check_run *run)
                 t->bucket_of(run->ctx, &s, &o, &b);
                 add_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo, 0);
             }
-    add_profile(run->ctx, t, &items);
-    iha_status st = items.out_of_memory ? iha__fail(run->ctx, IHA_ERROR_HOST_MEMORY, "out of host memory") : IHA_OK;
-    for (size_t i = 0; i < items.n && st == IHA_OK; ++i) {
-        const item *it = &items.v[i];
-        check_case cases[6];
-        int n = 0;
-        for (int mask = 0; mask < 3; ++mask)
-            for (int w = 0; w < 2; ++w, ++n) {
-                cases[n].shape = layer_shape(it->d, it->P);
-                cases[n].options = masked(mask, w);
-                t->bucket_of(run->ctx, &cases[n].shape, &cases[n].options, &cases[n].bucket);
-                snprintf(cases[n].label, sizeof cases[n].label, "%s %s", mask_names[mask], w ? "windowed" : "global");
-            }
-        char shape[160];
-        snprintf(shape, sizeof shape, "d=%zu P=%zu, the tuner's ragged problem; 3 masks, global and windowed", it->d,
-                 it->P);
-        iha_check_row row;
-        begin_row(t, it, "attention", shape, &row);
-        st = run_row(run, t, &row, &it->config, cases, n);
-    }
-    free(items.v);
-    return st;
+    return check_items(run, t, "attention", &items, attention_cases);
 }
 
 /* ---- mixing and collapse ---- */
+
+static int rows_cases(const iha_context *ctx, const iha_tunable *t, const item *it, check_case *cases, char *shape,
+                      size_t shape_size)
+{
+    cases[0] = (check_case){layer_shape(it->d, it->P), masked(IHA_MASK_CAUSAL, 0), {0, {0}}, ""};
+    t->bucket_of(ctx, &cases[0].shape, &cases[0].options, &cases[0].bucket);
+    snprintf(cases[0].label, sizeof cases[0].label, "mixing%s, keys, collapse", it->d % 2 == 0 ? " with rotary" : "");
+    snprintf(shape, shape_size, "d=%zu P=%zu, the tuner's ragged problem", it->d, it->P);
+    return 1;
+}
 
 iha_status iha__check_rows(iha_check_run *run)
 {
@@ -195,21 +226,7 @@ iha_status iha__check_rows(iha_check_run *run)
         t->bucket_of(run->ctx, &s, &o, &b);
         add_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo, 0);
     }
-    add_profile(run->ctx, t, &items);
-    iha_status st = items.out_of_memory ? iha__fail(run->ctx, IHA_ERROR_HOST_MEMORY, "out of host memory") : IHA_OK;
-    for (size_t i = 0; i < items.n && st == IHA_OK; ++i) {
-        const item *it = &items.v[i];
-        check_case c = {layer_shape(it->d, it->P), o, {0, {0}}, ""};
-        t->bucket_of(run->ctx, &c.shape, &c.options, &c.bucket);
-        snprintf(c.label, sizeof c.label, "mixing%s, keys, collapse", it->d % 2 == 0 ? " with rotary" : "");
-        char shape[160];
-        snprintf(shape, sizeof shape, "d=%zu P=%zu, the tuner's ragged problem", it->d, it->P);
-        iha_check_row row;
-        begin_row(t, it, "rows", shape, &row);
-        st = run_row(run, t, &row, &it->config, &c, 1);
-    }
-    free(items.v);
-    return st;
+    return check_items(run, t, "rows", &items, rows_cases);
 }
 
 /* ---- decoding ---- */
@@ -226,6 +243,26 @@ static void decode_bucket(size_t d, size_t P, int half, size_t k, int mask, int 
     iha__tune_decode_bucket(&dd, mask, windowed ? WINDOW : 0, b);
 }
 
+static int decode_cases(const iha_context *ctx, const iha_tunable *t, const item *it, check_case *cases,
+                        char *shape, size_t shape_size)
+{
+    (void)ctx, (void)t; /* the decode buckets come from the cache's dimensions, not a layer call's */
+    int n = 0;
+    for (int k = 0; k < 2; ++k)
+        for (int mask = 0; mask < 3; ++mask)
+            for (int w = 0; w < 2; ++w, ++n) {
+                cases[n].shape = layer_shape(it->d, it->P);
+                cases[n].options = masked(mask, w);
+                decode_bucket(it->d, it->P, it->half, step_tokens[k], mask, w, &cases[n].bucket);
+                snprintf(cases[n].label, sizeof cases[n].label, "k=%zu %s %s", step_tokens[k], mask_names[mask],
+                         w ? "windowed" : "global");
+            }
+    snprintf(shape, shape_size,
+             "d=%zu P=%zu %s cache, the tuner's ragged problem; k=1 and 4, 3 masks, global and windowed", it->d, it->P,
+             it->half ? "half" : "float");
+    return n;
+}
+
 iha_status iha__check_decode(iha_check_run *run)
 {
     const iha_tunable *t = &iha__tunable_decode;
@@ -239,30 +276,7 @@ iha_status iha__check_decode(iha_check_run *run)
                         decode_bucket(dims[i][0], dims[i][1], half, step_tokens[k], mask, w, &b);
                         add_lookup(run->ctx, t, &items, &b, dims[i][0], dims[i][1], half);
                     }
-    add_profile(run->ctx, t, &items);
-    iha_status st = items.out_of_memory ? iha__fail(run->ctx, IHA_ERROR_HOST_MEMORY, "out of host memory") : IHA_OK;
-    for (size_t i = 0; i < items.n && st == IHA_OK; ++i) {
-        const item *it = &items.v[i];
-        check_case cases[12];
-        int n = 0;
-        for (int k = 0; k < 2; ++k)
-            for (int mask = 0; mask < 3; ++mask)
-                for (int w = 0; w < 2; ++w, ++n) {
-                    cases[n].shape = layer_shape(it->d, it->P);
-                    cases[n].options = masked(mask, w);
-                    decode_bucket(it->d, it->P, it->half, step_tokens[k], mask, w, &cases[n].bucket);
-                    snprintf(cases[n].label, sizeof cases[n].label, "k=%zu %s %s", step_tokens[k], mask_names[mask],
-                             w ? "windowed" : "global");
-                }
-        char shape[160];
-        snprintf(shape, sizeof shape, "d=%zu P=%zu %s cache, the tuner's ragged problem; k=1 and 4, 3 masks, global and windowed",
-                 it->d, it->P, it->half ? "half" : "float");
-        iha_check_row row;
-        begin_row(t, it, "decode", shape, &row);
-        st = run_row(run, t, &row, &it->config, cases, n);
-    }
-    free(items.v);
-    return st;
+    return check_items(run, t, "decode", &items, decode_cases);
 }
 
 /* ---- GEMM ---- */
