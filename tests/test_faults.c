@@ -91,6 +91,14 @@ static void check_small(iha_context *ctx, tu_api api)
     tu_layer_free(&l);
 }
 
+/* check_small on a context of its own over the cache directory `cache`. */
+static void check_small_with(const char *cache, tu_api api)
+{
+    iha_context *ctx = open_with(cache, NULL);
+    check_small(ctx, api);
+    iha_context_free(ctx);
+}
+
 static void expect_message(iha_context *ctx, const char *needle)
 {
     const char *m = iha_context_message(ctx);
@@ -459,9 +467,7 @@ static void cache_dir_full(void **state)
         if (c.valid + c.broken + c.temporary != 0)
             fail_msg("files limited to %s bytes: %zu valid, %zu broken and %zu temporary entries", limits[i], c.valid,
                      c.broken, c.temporary);
-        iha_context *ctx = open_with(cache, NULL);
-        check_small(ctx, TU_API_HOST);
-        iha_context_free(ctx);
+        check_small_with(cache, TU_API_HOST);
         c = rel_cache_scan(cache);
         assert_true(c.valid > 0);
         assert_int_equal(c.broken + c.temporary, 0);
@@ -509,9 +515,7 @@ static void write_prefix(const saved_entry *e, long length)
 static void fill_cache(char *cache, size_t capacity)
 {
     tu_temp_dir(cache, capacity);
-    iha_context *ctx = open_with(cache, NULL);
-    check_small(ctx, TU_API_DEVICE);
-    iha_context_free(ctx);
+    check_small_with(cache, TU_API_DEVICE);
 }
 
 /* Every entry cut to the same length, at each boundary of "magic | key | length | checksum |
@@ -523,7 +527,6 @@ static void cache_entries_cut_mid_write(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     char cache[4096];
     fill_cache(cache, sizeof cache);
-    iha_context *ctx;
     saved_entries saved = {.count = 0};
     tu_for_each_file(cache, save_entry, &saved);
     assert_true(saved.count > 0);
@@ -541,9 +544,7 @@ static void cache_entries_cut_mid_write(void **state)
     for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
         for (size_t i = 0; i < saved.count; i++)
             write_prefix(&saved.items[i], cuts[c] >= 0 ? cuts[c] : saved.items[i].size - 1);
-        ctx = open_with(cache, NULL);
-        check_small(ctx, TU_API_DEVICE);
-        iha_context_free(ctx);
+        check_small_with(cache, TU_API_DEVICE);
         /* Whole means valid (magic, key, length and checksum), not the first size: a rebuilt
          * binary can differ from the first (seen in a parallel suite: 290900 bytes against
          * 260764; PoCL's binary of a program probably carries what its cache, shared by the
@@ -609,7 +610,6 @@ static void cache_entry_pocl_cannot_load(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     char cache[4096];
     fill_cache(cache, sizeof cache);
-    iha_context *ctx;
     int emptied = 0;
     tu_for_each_file(cache, empty_program_bc, &emptied);
     if (emptied == 0) {
@@ -617,9 +617,7 @@ static void cache_entry_pocl_cannot_load(void **state)
         tu_remove_tree(cache);
         return;
     }
-    ctx = open_with(cache, NULL);
-    check_small(ctx, TU_API_DEVICE);
-    iha_context_free(ctx);
+    check_small_with(cache, TU_API_DEVICE);
     int still_empty = 0;
     tu_for_each_file(cache, empty_program_bc, &still_empty); /* empties them again: count only */
     assert_int_equal(still_empty, emptied);                  /* each one had been rewritten whole */
@@ -855,6 +853,15 @@ static void take_first_entry(const char *path, void *arg)
         snprintf(e->path, sizeof e->path, "%s", path);
 }
 
+/* The first program entry found under cache; fails the test when there is none. */
+static first_entry first_entry_of(const char *cache)
+{
+    first_entry e = {""};
+    tu_for_each_file(cache, take_first_entry, &e);
+    assert_true(e.path[0] != '\0');
+    return e;
+}
+
 /* A load marker left by a process that died (PoCL aborted it, say) retires its entry, which the
  * next run rebuilds and writes anew; a marker of a live process leaves its entry alone. */
 static void entry_of_a_dead_loader_is_retired(void **state)
@@ -863,15 +870,11 @@ static void entry_of_a_dead_loader_is_retired(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     char cache[4096], dead[4300], live[4300];
     fill_cache(cache, sizeof cache);
-    first_entry e = {""};
-    tu_for_each_file(cache, take_first_entry, &e);
-    assert_true(e.path[0] != '\0');
+    const first_entry e = first_entry_of(cache);
     date_back(e.path);
     snprintf(dead, sizeof dead, "%s.loading.%ld.1", e.path, dead_pid());
     touch_file(dead);
-    iha_context *ctx = open_with(cache, NULL);
-    check_small(ctx, TU_API_DEVICE);
-    iha_context_free(ctx);
+    check_small_with(cache, TU_API_DEVICE);
     assert_int_equal(file_size(dead), -1);
     assert_true(mtime_of(e.path) > 1000000000); /* rebuilt and written anew */
     const rel_cache_census c = rel_cache_scan(cache);
@@ -880,9 +883,7 @@ static void entry_of_a_dead_loader_is_retired(void **state)
     date_back(e.path);
     snprintf(live, sizeof live, "%s.loading.%ld.1", e.path, (long)getpid());
     touch_file(live);
-    ctx = open_with(cache, NULL);
-    check_small(ctx, TU_API_DEVICE);
-    iha_context_free(ctx);
+    check_small_with(cache, TU_API_DEVICE);
     assert_int_equal(mtime_of(e.path), 1000000000); /* loaded, untouched */
     assert_int_equal(file_size(live), 0);
     tu_remove_tree(cache);
@@ -906,9 +907,7 @@ static void fifo_in_place_of_cache_files(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     char cache[4096], profile[4200];
     fill_cache(cache, sizeof cache);
-    first_entry e = {""};
-    tu_for_each_file(cache, take_first_entry, &e);
-    assert_true(e.path[0] != '\0');
+    const first_entry e = first_entry_of(cache);
     fifo_instead(e.path);
     snprintf(profile, sizeof profile, "%s/profile.json", cache);
     fifo_instead(profile);
@@ -922,16 +921,8 @@ static void fifo_in_place_of_cache_files(void **state)
     if (iha_context_create(&ctx, &options, message, sizeof message) != IHA_OK)
         fail_msg("iha_context_create: %s", message);
     check_small(ctx, TU_API_DEVICE);
-    iha_profile_info info;
-    tu_assert_status(ctx, iha_context_profile(ctx, &info), IHA_ERROR_PROFILE);
-    assert_non_null(strstr(info.message, "not a regular file"));
-    iha_tune_options to;
-    iha_tune_options_init(&to);
-    to.kernels = IHA_TUNE_ROWS;
-    to.budget_s = 60;
     const iha_attention_options o = small_options();
-    tu_assert_status(ctx, iha_tune(ctx, &kSmall, &o, 1, &to, NULL, 0, NULL), IHA_ERROR_IO);
-    expect_message(ctx, "not a regular file");
+    tu_assert_profile_refused(ctx, &kSmall, &o, "not a regular file");
     iha_context_free(ctx);
     alarm(0);
     struct stat st;

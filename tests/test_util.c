@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -29,9 +30,10 @@ void tu_init_environment(void)
     /* setenv(..., 0) keeps a value the caller chose. */
     setenv("IHA_CACHE_DIR", IHA_TEST_BINARY_DIR "/cache/iha", 0);
     setenv("POCL_CACHE_DIR", IHA_TEST_BINARY_DIR "/cache/pocl", 0);
-    /* IHA_TEST_SKIP: a CMocka pattern of cases to skip, for a slow device that runs the quick
-     * cases only (.ci/rusticl.sh). */
-    const char *skip_pattern = getenv("IHA_TEST_SKIP");
+    /* IHA_TEST_ONLY and IHA_TEST_SKIP: CMocka patterns of the cases to run and to skip, for a
+     * slow device that runs the quick cases only (.ci/rusticl.sh). */
+    const char *only = getenv("IHA_TEST_ONLY"), *skip_pattern = getenv("IHA_TEST_SKIP");
+    if (only && only[0]) cmocka_set_test_filter(only);
     if (skip_pattern && skip_pattern[0]) cmocka_set_skip_filter(skip_pattern);
 }
 
@@ -144,6 +146,23 @@ void tu_assert_status(iha_context *ctx, iha_status status, iha_status expected)
     if (status != expected)
         fail_msg("status %s (%d), expected %s; message: \"%s\"", iha_status_name(status), (int)status,
                  iha_status_name(expected), ctx ? iha_context_message(ctx) : "(no context)");
+}
+
+void tu_assert_profile_refused(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                               const char *why)
+{
+    iha_profile_info info;
+    tu_assert_status(ctx, iha_context_profile(ctx, &info), IHA_ERROR_PROFILE);
+    if (!strstr(info.message, why)) fail_msg("the profile's message does not mention \"%s\": \"%s\"", why, info.message);
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = IHA_TUNE_ROWS;
+    to.budget_s = 60;
+    const time_t start = time(NULL);
+    tu_assert_status(ctx, iha_tune(ctx, shape, options, 1, &to, NULL, 0, NULL), IHA_ERROR_IO);
+    assert_true(time(NULL) - start < 30); /* refused before the budget, not after */
+    const char *m = iha_context_message(ctx);
+    if (!strstr(m, why)) fail_msg("the tune's message does not mention \"%s\": \"%s\"", why, m);
 }
 
 int tu_context_open(iha_context **out, const iha_context_options *options)

@@ -18,7 +18,8 @@
 
 /* Call first in main(): points IHA_CACHE_DIR and POCL_CACHE_DIR at directories inside the build
  * tree unless the caller has set them, so that runs do not depend on the user's caches, and
- * skips the cases that match IHA_TEST_SKIP (a CMocka pattern) when it is set. */
+ * runs only the cases that match IHA_TEST_ONLY and none that match IHA_TEST_SKIP (CMocka
+ * patterns) when they are set. */
 void tu_init_environment(void);
 
 /* ---- Random inputs (xorshift64*, seeded) ---- */
@@ -50,6 +51,11 @@ double tu_rel_l2(const float *out, const double *ref, size_t n);
 void tu_assert_close(const char *what, const float *out, const double *ref, size_t n, double tol);
 /* Fails the test unless status is `expected`; prints the context's message when it is not. */
 void tu_assert_status(iha_context *ctx, iha_status status, iha_status expected);
+/* Fails the test unless the context's profile is unusable (IHA_ERROR_PROFILE) for a reason that
+ * mentions `why`, and a tune of the rows kernels on the shape refuses at once (IHA_ERROR_IO, in
+ * well under its budget) saying so: a profile that cannot be written stops a tune before it runs. */
+void tu_assert_profile_refused(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                               const char *why);
 
 /* ---- The device ---- */
 
