@@ -4,12 +4,20 @@
 # device has GPU-like limits (32 KiB of local memory, work-groups of at most 1024). Its driver
 # ends every kernel's loops after 65535 iterations in all (doc/drivers.md), which the library
 # turns into IHA_ERROR_UNSUPPORTED: test_loop_limit checks that a long sequence is right or
-# refused, never wrong. llvmpipe runs at about 0.1-1 GFLOP/s, so the suites here are the ones
-# whose shapes are small: every kernel on ragged shapes in both launch geometries
-# (test_small_shapes), every attention variant forced (test_attention_variants), 2048 virtual
-# tokens and the refusal (test_loop_limit), multi-head attention (test_mha), decoding
-# (test_decode), the attention and layer backwards (test_backward, test_layer_backward) and
-# half storage (test_half). Each test's output stays in <build>/rusticl/.
+# refused, never wrong. llvmpipe runs at about 0.1-1 GFLOP/s and compiles each program for tens
+# of seconds, so the stage runs the suites, or the cases of them (IHA_TEST_ONLY, IHA_TEST_SKIP:
+# tests/test_util.h), whose shapes are small:
+#   - test_loop_limit: 2048 virtual tokens right, a longer sequence refused;
+#   - test_small_shapes: every forward kernel on ragged shapes, every mask, windows, both launch
+#     geometries (GPU and CPU);
+#   - test_attention_variants: every attention variant forced (register tiles, local memory,
+#     local tiles);
+#   - test_mha: multi-head attention (P = 1, the identity shortcut);
+#   - test_nonfinite: the non-finite grid, with the forward, both backwards, decoding and half
+#     storage checked against float64;
+#   - test_decode without its long-cache cases; test_backward's two kernel families; test_half's
+#     attention and layer backwards.
+# Each test's output stays in <build>/rusticl/.
 # Usage: .ci/rusticl.sh [build-dir]   (a configured and built release tree; default build)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -24,10 +32,11 @@ if ! "$build/tools/iha" devices 2>/dev/null | grep -q llvmpipe; then
   exit 1
 fi
 failed=0
-for t in test_loop_limit test_small_shapes test_attention_variants test_mha test_decode test_backward \
-         test_layer_backward test_half; do
-  s=$SECONDS rc=0
-  timeout 900 "$build/tests/$t" > "$logs/$t.out" 2>&1 || rc=$?
+# run TEST [VAR=VALUE...]: one test binary with the given environment.
+run() {
+  local t=$1 s=$SECONDS rc=0
+  shift
+  env "$@" timeout 1200 "$build/tests/$t" > "$logs/$t.out" 2>&1 || rc=$?
   if [ $rc -eq 0 ]; then
     echo "rusticl: $t passed ($((SECONDS - s)) s)"
   else
@@ -35,5 +44,13 @@ for t in test_loop_limit test_small_shapes test_attention_variants test_mha test
     echo "rusticl: $t FAILED (exit $rc, $((SECONDS - s)) s)"
     grep -vF 'MESA: warning' "$logs/$t.out" | grep -E -B2 -A8 'FAILED|ERROR|error' | head -60 || true
   fi
-done
+}
+run test_loop_limit
+run test_small_shapes
+run test_attention_variants
+run test_mha
+run test_nonfinite
+run test_decode IHA_TEST_SKIP='long_*'
+run test_backward IHA_TEST_ONLY=both_kernel_families
+run test_half IHA_TEST_ONLY='*_backward_half'
 exit $failed
