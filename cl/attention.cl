@@ -405,7 +405,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
                 }
         }
     }
-    IHA_PROBE_EXPECT(blk == blk_end + IHA_PROBE_PAST);
+    IHA_PROBE_EXPECT(blk >= blk_end + IHA_PROBE_PAST);
 
     for (int i = 0; i < ATT_TILES; ++i) {
         const tile_state *ts = &tiles[i];

@@ -65,7 +65,7 @@ static inline int tile_update(floatV acc[GEMM_MR], __global const float *const a
 #pragma unroll
         for (int r = 0; r < GEMM_MR; ++r) acc[r] = fma((floatV)(ap[r][l]), bv, acc[r]);
     }
-    return l == l1 + IHA_PROBE_PAST;
+    return l >= l1 + IHA_PROBE_PAST;
 }
 
 __kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global const float *a, ulong a_off, ulong lda,
@@ -103,7 +103,7 @@ __kernel void sgemm_f32(int m, int n, int k, float alpha, float beta, __global c
                 for (int r = 0; r < GEMM_MR; ++r) acc[r] = fma((floatV)(ap[r][l + u]), bv, acc[r]);
             }
         }
-        IHA_PROBE_EXPECT(l == k_main + IHA_PROBE_PAST * GEMM_KU);
+        IHA_PROBE_EXPECT(l >= k_main + IHA_PROBE_PAST * GEMM_KU);
         const int tail_whole = tile_update(acc, ap, bp, ldb, cols, k_main, k);
         IHA_PROBE_EXPECT(tail_whole);
     } else {

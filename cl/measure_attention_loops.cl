@@ -44,7 +44,7 @@ __kernel void attention_loops_f32(__global const kv_t *blocks, __global float *o
             for (int cv = 0; cv < VCHUNKS; ++cv) tile_pv_chunk(&ts, pr, vb, 0, ATT_KB - 1, 0, cv);
         }
     }
-    IHA_PROBE_EXPECT(it == iters + IHA_PROBE_PAST);
+    IHA_PROBE_EXPECT(it >= iters + IHA_PROBE_PAST);
     float sum = hsum(total);
     for (int r = 0; r < ATT_ROWS; ++r)
         for (int cv = 0; cv < VCHUNKS; ++cv) {

@@ -34,7 +34,7 @@ __kernel void measure_peak_fma_f32(__global float *out, int iterations, float a,
 #pragma unroll
         for (int c = 0; c < FMA_CHAINS; ++c) x[c] = fma(x[c], va, vb);
     }
-    IHA_PROBE_EXPECT(i == iterations + IHA_PROBE_PAST);
+    IHA_PROBE_EXPECT(i >= iterations + IHA_PROBE_PAST);
     fma_vec s = x[0];
 #pragma unroll
     for (int c = 1; c < FMA_CHAINS; ++c) s += x[c];

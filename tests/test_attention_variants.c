@@ -156,6 +156,7 @@ static void variant_test(void **state)
 
 int main(void)
 {
+    tu_init_environment();
     struct CMUnitTest tests[VARIANT_COUNT];
     for (size_t i = 0; i < VARIANT_COUNT; i++) {
         struct CMUnitTest t = {kVariants[i].name, variant_test, NULL, NULL, (void *)&kVariants[i]};

@@ -359,6 +359,7 @@ static void cache_outlives_its_context(void **state)
 
 int main(void)
 {
+    tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(token_at_a_time_causal_rope),
         cmocka_unit_test(chunked_token_causal_window_odd_d),

@@ -551,6 +551,7 @@ static void refusals(void **state)
 
 int main(void)
 {
+    tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(host_conversions_round_to_nearest_even),
         cmocka_unit_test(few_rows_half_everything),

@@ -23,7 +23,10 @@ int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
     /* A work-item keeps up to 64 rows of d floats in each of four private arrays: CPU caches
      * hold them, a GPU's registers do not. */
     (void)head_dim; /* every width: the kernels load and store a partial last chunk */
-    return !ctx->info.is_gpu;
+    /* A driver that ends loops after a budget of iterations per work-item (runtime/
+     * loop_limit.h) gets the row kernels too: a tile work-item walks every query block for 64
+     * keys at once and spends that budget even on short sequences. */
+    return !ctx->info.is_gpu && ctx->loop_flag == NULL;
 }
 
 /* Work-items per (b, h) of the tile kernel, each with a partial dq of its own: enough for four
