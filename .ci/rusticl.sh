@@ -15,8 +15,9 @@
 #   - test_mha: multi-head attention (P = 1, the identity shortcut);
 #   - test_nonfinite: the non-finite grid, with the forward, both backwards, decoding and half
 #     storage checked against float64;
-#   - test_decode without its long-cache cases; test_backward's two kernel families; test_half's
-#     attention and layer backwards.
+#   - test_decode without its long-cache cases, test_backward (the row kernels, which the
+#     library uses there, and the tile kernels forced), and test_half's attention and layer
+#     backwards.
 # Each test's output stays in <build>/rusticl/.
 # Usage: .ci/rusticl.sh [build-dir]   (a configured and built release tree; default build)
 set -euo pipefail
@@ -51,6 +52,6 @@ run test_attention_variants
 run test_mha
 run test_nonfinite
 run test_decode IHA_TEST_SKIP='long_*'
-run test_backward IHA_TEST_ONLY=both_kernel_families
+run test_backward
 run test_half IHA_TEST_ONLY='*_backward_half'
 exit $failed
