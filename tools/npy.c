@@ -1,11 +1,13 @@
 /*
- * npy.c - bounded .npy parsing (header dictionary, float32/float64 data) and an atomic
- * float32 writer. See npy.h for the contract; the format is NumPy's NEP 1 ("format.py").
+ * npy.c - bounded .npy parsing (header dictionary, float32/float64 data) and reading from
+ * regular files; the writer is npy_write.c. See npy.h for the contract; the format is NumPy's
+ * NEP 1 ("format.py").
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, getpid, readlink, fchown: the writer's atomic rename */
 #endif
 #include "npy.h"
+#include "npy_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,9 +20,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+const unsigned char npy__magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
-static int fail(char *err, size_t err_size, const char *format, ...)
+int npy__fail(char *err, size_t err_size, const char *format, ...)
 {
     if (err && err_size) {
         va_list args;
@@ -106,19 +108,19 @@ static int parse_string(cursor *c, const char *what, char *out, size_t out_size)
     char ex[EXCERPT_SIZE];
     skip_space(c);
     if (c->p >= c->end || (*c->p != '\'' && *c->p != '"'))
-        return fail(c->err, c->err_size, "header: %s must be a quoted string, got '%s'", what,
+        return npy__fail(c->err, c->err_size, "header: %s must be a quoted string, got '%s'", what,
                     excerpt(c->p, c->end, ex));
     char quote = *c->p++;
     size_t n = 0;
     while (c->p < c->end && *c->p != quote) {
         if (*c->p == '\0')
-            return fail(c->err, c->err_size, "header: %s string contains a NUL byte", what);
+            return npy__fail(c->err, c->err_size, "header: %s string contains a NUL byte", what);
         if (*c->p == '\\' || n + 1 >= out_size)
-            return fail(c->err, c->err_size, "header: %s string is malformed or too long", what);
+            return npy__fail(c->err, c->err_size, "header: %s string is malformed or too long", what);
         out[n++] = *c->p++;
     }
     if (c->p >= c->end)
-        return fail(c->err, c->err_size, "header: %s string is not terminated", what);
+        return npy__fail(c->err, c->err_size, "header: %s string is not terminated", what);
     c->p++;
     out[n] = '\0';
     return 0;
@@ -129,13 +131,13 @@ static int parse_dimension(cursor *c, size_t *out)
     char ex[EXCERPT_SIZE];
     skip_space(c);
     if (c->p >= c->end || *c->p < '0' || *c->p > '9')
-        return fail(c->err, c->err_size, "header: bad shape tuple near '%s' (expected a non-negative integer)",
+        return npy__fail(c->err, c->err_size, "header: bad shape tuple near '%s' (expected a non-negative integer)",
                     excerpt(c->p, c->end, ex));
     size_t value = 0;
     while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
         size_t digit = (size_t)(*c->p - '0');
         if (value > (SIZE_MAX - digit) / 10)
-            return fail(c->err, c->err_size, "header: shape dimension is too large for this machine");
+            return npy__fail(c->err, c->err_size, "header: shape dimension is too large for this machine");
         value = value * 10 + digit;
         c->p++;
     }
@@ -151,25 +153,25 @@ static int parse_shape(cursor *c, npy_header *h)
     char ex[EXCERPT_SIZE];
     const char *start = c->p;
     if (!accept_char(c, '('))
-        return fail(c->err, c->err_size, "header: 'shape' must be a tuple, got '%s'", excerpt(c->p, c->end, ex));
+        return npy__fail(c->err, c->err_size, "header: 'shape' must be a tuple, got '%s'", excerpt(c->p, c->end, ex));
     h->ndim = 0;
     if (accept_char(c, ')'))
         return 0;
     for (;;) {
         if (h->ndim == NPY_MAX_DIMS)
-            return fail(c->err, c->err_size, "header: shape has more than %d dimensions", NPY_MAX_DIMS);
+            return npy__fail(c->err, c->err_size, "header: shape has more than %d dimensions", NPY_MAX_DIMS);
         if (parse_dimension(c, &h->shape[h->ndim]))
             return -1;
         h->ndim++;
         int comma = accept_char(c, ',');
         if (accept_char(c, ')')) {
             if (h->ndim == 1 && !comma)
-                return fail(c->err, c->err_size, "header: bad shape tuple '%s' (a 1-tuple needs a trailing comma)",
+                return npy__fail(c->err, c->err_size, "header: bad shape tuple '%s' (a 1-tuple needs a trailing comma)",
                             excerpt(start, c->p, ex));
             return 0;
         }
         if (!comma)
-            return fail(c->err, c->err_size, "header: bad shape tuple near '%s'", excerpt(c->p, c->end, ex));
+            return npy__fail(c->err, c->err_size, "header: bad shape tuple near '%s'", excerpt(c->p, c->end, ex));
     }
 }
 
@@ -185,10 +187,10 @@ static int check_descr(cursor *c, const char *descr, npy_header *h)
         return 0;
     }
     if (strcmp(descr, ">f4") == 0 || strcmp(descr, ">f8") == 0)
-        return fail(c->err, c->err_size,
+        return npy__fail(c->err, c->err_size,
                     "dtype '%s' is big-endian, which is not supported: save it little-endian, e.g. a.astype('<f%c')",
                     descr, descr[2]);
-    return fail(c->err, c->err_size, "dtype '%s' is not supported: need float32 ('<f4') or float64 ('<f8')",
+    return npy__fail(c->err, c->err_size, "dtype '%s' is not supported: need float32 ('<f4') or float64 ('<f8')",
                 escaped(descr, ex));
 }
 
@@ -198,23 +200,23 @@ static int parse_dictionary(cursor *c, npy_header *h)
     char ex[EXCERPT_SIZE];
     int have_descr = 0, have_order = 0, have_shape = 0;
     if (!accept_char(c, '{'))
-        return fail(c->err, c->err_size, "header: expected a dictionary '{...}', got '%s'", excerpt(c->p, c->end, ex));
+        return npy__fail(c->err, c->err_size, "header: expected a dictionary '{...}', got '%s'", excerpt(c->p, c->end, ex));
     while (!accept_char(c, '}')) {
         char key[32], descr[32];
         if (parse_string(c, "a dictionary key", key, sizeof key))
             return -1;
         if (!accept_char(c, ':'))
-            return fail(c->err, c->err_size, "header: expected ':' after key '%s'", escaped(key, ex));
+            return npy__fail(c->err, c->err_size, "header: expected ':' after key '%s'", escaped(key, ex));
         if (strcmp(key, "descr") == 0 && !have_descr) {
             if (parse_string(c, "'descr'", descr, sizeof descr) || check_descr(c, descr, h))
                 return -1;
             have_descr = 1;
         } else if (strcmp(key, "fortran_order") == 0 && !have_order) {
             if (accept_word(c, "True"))
-                return fail(c->err, c->err_size,
+                return npy__fail(c->err, c->err_size,
                             "fortran_order is True: only C-order arrays are supported (save np.ascontiguousarray(a))");
             if (!accept_word(c, "False"))
-                return fail(c->err, c->err_size, "header: 'fortran_order' must be True or False, got '%s'",
+                return npy__fail(c->err, c->err_size, "header: 'fortran_order' must be True or False, got '%s'",
                             excerpt(c->p, c->end, ex));
             have_order = 1;
         } else if (strcmp(key, "shape") == 0 && !have_shape) {
@@ -222,33 +224,33 @@ static int parse_dictionary(cursor *c, npy_header *h)
                 return -1;
             have_shape = 1;
         } else {
-            return fail(c->err, c->err_size, "header: unexpected or repeated key '%s'", escaped(key, ex));
+            return npy__fail(c->err, c->err_size, "header: unexpected or repeated key '%s'", escaped(key, ex));
         }
         if (!accept_char(c, ',')) {
             if (!accept_char(c, '}'))
-                return fail(c->err, c->err_size, "header: expected ',' or '}' near '%s'", excerpt(c->p, c->end, ex));
+                return npy__fail(c->err, c->err_size, "header: expected ',' or '}' near '%s'", excerpt(c->p, c->end, ex));
             break;
         }
     }
     skip_space(c);
     if (c->p != c->end)
-        return fail(c->err, c->err_size, "header: unexpected text after the dictionary: '%s'", excerpt(c->p, c->end, ex));
+        return npy__fail(c->err, c->err_size, "header: unexpected text after the dictionary: '%s'", excerpt(c->p, c->end, ex));
     if (!have_descr || !have_order || !have_shape)
-        return fail(c->err, c->err_size, "header: missing key '%s'",
+        return npy__fail(c->err, c->err_size, "header: missing key '%s'",
                     !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
     return 0;
 }
 
 /* ---- Header ------------------------------------------------------------------------------ */
 
-static int element_count(const npy_header *h, size_t *count, char *err, size_t err_size)
+int npy__element_count(const npy_header *h, size_t *count, char *err, size_t err_size)
 {
     size_t n = 1;
     for (size_t i = 0; i < h->ndim; i++) {
         if (h->shape[i] != 0 && n > SIZE_MAX / h->shape[i]) {
             char shape[128];
             npy_format_shape(h->shape, h->ndim, shape, sizeof shape);
-            return fail(err, err_size, "shape %s has too many elements (the size overflows)", shape);
+            return npy__fail(err, err_size, "shape %s has too many elements (the size overflows)", shape);
         }
         n *= h->shape[i];
     }
@@ -261,36 +263,36 @@ int npy_parse_header(const unsigned char *bytes, size_t size, npy_header *out, c
     npy_header h;
     memset(&h, 0, sizeof h);
     if (!bytes || !out)
-        return fail(err, err_size, "no input");
+        return npy__fail(err, err_size, "no input");
     if (size == 0)
-        return fail(err, err_size, "empty file: not a .npy file");
-    if (memcmp(bytes, npy_magic, size < sizeof npy_magic ? size : sizeof npy_magic) != 0)
-        return fail(err, err_size, "bad magic: not a .npy file (expected \\x93NUMPY)");
+        return npy__fail(err, err_size, "empty file: not a .npy file");
+    if (memcmp(bytes, npy__magic, size < sizeof npy__magic ? size : sizeof npy__magic) != 0)
+        return npy__fail(err, err_size, "bad magic: not a .npy file (expected \\x93NUMPY)");
     if (size < 8)
-        return fail(err, err_size, "truncated: the file ends inside the magic and version (%zu bytes)", size);
+        return npy__fail(err, err_size, "truncated: the file ends inside the magic and version (%zu bytes)", size);
     h.version_major = bytes[6];
     if ((bytes[6] < 1 || bytes[6] > 3) || bytes[7] != 0)
-        return fail(err, err_size, "unsupported .npy format version %u.%u (expected 1.0, 2.0 or 3.0)", bytes[6],
+        return npy__fail(err, err_size, "unsupported .npy format version %u.%u (expected 1.0, 2.0 or 3.0)", bytes[6],
                     bytes[7]);
     size_t prefix = h.version_major == 1 ? 10 : 12;
     if (size < prefix)
-        return fail(err, err_size, "truncated: the file ends inside the header length field (%zu bytes)", size);
+        return npy__fail(err, err_size, "truncated: the file ends inside the header length field (%zu bytes)", size);
     size_t header_len = (size_t)bytes[8] | (size_t)bytes[9] << 8;
     if (h.version_major > 1)
         header_len |= (size_t)bytes[10] << 16 | (size_t)bytes[11] << 24;
     if (header_len > NPY_MAX_HEADER - prefix)
-        return fail(err, err_size, "header length %zu is larger than the %d bytes accepted", header_len,
+        return npy__fail(err, err_size, "header length %zu is larger than the %d bytes accepted", header_len,
                     NPY_MAX_HEADER);
     if (header_len > size - prefix)
-        return fail(err, err_size, "truncated: header length %zu goes beyond the end of the file (%zu bytes)",
+        return npy__fail(err, err_size, "truncated: header length %zu goes beyond the end of the file (%zu bytes)",
                     header_len, size);
     cursor c = {(const char *)bytes + prefix, (const char *)bytes + prefix + header_len, err, err_size};
-    if (parse_dictionary(&c, &h) || element_count(&h, &h.count, err, err_size))
+    if (parse_dictionary(&c, &h) || npy__element_count(&h, &h.count, err, err_size))
         return -1;
     if (h.count > SIZE_MAX / (size_t)h.dtype) {
         char shape[128];
         npy_format_shape(h.shape, h.ndim, shape, sizeof shape);
-        return fail(err, err_size, "shape %s has too many elements (the byte size overflows)", shape);
+        return npy__fail(err, err_size, "shape %s has too many elements (the byte size overflows)", shape);
     }
     h.data_bytes = h.count * (size_t)h.dtype;
     h.data_offset = prefix + header_len;
@@ -328,7 +330,7 @@ static int convert_checked(const unsigned char *src, npy_dtype dtype, size_t cou
 {
     size_t bad = convert(src, dtype, count, dst);
     if (bad < count)
-        return fail(err, err_size, "element %zu does not fit in float32 (|value| > 3.4e38)", first_index + bad);
+        return npy__fail(err, err_size, "element %zu does not fit in float32 (|value| > 3.4e38)", first_index + bad);
     return 0;
 }
 
@@ -338,7 +340,7 @@ static int length_error(const npy_header *h, size_t have, char *err, size_t err_
 {
     char shape[128];
     npy_format_shape(h->shape, h->ndim, shape, sizeof shape);
-    return fail(err, err_size, "data is %zu bytes but shape %s of %s needs %zu bytes (%s)", have, shape,
+    return npy__fail(err, err_size, "data is %zu bytes but shape %s of %s needs %zu bytes (%s)", have, shape,
                 dtype_name(h->dtype), h->data_bytes, have < h->data_bytes ? "truncated" : "trailing data");
 }
 
@@ -351,7 +353,7 @@ static float *allocate_floats(size_t count)
 int npy_parse(const unsigned char *bytes, size_t size, npy_array *out, char *err, size_t err_size)
 {
     if (!out)
-        return fail(err, err_size, "no output");
+        return npy__fail(err, err_size, "no output");
     memset(out, 0, sizeof *out);
     npy_header h;
     if (npy_parse_header(bytes, size, &h, err, err_size))
@@ -360,7 +362,7 @@ int npy_parse(const unsigned char *bytes, size_t size, npy_array *out, char *err
         return length_error(&h, size - h.data_offset, err, err_size);
     float *data = allocate_floats(h.count);
     if (!data)
-        return fail(err, err_size, "out of memory for %zu elements", h.count);
+        return npy__fail(err, err_size, "out of memory for %zu elements", h.count);
     if (convert_checked(bytes + h.data_offset, h.dtype, h.count, 0, data, err, err_size)) {
         free(data);
         return -1;
@@ -376,9 +378,9 @@ static int read_header(FILE *f, npy_header *h, char *err, size_t err_size)
     unsigned char buf[NPY_MAX_HEADER];
     size_t have = fread(buf, 1, 12, f);
     if (have < 12 && ferror(f))
-        return fail(err, err_size, "read error: %s", strerror(errno));
+        return npy__fail(err, err_size, "read error: %s", strerror(errno));
     size_t want = have;
-    if (have >= 10 && memcmp(buf, npy_magic, sizeof npy_magic) == 0 && buf[6] >= 1 && buf[6] <= 3 && buf[7] == 0) {
+    if (have >= 10 && memcmp(buf, npy__magic, sizeof npy__magic) == 0 && buf[6] >= 1 && buf[6] <= 3 && buf[7] == 0) {
         size_t prefix = buf[6] == 1 ? 10 : 12;
         size_t len = (size_t)buf[8] | (size_t)buf[9] << 8;
         if (buf[6] > 1 && have >= 12)
@@ -388,13 +390,13 @@ static int read_header(FILE *f, npy_header *h, char *err, size_t err_size)
     if (want > have) {
         have += fread(buf + have, 1, want - have, f);
         if (have < want && ferror(f))
-            return fail(err, err_size, "read error: %s", strerror(errno));
+            return npy__fail(err, err_size, "read error: %s", strerror(errno));
     }
     if (npy_parse_header(buf, have, h, err, err_size))
         return -1;
     /* The first read may have taken bytes past a version-1 header; put the stream at the data. */
     if (fseek(f, (long)h->data_offset, SEEK_SET) != 0)
-        return fail(err, err_size, "cannot seek to the data: %s", strerror(errno));
+        return npy__fail(err, err_size, "cannot seek to the data: %s", strerror(errno));
     return 0;
 }
 
@@ -407,7 +409,7 @@ static int read_data(FILE *f, const npy_header *h, float *data, char *err, size_
         size_t got = fread(chunk, (size_t)h->dtype, n, f);
         if (got < n) {
             if (ferror(f))
-                return fail(err, err_size, "read error: %s", strerror(errno));
+                return npy__fail(err, err_size, "read error: %s", strerror(errno));
             return length_error(h, (done + got) * (size_t)h->dtype, err, err_size);
         }
         if (convert_checked(chunk, h->dtype, n, done, data + done, err, err_size))
@@ -415,12 +417,12 @@ static int read_data(FILE *f, const npy_header *h, float *data, char *err, size_
         done += n;
     }
     if (fgetc(f) != EOF)
-        return fail(err, err_size, "trailing data after the %zu bytes that the shape needs", h->data_bytes);
+        return npy__fail(err, err_size, "trailing data after the %zu bytes that the shape needs", h->data_bytes);
     return 0;
 }
 
 /* "a FIFO", "a directory", ...: what a path names, for refusals. */
-static const char *file_kind(mode_t mode)
+const char *npy__file_kind(mode_t mode)
 {
     if (S_ISFIFO(mode))
         return "a FIFO";
@@ -442,19 +444,19 @@ static FILE *open_regular(const char *path, struct stat *st, char *err, size_t e
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
-        fail(err, err_size, "cannot open: %s", strerror(errno));
+        npy__fail(err, err_size, "cannot open: %s", strerror(errno));
         return NULL;
     }
     int flags;
     if (fstat(fd, st) != 0 || (flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-        fail(err, err_size, "cannot examine: %s", strerror(errno));
+        npy__fail(err, err_size, "cannot examine: %s", strerror(errno));
     } else if (!S_ISREG(st->st_mode)) {
-        fail(err, err_size, "is %s, not a regular .npy file", file_kind(st->st_mode));
+        npy__fail(err, err_size, "is %s, not a regular .npy file", npy__file_kind(st->st_mode));
     } else {
         FILE *f = fdopen(fd, "rb");
         if (f)
             return f;
-        fail(err, err_size, "cannot open: %s", strerror(errno));
+        npy__fail(err, err_size, "cannot open: %s", strerror(errno));
     }
     close(fd);
     return NULL;
@@ -463,7 +465,7 @@ static FILE *open_regular(const char *path, struct stat *st, char *err, size_t e
 int npy_read(const char *path, npy_array *out, char *err, size_t err_size)
 {
     if (!out)
-        return fail(err, err_size, "no output");
+        return npy__fail(err, err_size, "no output");
     memset(out, 0, sizeof *out);
     struct stat st;
     FILE *f = open_regular(path, &st, err, err_size);
@@ -482,7 +484,7 @@ int npy_read(const char *path, npy_array *out, char *err, size_t err_size)
     }
     data = allocate_floats(h.count);
     if (!data) {
-        fail(err, err_size, "out of memory for %zu elements", h.count);
+        npy__fail(err, err_size, "out of memory for %zu elements", h.count);
         goto done;
     }
     if (read_data(f, &h, data, err, err_size))
@@ -520,242 +522,4 @@ void npy_format_shape(const size_t *shape, size_t ndim, char *buf, size_t buf_si
             return;
         used += (size_t)n;
     }
-}
-
-static int write_all(int fd, const void *bytes, size_t n)
-{
-    const unsigned char *p = bytes;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* The version-1.0 image of the header, padded with spaces so the data starts 64-byte aligned
- * (what NumPy writes). Returns its length, or 0 when the shape text does not fit. */
-static size_t format_header(const size_t *shape, size_t ndim, unsigned char *buf, size_t buf_size)
-{
-    char shape_text[NPY_MAX_DIMS * 24 + 8];
-    npy_format_shape(shape, ndim, shape_text, sizeof shape_text);
-    char dict[sizeof shape_text + 64];
-    int n = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape_text);
-    if (n < 0 || (size_t)n >= sizeof dict)
-        return 0;
-    size_t len = (size_t)n + 1; /* the final '\n' */
-    size_t total = (10 + len + 63) / 64 * 64;
-    if (total > buf_size || total - 10 > 0xffff)
-        return 0;
-    memcpy(buf, npy_magic, sizeof npy_magic);
-    buf[6] = 1;
-    buf[7] = 0;
-    buf[8] = (unsigned char)((total - 10) & 0xff);
-    buf[9] = (unsigned char)((total - 10) >> 8);
-    memcpy(buf + 10, dict, (size_t)n);
-    memset(buf + 10 + n, ' ', total - 10 - (size_t)n - 1);
-    buf[total - 1] = '\n';
-    return total;
-}
-
-static int write_image(int fd, const size_t *shape, size_t ndim, size_t count, const float *data)
-{
-    unsigned char header[NPY_MAX_DIMS * 24 + 192];
-    size_t header_len = format_header(shape, ndim, header, sizeof header);
-    if (!header_len || write_all(fd, header, header_len))
-        return -1;
-    unsigned char chunk[1 << 16];
-    for (size_t done = 0; done < count;) {
-        size_t n = count - done < sizeof chunk / 4 ? count - done : sizeof chunk / 4;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, &data[done + i], sizeof u);
-            for (int k = 0; k < 4; k++)
-                chunk[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
-        }
-        if (write_all(fd, chunk, 4 * n))
-            return -1;
-        done += n;
-    }
-    return fsync(fd);
-}
-
-/* ---- Where a written file lands -------------------------------------------------------- */
-
-/* The file a symbolic link at `link` names: its target as it is when absolute, else taken
- * from the link's directory. Returns a malloc'd path or NULL with a message. */
-static char *link_target(const char *link, const struct stat *st, char *err, size_t err_size)
-{
-    /* st_size is the target's length on most file systems and 0 on some (procfs): grow until
-     * readlink leaves room to spare, which means it did not truncate. */
-    size_t size = (size_t)st->st_size + 1 > 256 ? (size_t)st->st_size + 1 : 256;
-    char *target = NULL;
-    for (;;) {
-        char *bigger = realloc(target, size);
-        if (!bigger) {
-            free(target);
-            fail(err, err_size, "out of memory");
-            return NULL;
-        }
-        target = bigger;
-        ssize_t n = readlink(link, target, size);
-        if (n < 0) {
-            fail(err, err_size, "cannot read the symbolic link %s: %s", link, strerror(errno));
-            free(target);
-            return NULL;
-        }
-        if ((size_t)n < size) {
-            target[n] = '\0';
-            break;
-        }
-        size *= 2;
-    }
-    const char *slash = strrchr(link, '/');
-    if (target[0] == '/' || !slash)
-        return target;
-    size_t dir_len = (size_t)(slash - link) + 1, target_len = strlen(target);
-    char *joined = malloc(dir_len + target_len + 1);
-    if (!joined) {
-        fail(err, err_size, "out of memory");
-    } else {
-        memcpy(joined, link, dir_len);
-        memcpy(joined + dir_len, target, target_len + 1);
-    }
-    free(target);
-    return joined;
-}
-
-/* Follows symbolic links from `path` to the file a write lands on, as open() would, and
- * refuses it unless it is a regular file or does not exist yet (a dangling link names the file
- * to create). Returns a malloc'd path; *exists and *st describe that file. NULL with a message
- * on failure. */
-static char *resolve_output(const char *path, struct stat *st, int *exists, char *err, size_t err_size)
-{
-    enum { MAX_LINKS = 40 }; /* Linux's limit on links followed in one lookup */
-    size_t len = strlen(path);
-    char *current = malloc(len + 1);
-    if (!current) {
-        fail(err, err_size, "out of memory");
-        return NULL;
-    }
-    memcpy(current, path, len + 1);
-    for (int links = 0;; links++) {
-        if (lstat(current, st) != 0) {
-            if (errno == ENOENT) {
-                *exists = 0;
-                return current;
-            }
-            fail(err, err_size, "cannot examine %s: %s", current, strerror(errno));
-            break;
-        }
-        if (!S_ISLNK(st->st_mode)) {
-            *exists = 1;
-            if (S_ISREG(st->st_mode))
-                return current;
-            fail(err, err_size, "%s is %s: a .npy file is written only to a regular file or a new path",
-                 current, file_kind(st->st_mode));
-            break;
-        }
-        if (links == MAX_LINKS) {
-            fail(err, err_size, "%s: more than %d levels of symbolic links", path, MAX_LINKS);
-            break;
-        }
-        char *next = link_target(current, st, err, err_size);
-        free(current);
-        if (!(current = next))
-            return NULL;
-    }
-    free(current);
-    return NULL;
-}
-
-int npy_check_output(const char *path, char *err, size_t err_size)
-{
-    if (!path || !*path)
-        return fail(err, err_size, "no output path");
-    struct stat st;
-    int exists = 0;
-    char *target = resolve_output(path, &st, &exists, err, err_size);
-    if (!target)
-        return -1;
-    char *slash = strrchr(target, '/');
-    const char *dir = slash == target ? "/" : slash ? target : ".";
-    if (slash && slash != target)
-        *slash = '\0';
-    int rc = 0;
-    if (access(dir, W_OK | X_OK) != 0)
-        rc = fail(err, err_size, "cannot write into directory '%s': %s", dir, strerror(errno));
-    free(target);
-    return rc;
-}
-
-/* Gives the temporary file the owner and permissions of the file it replaces, as a write in
- * place would have kept them. Only root may give a file away: for anyone else the change of
- * owner fails with EPERM, and the file is theirs, as a new file would be. */
-static int keep_attributes(int fd, const struct stat *old)
-{
-    if ((old->st_uid != geteuid() || old->st_gid != getegid()) && fchown(fd, old->st_uid, old->st_gid) != 0 &&
-        errno != EPERM)
-        return -1;
-    /* After the change of owner, which clears set-user-ID and set-group-ID bits. */
-    return fchmod(fd, old->st_mode & 07777);
-}
-
-int npy_write_f32(const char *path, const size_t *shape, size_t ndim, const float *data, char *err,
-                  size_t err_size)
-{
-    if (!path || (ndim && !shape) || ndim > NPY_MAX_DIMS)
-        return fail(err, err_size, "invalid arguments to the .npy writer");
-    npy_header h = {.ndim = ndim, .dtype = NPY_F32};
-    for (size_t i = 0; i < ndim; i++)
-        h.shape[i] = shape[i];
-    size_t count = 0;
-    if (element_count(&h, &count, err, err_size))
-        return -1;
-    if (count && !data)
-        return fail(err, err_size, "no data to write");
-    struct stat old;
-    int exists = 0;
-    char *target = resolve_output(path, &old, &exists, err, err_size);
-    if (!target)
-        return -1;
-    size_t tmp_size = strlen(target) + 32;
-    char *tmp = malloc(tmp_size);
-    if (!tmp) {
-        free(target);
-        return fail(err, err_size, "out of memory");
-    }
-    /* Beside the target, so that the rename stays in one file system and one directory. A
-     * replacement starts private and gets the old file's mode before any data is written. */
-    snprintf(tmp, tmp_size, "%s.tmp.%ld", target, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, exists ? 0600 : 0666);
-    int rc = -1;
-    if (fd < 0) {
-        fail(err, err_size, "cannot create a temporary file beside %s: %s", target, strerror(errno));
-        goto done;
-    }
-    rc = exists ? keep_attributes(fd, &old) : 0;
-    if (rc == 0)
-        rc = write_image(fd, shape, ndim, count, data);
-    int saved = errno;
-    if (close(fd) != 0 && rc == 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (rc == 0 && rename(tmp, target) != 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (rc != 0) {
-        unlink(tmp);
-        fail(err, err_size, "cannot write %s: %s", target, strerror(saved));
-    }
-done:
-    free(tmp);
-    free(target);
-    return rc;
 }
