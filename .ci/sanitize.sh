@@ -24,8 +24,8 @@ fi
 # LeakSanitizer's tracer thread now and then dies while it stops the process's threads for the
 # exit-time leak check ("Tracer caught signal 11", then "LeakSanitizer has encountered a fatal
 # error"), after the test itself passed: a known fault of the sanitizer runtime
-# (google/sanitizers#1353). Seen in 4 of the 5 CI runs of session 7, always in test_small_shapes's
-# first run (cold program cache, inside the parallel suite), never in 13 runs outside it.
+# (google/sanitizers#1353). It shows in test_small_shapes's first run (cold program cache,
+# inside the parallel suite), not outside it.
 # Only then are the failed tests run again (up to 3 times each, alone, on a warm cache, where it
 # has not been seen), and those runs decide; any other failure stands.
 if grep -q "Tracer caught signal" "$log"; then

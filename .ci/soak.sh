@@ -13,6 +13,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 "${1:-build}/tools/iha" soak --seconds 40 --warmup 10 --contexts none
 # Owned contexts: the leak this gates was CLBlast keeping every freed cl_context (~1.7 MiB each,
 # hundreds of MiB in 30 s). A context per call also shows the ~3-5 KiB per context that borrowed
-# contexts show (BENCHMARKS.md, "Soak"): ~700 contexts put that at the default 4 MiB limit, and
-# the stage failed on it 2 times in 3 at the end of session 4, so this mode allows 16 MiB.
+# contexts show (BENCHMARKS.md, "Soak"): ~700 contexts put that at the default 4 MiB limit, so
+# this mode allows 16 MiB.
 "${1:-build}/tools/iha" soak --seconds 30 --warmup 10 --contexts owned --max-growth-mib 16

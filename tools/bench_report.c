@@ -61,7 +61,7 @@ static const char *source_words(int source)
 }
 
 /* "  configuration  ATT_ROWS=4 ... (source)", and under the safe fallback a warning that the
- * rate is not the kernel's: sessions once read that fallback's speed as a compiler problem. */
+ * rate is not the kernel's: a fallback's speed is easily mistaken for the kernel's. */
 static void print_choice(const bench_choice *c)
 {
     if (!c->found) return;

@@ -33,9 +33,9 @@ static const iha_tune_key keys[] = {
 
 /* Private state per work-item: queries and accumulators of ROWS*TILES rows of d floats each,
  * at most 32 KiB of each (32 rows at d = 128). On PoCL that state lives on the stack and
- * 4 x 8 tiles at d = 128 compile to the same 256-bit code as 4 x 4 (BENCHMARKS.md, session 12:
- * the "cliff" once blamed on PoCL was this constraint's safe fallback); devices that keep
- * private memory in registers are steered by measurement, like any other candidate. */
+ * 4 x 8 tiles at d = 128 compile to the same 256-bit code as 4 x 4 (BENCHMARKS.md, "Kernel
+ * versions"); a configuration this constraint refuses runs the safe fallback instead. Devices
+ * that keep private memory in registers are steered by measurement, like any other candidate. */
 static int tile_fits(const long *v) { return v[0] * v[1] <= 32 && v[0] * v[1] * v[2] <= 4096; }
 /* A vector wider than the head wastes its lanes. */
 static int vector_fits_head(const long *v) { return v[0] <= (iha__pow2_ceil(v[1]) > 4 ? iha__pow2_ceil(v[1]) : 4); }
