@@ -27,8 +27,8 @@ for target in fuzz_npy fuzz_api fuzz_profile; do
   [ "$target" = fuzz_npy ] || asan=fast_unwind_on_malloc=0
   t=$SECONDS
   # Warm-up: the seeds once each, without the per-input timeout. With cold caches the first
-  # inputs of the OpenCL targets wait for PoCL to compile whole programs (measured up to 100 s
-  # under load), which the 60 s hang detector below would report as a timeout.
+  # inputs of the OpenCL targets wait for PoCL to compile whole programs, which can outlast the
+  # 60 s hang detector below under load.
   if [ "$target" != fuzz_npy ]; then
     ASAN_OPTIONS=$asan "$build/tests/fuzz/$target" -timeout=1200 "tests/fuzz/corpus/${target#fuzz_}"/* \
       > "$build/$target.warmup.log" 2>&1 || { failed=1; echo "fuzz: $target FAILED on its seeds:"; tail -40 "$build/$target.warmup.log"; continue; }

@@ -8,23 +8,23 @@
 #      tails, every mask, windows, P = 1 and P > 1, odd d, d = 1 and d > 128, in both launch
 #      geometries (GPU and CPU), each output checked against the float64 reference, and the
 #      copy and attention-loops measurement kernels;
-#   2. tests/test_decode, tests/test_mha, tests/test_errors, tests/test_half (the half
-#      conversions and the half-weight GEMV) and tests/test_nonfinite (NaN and infinities reach
+#   2. tests/test_decode, tests/test_mha, tests/test_errors, tests/test_buffer_sizes,
+#      tests/test_half (the half conversions and the half-weight GEMV) and tests/test_nonfinite (NaN and infinities reach
 #      exactly the outputs float64 makes non-finite): the decoding kernels, and
 #      numeric and refusal tests on a second, strict OpenCL implementation (anything passing
-#      on PoCL but not here is a portability bug). Memory checks only: with --data-races the
-#      decoding test alone takes 3-5 minutes (its kernels use no local memory, barriers or
-#      atomics);
+#      on PoCL but not here is a portability bug). Memory checks only: the decoding
+#      kernels use no local memory, barriers or atomics, and race detection would multiply
+#      the stage's time;
 #   3. tests/test_attention_variants with --data-races: every attention variant (register
 #      tiles, local memory, local tiles with register sub-tiles) in several tile
 #      configurations, forced whatever the simulator's built-in (those larger than its local
 #      memory are skipped);
 #   4. tests/test_gemm with --data-races: the library's SGEMM kernel in every tile of its tuning
-#      space on ragged shapes, with buffers that end where their matrices do (~15 s);
+#      space on ragged shapes, with buffers that end where their matrices do;
 #   5. tests/test_backward with --data-races: the attention backward kernels on ragged shapes
-#      under every mask, windows, P = 1, d = 1 to 256 (~10 s); tests/test_layer_backward with
+#      under every mask, windows, P = 1, d = 1 to 256; tests/test_layer_backward with
 #      --data-races: the layer backward's transposes, inverse rotary and mixing gradients, and
-#      the GEMM with beta = 1, on ragged shapes (~30 s);
+#      the GEMM with beta = 1, on ragged shapes;
 #   6. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
 #      other kernels it stops on LLVM's `freeze` instruction ("Unsupported instruction"),
 #      crashes on the whole layer, or (built with -cl-opt-disable) loses track of values
@@ -32,10 +32,9 @@
 # Usage: .ci/oclgrind.sh [build-dir]   (a configured and built release tree; default build)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-build=$(cd "${1:-build}" && pwd)
-logs="$build/oclgrind"
-rm -rf "$logs"
-mkdir -p "$logs"
+# shellcheck source=.ci/stage_logs.sh
+. .ci/stage_logs.sh
+stage_logs oclgrind "${1:-build}"
 export IHA_DEVICE=oclgrind IHA_CACHE_DIR="$logs/cache"
 failed=0
 
@@ -66,6 +65,7 @@ run attention_variants_races --data-races -- "$tests/test_attention_variants"
 run decode -- "$tests/test_decode"
 run mha -- "$tests/test_mha"
 run errors -- "$tests/test_errors"
+run buffer_sizes -- "$tests/test_buffer_sizes"
 run half -- "$tests/test_half"
 run nonfinite -- "$tests/test_nonfinite"
 run gemm_races --data-races -- "$tests/test_gemm"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI stage "package": iha as its users get it. Builds the release tree (reusing build/ from the
 # test stage), installs it into a temporary prefix, checks the shared library's SONAME and that
-# it exports only iha.h's calls, then builds and runs against the install, through
+# it exports only the public headers' calls, then builds and runs against the install, through
 # find_package (examples/, the C++20 consumer of tests/package, the static library inside a
 # shared one) and through pkg-config (C and C++20); then iha as a subproject (FetchContent of
 # the commit, add_subdirectory of the tree); then the Debian packages: built with CPack, unpacked with dpkg -x, an example built and run
@@ -31,22 +31,22 @@ major=${version%%.*}
 lib=$prefix/lib/libiha.so.$version
 [ -f "$lib" ] || fail "no $lib"
 
-step "the shared library: SONAME libiha.so.$major, and exports only the calls of iha.h"
+step "the shared library: SONAME libiha.so.$major, and exports only the calls of the public headers"
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = "libiha.so.$major" ] || fail "SONAME is '$soname', not libiha.so.$major"
 nm -D --defined-only "$lib" | awk '{print $NF}' | sort > "$work/exported"
-grep -E '^IHA_API ' include/iha.h | sed -E 's/\(.*//; s/.*[ *]//' | sort > "$work/declared"
+grep -hE '^IHA_API ' include/iha*.h | sed -E 's/\(.*//; s/.*[ *]//' | sort > "$work/declared"
 if ! diff "$work/declared" "$work/exported" > "$work/symbols.diff"; then
   cat "$work/symbols.diff"
-  fail "exported symbols differ from iha.h's IHA_API declarations (< declared only, > exported only)"
+  fail "exported symbols differ from the IHA_API declarations of include/iha*.h (< declared only, > exported only)"
 fi
-echo "$(wc -l < "$work/exported") symbols, each declared in iha.h"
+echo "$(wc -l < "$work/exported") symbols, each declared in a public header"
 
 step "the header alone: C11, C++17 and C++20 with ${cxx_flags[*]}, g++ and clang++"
 printf '#include <iha.h>\nint main(void) { return iha_version_number() == IHA_VERSION_NUMBER ? 0 : 1; }\n' > "$work/header.c"
 cc -std=c11 "${cxx_flags[@]}" -fsyntax-only -I"$prefix/include" "$work/header.c"
 for cxx in g++ clang++; do
-  command -v "$cxx" > /dev/null || fail "$cxx missing (tools/bootstrap.sh ci-deps installs it)"
+  command -v "$cxx" > /dev/null || fail "$cxx missing (tools/scripts/bootstrap.sh ci-deps installs it)"
   for std in c++17 c++20; do
     "$cxx" -x c++ -std=$std "${cxx_flags[@]}" -fsyntax-only -I"$prefix/include" "$work/header.c"
   done
@@ -121,6 +121,6 @@ if command -v lintian > /dev/null; then
   step "lintian"
   lintian --fail-on error "${debs[@]}" # errors fail the stage; warnings are shown
 else
-  step "lintian: not installed (tools/bootstrap.sh ci-deps installs it), skipped"
+  step "lintian: not installed (tools/scripts/bootstrap.sh ci-deps installs it), skipped"
 fi
 step "ok"

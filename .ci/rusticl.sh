@@ -4,8 +4,8 @@
 # device has GPU-like limits (32 KiB of local memory, work-groups of at most 1024). Its driver
 # ends every kernel's loops after 65535 iterations in all (doc/drivers.md), which the library
 # turns into IHA_ERROR_UNSUPPORTED: test_loop_limit checks that a long sequence is right or
-# refused, never wrong. llvmpipe runs at about 0.1-1 GFLOP/s and compiles each program for tens
-# of seconds, so the stage runs the suites, or the cases of them (IHA_TEST_ONLY, IHA_TEST_SKIP:
+# refused, never wrong. llvmpipe computes three orders of magnitude slower than PoCL and takes
+# long to compile each program, so the stage runs the suites, or the cases of them (IHA_TEST_ONLY, IHA_TEST_SKIP:
 # tests/test_util.h), whose shapes are small:
 #   - test_loop_limit: 2048 virtual tokens right, a longer sequence refused;
 #   - test_small_shapes: every forward kernel on ragged shapes, every mask, windows, both launch
@@ -22,14 +22,13 @@
 # Usage: .ci/rusticl.sh [build-dir]   (a configured and built release tree; default build)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-build=$(cd "${1:-build}" && pwd)
-logs="$build/rusticl"
-rm -rf "$logs"
-mkdir -p "$logs"
+# shellcheck source=.ci/stage_logs.sh
+. .ci/stage_logs.sh
+stage_logs rusticl "${1:-build}"
 unset OCL_ICD_VENDORS
 export RUSTICL_ENABLE=llvmpipe IHA_DEVICE=llvmpipe IHA_CACHE_DIR="$logs/cache"
 if ! "$build/tools/iha" devices 2>/dev/null | grep -q llvmpipe; then
-  echo "rusticl: no llvmpipe device (is mesa-opencl-icd installed? tools/bootstrap.sh ci-deps installs it)"
+  echo "rusticl: no llvmpipe device (is mesa-opencl-icd installed? tools/scripts/bootstrap.sh ci-deps installs it)"
   exit 1
 fi
 failed=0

@@ -5,14 +5,14 @@
 #   - a new context with its own cl_context for every call (an application that creates and
 #     frees contexts: CLBlast's program cache must let freed contexts go, see
 #     src/gemm/clblast_lock.h).
-# A new context per call on one borrowed cl_context still grows ~4.5 KiB per context
-# (BENCHMARKS.md, "Soak") and is not gated.
+# A new context per call on one borrowed cl_context grows by a few KiB per context and is not
+# gated.
 # Usage: .ci/soak.sh [build-dir]   (a built tree; default build)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 "${1:-build}/tools/iha" soak --seconds 40 --warmup 10 --contexts none
-# Owned contexts: the leak this gates was CLBlast keeping every freed cl_context (~1.7 MiB each,
-# hundreds of MiB in 30 s). A context per call also shows the ~3-5 KiB per context that borrowed
-# contexts show (BENCHMARKS.md, "Soak"): ~700 contexts put that at the default 4 MiB limit, so
-# this mode allows 16 MiB.
+# Owned contexts: this gates CLBlast's program cache keeping every freed cl_context (megabytes
+# each). A context per call also shows the few KiB per context that borrowed contexts show, and
+# the hundreds of contexts this mode creates would reach the default 4 MiB limit on that alone,
+# so it allows 16 MiB.
 "${1:-build}/tools/iha" soak --seconds 30 --warmup 10 --contexts owned --max-growth-mib 16

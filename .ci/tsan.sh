@@ -10,15 +10,14 @@
 #   - tests/test_context: two contexts on two threads with other shapes, masks and the
 #     environment's defaults, and the context's lifecycle around PoCL's threads (borrowed
 #     queues whose references PoCL drops from its workers, trimmed workspace, cache files).
-# 35 s on 2 cores from an empty build directory with PoCL's cache warm (.ci/run shares
-# POCL_CACHE_DIR with the release build, whose tests build the same kernels); on a cold PoCL
-# cache test_threads alone takes ~2.5 minutes. Any report fails its test (TSan exits 66).
+# .ci/run shares POCL_CACHE_DIR with the release build, whose tests build the same kernels, so
+# PoCL's compilations are mostly warm here. Any report fails its test (TSan exits 66).
 # .ci/tsan.supp may list races inside PoCL, LLVM, the ICD loader or CLBlast (uninstrumented, not
-# ours); it lists none today.
+# ours); it lists none.
 # GCC 12's TSan needs mmap randomisation of at most 28 bits ("FATAL: ThreadSanitizer: unexpected
 # memory mapping" otherwise, google/sanitizers#1716): on kernels set higher the tests run with
 # ASLR off (setarch -R), which needs personality(2) (refused by some container seccomp profiles).
-# GCC's TSan runtime (libtsan2) comes with build-essential, which tools/bootstrap.sh installs.
+# GCC's TSan runtime (libtsan2) comes with build-essential, which tools/scripts/bootstrap.sh installs.
 # Usage: .ci/tsan.sh [build-dir]   (default build-tsan, relative to the repository)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

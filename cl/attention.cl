@@ -14,7 +14,7 @@
  *  - P.V accumulates into ATT_VD-wide vectors over the head dimension.
  * HEAD_DIM is a compile-time constant so loops over it have known trip counts, and the small
  * loops over rows, keys and chunks are unrolled so the tiles live in registers, not on the stack
- * (measured on PoCL/AVX2: 30 -> 53 GFLOP/s at T=4096, d=64).
+ * (where a tile spills to the stack, every FMA waits on a load).
  * Written for CPUs (PoCL vectorises explicit floatN inside a work-item); it is correct on
  * GPUs, where a variant staging tiles in local memory would be faster. */
 #include "loop_probe.clh"
@@ -43,8 +43,8 @@
 /* 1: each chunk pass of P.V also asks the cache for the same chunk of the next key block's
  * value rows (__builtin_prefetch, a hint that never faults), so the next block's P.V finds
  * them in L1 instead of waiting on L2/L3 for each chunk's first touch; spread over the chunk
- * passes, the hints do not queue up behind each other as one burst per block did (d = 128:
- * +12% for a burst, +13% more spread; BENCHMARKS.md v11, v12). Only clang-based compilers
+ * passes, the hints do not queue up behind each other as one burst per block would (both
+ * help at d = 128; doc/performance.md). Only clang-based compilers
  * know the builtin; elsewhere it is a no-op. */
 #ifndef ATT_PREFETCH
 #define ATT_PREFETCH 0
@@ -233,12 +233,12 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
 
 /* a[r] += P V[:, chunk cv] over the ATT_KB value rows from j0; tail (a constant at each call):
  * cv is the last chunk of a head width that ATT_VD does not divide. The choice is made once per
- * chunk, outside the key loop: a per-key branch between the whole and the tail load made the
- * compiler route every value chunk through the stack (d = 72 ran at half the rate of d = 64
- * and 80). masked (a constant at each call): the block is not visible to every row, so rows are
- * clamped to `last` (padding keys past T) and each product is selected by row r's interval
- * [lo[r], hi[r]]: a masked key's probability is 0, but 0 times an infinite or NaN value is NaN,
- * and SPEC's masked keys contribute nothing. Only a tile's partial blocks pay for the select. */
+ * chunk, outside the key loop: a per-key branch between the whole and the tail load would make
+ * the compiler route every value chunk through the stack, for every head width. masked (a
+ * constant at each call): the block is not visible to every row, so rows are clamped to `last`
+ * (padding keys past T) and each product is selected by row r's interval [lo[r], hi[r]]: a
+ * masked key's probability is 0, but 0 times an infinite or NaN value is NaN, and doc/spec.md's
+ * masked keys contribute nothing. Only a tile's partial blocks pay for the select. */
 static inline __attribute__((always_inline)) void pv_keys(floatV *a, const float *pc, const __global kv_t *vb,
                                                          int j0, int last, int masked, int cv, int tail,
                                                          const int *lo, const int *hi)
@@ -363,10 +363,9 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
     /* Per key block: every tile's scores and softmax, then P.V chunk by chunk over the head
      * dimension with the tiles innermost, so one chunk of the block's value rows (ATT_KB cache
      * lines at ATT_VD = 16) serves every tile while it is in L1. Tile by tile instead, each tile
-     * streamed the whole value block, which at d = 128 (8 KiB of values, 16 KiB of tile state,
-     * 8 KiB of keys) no longer fits L1 and came back from L2 for every tile: 1.3-1.5x slower at
-     * d = 128 (see BENCHMARKS.md, v10). Tile i+1's score FMAs are independent of tile i's
-     * softmax chain, so the two still overlap. */
+     * would stream the whole value block, which at d = 128 (8 KiB of values, 16 KiB of tile
+     * state, 8 KiB of keys) does not fit L1 and would come back from L2 for every tile. Tile
+     * i+1's score FMAs are independent of tile i's softmax chain, so the two still overlap. */
     float pr[ATT_TILES][ATT_ROWS * ATT_KB];
     int blk = lo_min / ATT_KB;
     const int blk_end = hi_max / ATT_KB + 1;
@@ -417,7 +416,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
             }
             const float l = hsum(ts->l[r]);
             /* Every row sees a key, so l = 0 means that no score was finite, and a NaN l that
-             * one was NaN: 1/l then makes the row NaN, as SPEC's float64 softmax is
+             * one was NaN: 1/l then makes the row NaN, as doc/spec.md's float64 softmax is
              * (doc/numerics.md). */
             const float inv = 1.0f / l;
             __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;

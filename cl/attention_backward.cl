@@ -1,4 +1,4 @@
-/* The backward pass of attention over the interleaved virtual sequence (SPEC.md, "The backward
+/* The backward pass of attention over the interleaved virtual sequence (doc/spec.md, "The backward
  * pass", FlashAttention-2 style): the probabilities are recomputed from each row's LSE, so no
  * T x T matrix exists and extra memory is O(B*H*T).
  *   Pr[t][u] = exp(scale * q_t . k_u - LSE[t]) on visible pairs, Dt[t] = dO[t] . O[t],
@@ -10,7 +10,8 @@
  * private float4 arrays of HEAD_DIM (a compile-time constant) and walks the other side's rows
  * in order, which streams them through the cache. This is the straightforward form of the
  * algorithm, right on every device and head width: GPUs run it, and CPUs for widths that 16
- * does not divide; other CPUs run cl/attention_backward_tiles.cl (BENCHMARKS.md, "Backward"). */
+ * does not divide; other CPUs run cl/attention_backward_tiles.cl, whose register tiles reuse
+ * each loaded row across many pairs. */
 #include "loop_probe.clh"
 
 #ifndef HEAD_DIM

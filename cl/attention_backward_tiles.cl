@@ -9,14 +9,14 @@
  * A work-item owns every SEGMENTS-th group of BW_ROWS * BW_TILES keys of one (b, h) and one
  * partial dq of the whole sequence, so no two work-items write the same float;
  * attention_bwd_dq_sum_f32 then adds the SEGMENTS partials into dq. Each pair costs 10*d
- * FLOPs, where a dq pass of its own would recompute S and dP (14*d; BENCHMARKS.md, "Backward").
+ * FLOPs, where a dq pass of its own would recompute S and dP (14*d).
  * Scores are in base 2 with scale * log2(e) folded into the key rows, and lse (natural log) is
  * turned into base 2 once per lane, so no exponential needs a running maximum: every exponent
  * is at most ~0. Blocks outside a tile's queries (masks.clh's seeing_queries) are skipped.
  * Any HEAD_DIM: rows are kept and summed in chunks of 16 floats (ROWPAD, zero-padded), and the
  * last chunk of a width that 16 does not divide is loaded and stored as its TAIL elements
  * (whole 4- and 8-float vectors where TAIL allows), decided once per chunk pass, outside the
- * query loop, as the forward's v13 does (BENCHMARKS.md). */
+ * query loop, as the forward's P.V does. */
 #include "loop_probe.clh"
 
 #ifndef HEAD_DIM
@@ -28,7 +28,7 @@
 #endif
 /* Register tiles per work-item. They take turns on each block while it is in cache, so the
  * packed blocks and the rows stream from memory once per BW_ROWS * BW_TILES rows, not once per
- * tile: at d = 128, T = 8192 one tile per work-item ran at a third of the speed of d = 64. */
+ * tile: with one tile per work-item, wide heads would wait on that stream. */
 #ifndef BW_TILES
 #define BW_TILES 4
 #endif
@@ -91,7 +91,7 @@ typedef struct bw_span {
  * tail (a constant at each call): cv is the last, partial chunk. masked (a constant at each
  * call): the block is not wholly visible to the tile, so each product is selected by row r's
  * interval in sp: a masked pair's weight is 0, but 0 times an infinite or NaN row is NaN, and
- * SPEC's masked pairs contribute nothing. */
+ * doc/spec.md's masked pairs contribute nothing. */
 static inline __attribute__((always_inline)) void chunk_keys(float16 *a, const float *wc, const __global float *rows,
                                                             int j0, int last, int cv, int tail, int masked,
                                                             const bw_span *sp)

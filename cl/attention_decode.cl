@@ -1,9 +1,16 @@
 /* Decoding: few query rows against a long cache, with attention.cl's register tiles and online
  * softmax. A file of its own so that layer calls never compile these kernels: PoCL compiles
  * every kernel of a program when the library fetches the program's binary for the disk cache,
- * and inside attention.cl they added 2-5 s to a layer's empty-cache first call (BENCHMARKS.md). */
+ * and inside attention.cl they would lengthen every layer's empty-cache first call. */
 #include "loop_probe.clh"
 #include "attention.cl"
+
+/* 1: the cache is a ring of t_max rows, t_max a multiple of ATT_KB (src/layer/kv_cache.h):
+ * virtual position u sits at row u mod t_max, and a sequence's splits cover the blocks from its
+ * oldest held row, max(0, T - t_max), on. */
+#ifndef KV_RING
+#define KV_RING 0
+#endif
 
 /* acc += P V over the whole head dimension for one tile (decoding's single tile). */
 static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const float *pr, const __global kv_t *vb,
@@ -24,6 +31,23 @@ static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __
     else
         tile_pv(ts, pr, vb, j0, min(j0 + ATT_KB, T) - 1, 1);
 }
+
+#if KV_RING
+/* Moves the tile's visible intervals by -delta: with positions from delta on at ring row u - delta,
+ * tile_step's key j0 is a row of the ring. */
+static inline void tile_shift(tile_state *ts, int delta)
+{
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS; ++r) {
+        ts->lo[r] -= delta;
+        ts->hi[r] -= delta;
+    }
+    ts->lo_min -= delta;
+    ts->lo_max -= delta;
+    ts->hi_min -= delta;
+    ts->hi_max -= delta;
+}
+#endif
 
 /* The cache holds keys in attention.cl's key-block layout, [B*H][ceil(t_max/KB)][HEAD_DIM][KB], and
  * values in rows [B*H][t_max][HEAD_DIM]. So that a long cache fills the device, the key blocks of
@@ -53,13 +77,19 @@ __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off,
     const int T = (n0 + count) * P; /* the sequence's virtual length after this step */
     const int active = count * P;
 
+#if KV_RING
+    const int base = max(0, T - t_max) / ATT_KB;
+#else
+    const int base = 0;
+#endif
+
     tile_state ts;
     int first = T, last = -1; /* key blocks to visit */
     if (r0 < active) {
         tile_init(&ts, q + q_off + ((size_t)bh * rows + r0) * HEAD_DIM, n0 * P + r0, active - r0, T, P, mask, window,
                   scale_log2);
-        first = max(s * split_blocks, ts.lo_min / ATT_KB);
-        last = min((s + 1) * split_blocks - 1, ts.hi_max / ATT_KB);
+        first = max(base + s * split_blocks, ts.lo_min / ATT_KB);
+        last = min(base + (s + 1) * split_blocks - 1, ts.hi_max / ATT_KB);
     } else {
         for (int r = 0; r < ATT_ROWS; ++r) {
             ts.m[r] = -INFINITY;
@@ -70,10 +100,24 @@ __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off,
     const int t_blocks = (t_max + ATT_KB - 1) / ATT_KB;
     const __global kv_t *kb = kc + (size_t)bh * t_blocks * HEAD_DIM * ATT_KB;
     const __global kv_t *vb = vc + (size_t)bh * t_max * HEAD_DIM;
-    int blk = first;
+    int blk = first, shift = 0;
+#if KV_RING
+    /* The blocks from `first` lie in at most two laps of the ring. */
+    if (first <= last) {
+        shift = first / t_blocks * t_max;
+        tile_shift(&ts, shift);
+    }
+#endif
     for (; blk <= last + IHA_PROBE_PAST; ++blk) {
         IHA_PROBE_SKIP_PAST(blk > last);
-        tile_step(&ts, kb + (size_t)blk * HEAD_DIM * ATT_KB, vb, blk * ATT_KB, T);
+#if KV_RING
+        if (blk * ATT_KB - shift == t_max) {
+            tile_shift(&ts, t_max);
+            shift += t_max;
+        }
+#endif
+        const int j0 = blk * ATT_KB - shift;
+        tile_step(&ts, kb + (size_t)(j0 / ATT_KB) * HEAD_DIM * ATT_KB, vb, j0, T - shift);
     }
     IHA_PROBE_EXPECT(blk >= last + 1 + IHA_PROBE_PAST);
 

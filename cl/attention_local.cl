@@ -13,16 +13,11 @@
  *
  * Inputs are those of attention_fwd_f32: queries and values as rows [B*H][T][HEAD_DIM], keys in
  * the key-block layout [B*H][ceil(T/ATT_KB)][HEAD_DIM][ATT_KB]. Masks and windows are the
- * per-row visible interval [lo, hi] of SPEC; key tiles outside the work-group's union of
+ * per-row visible interval [lo, hi] of doc/spec.md; key tiles outside the work-group's union of
  * intervals are skipped, tiles outside one row's interval are skipped by that row. */
 #include "loop_probe.clh"
+#include "attention_args.clh"
 
-#ifndef HEAD_DIM
-#error "HEAD_DIM must be defined"
-#endif
-#ifndef ATT_KB
-#define ATT_KB 16 /* keys per block of the packed key layout */
-#endif
 #ifndef LOC_ROWS
 #define LOC_ROWS 64 /* work-items per work-group = query rows per work-group */
 #endif
@@ -39,7 +34,6 @@
 #if LOC_KEYS % LOC_CHUNK != 0
 #error "LOC_KEYS must be a multiple of LOC_CHUNK"
 #endif
-#include "attention_args.clh"
 #include "masks.clh"
 
 __kernel __attribute__((reqd_work_group_size(LOC_ROWS, 1, 1)))
@@ -87,8 +81,8 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
         if (!active || j0 > range.y || j0 + LOC_KEYS - 1 < range.x) continue;
 
         /* Keys in chunks of LOC_CHUNK: only one chunk's scores are live, so private state is the
-         * query row, acc and LOC_CHUNK scores rather than LOC_KEYS (on an H200 at d=64: 9.4
-         * against 8.8 TFLOP/s with the whole tile's scores, BENCHMARKS.md). A chunk with no
+         * query row, acc and LOC_CHUNK scores rather than LOC_KEYS, which leaves registers for
+         * more work-items in flight. A chunk with no
          * visible key changes nothing and is skipped. */
         for (int j1 = 0; j1 < LOC_KEYS; j1 += LOC_CHUNK) {
             if (j0 + j1 > range.y || j0 + j1 + LOC_CHUNK - 1 < range.x) continue;
@@ -116,7 +110,7 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
             for (int jj = 0; jj < LOC_CHUNK; ++jj) {
                 const int key = j0 + j1 + jj;
                 /* Masked keys (padding included) are skipped: 0 times an infinite or NaN value
-                 * would be NaN, and SPEC's masked keys contribute nothing. */
+                 * would be NaN, and doc/spec.md's masked keys contribute nothing. */
                 if (key < range.x || key > range.y) continue;
                 const float p = exp2(s[jj] - base);
                 l += p;

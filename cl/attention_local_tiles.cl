@@ -5,24 +5,19 @@
  * tx, tx + NX, ... of the same rows.
  *
  * Why: attention_local.cl gives each work-item one whole row, so every FMA needs a load from
- * local memory (the key or value element), and local memory, not arithmetic, bounds it (0.15 of
- * an H200's FMA peak at d = 64, BENCHMARKS.md "GPU"). Here a score sub-tile takes 16 FMAs per two
+ * local memory (the key or value element), and local memory, not arithmetic, bounds it, far
+ * below a GPU's FMA peak. Here a score sub-tile takes 16 FMAs per two
  * float4 loads (4 rows of the query tile, 4 keys), and the output sub-tile 4 FMAs per value
  * element loaded (the 4 probabilities come in one float4). The price is the query tile in local
  * memory and row maxima and sums reduced across the NX work-items that share a row.
  *
  * Inputs and outputs are those of attention_fwd_f32 and attention_fwd_local_f32: queries and
  * values as rows [B*H][T][HEAD_DIM], keys in the key-block layout [B*H][ceil(T/ATT_KB)][HEAD_DIM]
- * [ATT_KB]. Masks and windows are the per-row visible interval [lo, hi] of SPEC; key tiles outside
+ * [ATT_KB]. Masks and windows are the per-row visible interval [lo, hi] of doc/spec.md; key tiles outside
  * the work-group's union of intervals are skipped. */
 #include "loop_probe.clh"
+#include "attention_args.clh"
 
-#ifndef HEAD_DIM
-#error "HEAD_DIM must be defined"
-#endif
-#ifndef ATT_KB
-#define ATT_KB 16 /* keys per block of the packed key layout */
-#endif
 #ifndef TILE_ROWS
 #define TILE_ROWS 64 /* query rows per work-group, a multiple of 4 */
 #endif
@@ -39,7 +34,6 @@
 #define DP ((HEAD_DIM + NX - 1) / NX * NX)         /* head width padded to whole column sets */
 #define CW (DP / NX)                                /* output columns per work-item */
 
-#include "attention_args.clh"
 #include "masks.clh"
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
@@ -148,7 +142,7 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
             for (int i = 0; i < CW; ++i) acc[r][i] *= corr[r];
         }
         /* A masked key's probability is 0, but 0 times an infinite or NaN value is NaN and
-         * SPEC's masked keys contribute nothing: where some key of the tile is masked for one of
+         * doc/spec.md's masked keys contribute nothing: where some key of the tile is masked for one of
          * this work-item's rows, each product is selected by the row's interval. */
         int whole = 1;
         for (int r = 0; r < 4; ++r) whole &= j0 >= range[r].x && j0 + TILE_KEYS - 1 <= range[r].y;

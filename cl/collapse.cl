@@ -98,8 +98,8 @@ __kernel void collapse_heads_rows_f32(__global const float *o, ulong o_off, __gl
      * tensor does: every token but the last one or few of each sequence, which take the element
      * path (P = 1 and identity: the same bound on row n). Two calls rather than one with a
      * run-time `whole`: where whole == d the compiler sees the store's test (c + COLLAPSE_VEC <= d)
-     * in the loads and the code is the old one; a `whole` of its own in every load (one loop, or
-     * whole chunks and the tail in loops of their own) mixed d = 64 and d = 80 10-20% slower. */
+     * in the loads and the loop stays the plain one; a `whole` of its own in every load (one loop,
+     * or whole chunks and the tail in loops of their own) slows d = 64 and d = 80 down. */
     const int up = (d + COLLAPSE_VEC - 1) / COLLAPSE_VEC * COLLAPSE_VEC;
     if (up == d || (size_t)up > ((size_t)N * P - (size_t)n * P - (size_t)(P - 1)) * d)
         collapse_token(o, o_off, r, r_off, identity, y, y_off, N, H, d, P, n, b, d);

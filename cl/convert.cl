@@ -18,30 +18,22 @@
 __kernel void convert_half_to_float(__global const half *src, ulong src_off, __global float *dst, ulong dst_off,
                                     ulong n IHA_PROBE_PARAMS)
 {
-    const ulong i = (ulong)get_global_id(0) * CONVERT_VEC;
-    if (i >= n) return;
-    src += src_off + i;
-    dst += dst_off + i;
-    if (i + CONVERT_VEC <= n) {
-        CAT(vstore, CONVERT_VEC)(CAT(vload_half, CONVERT_VEC)(0, src), 0, dst);
-        return;
-    }
-    for (ulong j = 0; i + j < n; ++j) dst[j] = vload_half(j, src);
+    const ulong i = (ulong)get_global_id(0) * CONVERT_VEC, src_i = src_off + i, dst_i = dst_off + i;
+    if (i + CONVERT_VEC <= n)
+        CAT(vstore, CONVERT_VEC)(CAT(vload_half, CONVERT_VEC)(0, src + src_i), 0, dst + dst_i);
+    else
+        for (ulong j = i; j < n; ++j) dst[dst_off + j] = vload_half(src_off + j, src);
     IHA_PROBE_CHECK();
 }
 
 __kernel void convert_float_to_half(__global const float *src, ulong src_off, __global half *dst, ulong dst_off,
                                     ulong n IHA_PROBE_PARAMS)
 {
-    const ulong i = (ulong)get_global_id(0) * CONVERT_VEC;
-    if (i >= n) return;
-    src += src_off + i;
-    dst += dst_off + i;
-    if (i + CONVERT_VEC <= n) {
-        CAT(vstore_half, CONVERT_VEC)(CAT(vload, CONVERT_VEC)(0, src), 0, dst);
-        return;
-    }
-    for (ulong j = 0; i + j < n; ++j) vstore_half(src[j], j, dst);
+    const ulong i = (ulong)get_global_id(0) * CONVERT_VEC, src_i = src_off + i, dst_i = dst_off + i;
+    if (i + CONVERT_VEC <= n)
+        CAT(vstore_half, CONVERT_VEC)(CAT(vload, CONVERT_VEC)(0, src + src_i), 0, dst + dst_i);
+    else
+        for (ulong j = i; j < n; ++j) vstore_half(src[src_off + j], dst_off + j, dst);
     IHA_PROBE_CHECK();
 }
 

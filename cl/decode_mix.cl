@@ -6,6 +6,18 @@
  * count are skipped (their query rows are written as 0). One (token, head) per work-item. */
 #include "loop_probe.clh"
 
+/* 1: the cache is a ring of t_max rows (src/layer/kv_cache.h): position pos at row pos mod
+ * t_max, and the rotary rows come by the step's token, [B][k*P][2][d/2], since positions
+ * outgrow any table. */
+#ifndef KV_RING
+#define KV_RING 0
+#endif
+#if KV_RING
+#define ROPE_ROW(b, j, p, pos) (((size_t)(b) * k + (j)) * P + (p))
+#else
+#define ROPE_ROW(b, j, p, pos) ((size_t)(pos))
+#endif
+
 /* Cache storage: 1 stores half with vstore_half (core OpenCL, no cl_khr_fp16 needed). */
 #ifndef CACHE_HALF
 #define CACHE_HALF 0
@@ -29,13 +41,13 @@ static inline float mixed(const __global float *row, const __global float *alpha
     return acc;
 }
 
-/* Writes pseudo-head row (t = n*P + p) of one token into out[c * stride] for c < d, rotated at
- * virtual position `pos` when rope is given. */
+/* Writes pseudo-head row (t = n*P + p) of one token into out[c * stride] for c < d, rotated by
+ * the rotary table's row `rope_row` (position pos) when rope is given. */
 #define MIX_ROW(STORE)                                                                               \
     do {                                                                                             \
         const int pairs = d / 2;                                                                     \
         if (use_rope) {                                                                              \
-            const __global float *cs = rope + (size_t)pos * d;                                       \
+            const __global float *cs = rope + rope_row * d;                                           \
             for (int c = 0; c < pairs; ++c) {                                                        \
                 const float x0 = mixed(row, alpha, identity, h, p, H, P, d, c);                     \
                 const float x1 = mixed(row, alpha, identity, h, p, H, P, d, c + pairs);             \
@@ -66,7 +78,7 @@ __kernel void decode_mix_queries_f32(__global const float *src, ulong src_off, /
             for (int c = 0; c < d; ++c) out[c] = 0.0f;
             continue;
         }
-        const int pos = (n0 + j) * P + p;
+        const size_t rope_row = ROPE_ROW(b, j, p, (n0 + j) * P + p);
 #define STORE_Q(x, c) (out[(c)] = (x))
         MIX_ROW(STORE_Q);
 #undef STORE_Q
@@ -90,11 +102,17 @@ __kernel void decode_mix_cache(__global const float *src, ulong src_off, /* [B][
     alpha += alpha_off;
     for (int p = 0; p < P; ++p) {
         const int pos = (n0 + j) * P + p;
+        const size_t rope_row = ROPE_ROW(b, j, p, pos);
+#if KV_RING
+        const int at = pos % t_max;
+#else
+        const int at = pos;
+#endif
         /* Element c of this row sits at base + c * stride. */
-        size_t base = ((size_t)bh * t_max + pos) * d, stride = 1;
+        size_t base = ((size_t)bh * t_max + at) * d, stride = 1;
         if (key_block) {
             const int blocks = (t_max + key_block - 1) / key_block;
-            base = ((size_t)bh * blocks + pos / key_block) * d * key_block + pos % key_block;
+            base = ((size_t)bh * blocks + at / key_block) * d * key_block + at % key_block;
             stride = (size_t)key_block;
         }
 #define STORE_C(x, c) CACHE_STORE((x), base + (size_t)(c) * stride, cache)

@@ -12,8 +12,7 @@
  *    read or written;
  *  - with GEMM_PACKED, B comes packed by gemm_pack_b_f32 as [ceil(n / GEMM_VW)][k][GEMM_VW]
  *    (zeros past n): a panel is then contiguous. Unpacked, a panel's rows lie ldb floats apart, and where
- *    ldb is a power of two they all fall into the same few cache sets (at 1024 x 1024 x 1024 on
- *    Zen 3: 65 GFLOP/s, against 105 with ldb = 1040).
+ *    ldb is a power of two they all fall into the same few cache sets and evict each other.
  * Written for CPUs (PoCL vectorises explicit floatN inside a work-item; AVX2's 16 registers
  * hold the 6 x 16 tile's 12 halves, one row of B and a broadcast). It is correct on GPUs, where
  * CLBlast's local-memory kernels are faster. */

@@ -1,4 +1,4 @@
-/* The layer backward's small steps around the attention backward (SPEC "The backward pass"):
+/* The layer backward's small steps around the attention backward (doc/spec.md, "The backward pass"):
  * transposes for the weight gradients' products, the inverse rotary of dQt and dKt, and the
  * gradients of the mixing and collapse matrices. All memory-bound or small next to the
  * attention step; written for clarity and correctness on every device. */
@@ -26,7 +26,7 @@ __kernel void transpose_f32(int rows, int cols, __global const float *src, ulong
     IHA_PROBE_CHECK();
 }
 
-/* The gradient through SPEC step 3's rotation, in place on rows x [rows][d] (row index
+/* The gradient through doc/spec.md's step 3 rotation, in place on rows x [rows][d] (row index
  * bh * T + t, virtual position t): the rotation is orthogonal, so its gradient is the inverse
  * rotation, (g_i, g_{i+d/2}) -> (g_i cos + g_{i+d/2} sin, g_{i+d/2} cos - g_i sin). table is
  * the forward's [T][2][d/2] (cosines, then sines). A work-item per (pair i, row). */
@@ -44,7 +44,7 @@ __kernel void rope_inverse_f32(__global float *x, ulong x_off, ulong rows, __glo
     IHA_PROBE_CHECK();
 }
 
-/* The mixing and collapse matrices' gradients share one form (SPEC):
+/* The mixing and collapse matrices' gradients share one form (doc/spec.md):
  *   G[i][j][p] = sum over b, n, c of A[b][n][i][c] * V[b][j][n*P+p][c]
  * with A a token tensor [B][N][H][d] and V a virtual one [B][H][T][d]:
  *   dR      = G(dY, O)    (i = target head h, j = source head m)

@@ -1,17 +1,19 @@
 /* The device's peak FMA rate (src/measure/peak_fma.c): each work-item keeps FMA_CHAINS
  * independent chains of floatFMA_WIDTH values in registers and advances every chain by one
  * FMA per iteration, so that the FMA units never wait for a result (a chain's next FMA needs its
- * previous one: latency times throughput chains hide it, about 8 of 8-wide on an AVX2 core with
- * two FMA pipes of latency 4). Explicit vectors inside a work-item let PoCL emit one ymm/zmm FMA
- * per operation without having to vectorise across work-items. */
+ * previous one: latency times issue rate chains hide it, 8 on a core with two FMA pipes of
+ * latency 4). Explicit vectors inside a work-item let PoCL emit one full-width ymm or zmm FMA per
+ * operation without having to vectorise across work-items; a vector narrower than the device's
+ * registers (float8 on AVX-512) measures half the peak. */
 #include "loop_probe.clh"
 
-/* Lanes per chain: 8 fills one AVX2 register, 16 one AVX-512 register or two AVX2 ones. */
+/* Lanes per chain: one register of the device (the host passes its preferred float vector
+ * width): 8 fills an AVX2 register, 16 an AVX-512 one. */
 #ifndef FMA_WIDTH
-#define FMA_WIDTH 8
+#define FMA_WIDTH 16
 #endif
-/* Independent chains per work-item: 12 of float8 leave 4 of AVX2's 16 registers for the
- * constants and the loop. */
+/* Independent chains per work-item: 12 hide a latency of up to 6 cycles on two FMA pipes, and
+ * with the two constants take 14 registers, within AVX2's 16 and AVX-512's 32. */
 #ifndef FMA_CHAINS
 #define FMA_CHAINS 12
 #endif

@@ -2,7 +2,7 @@
  * (b, h)'s T x T score matrix S, in place. Visible entries become softmax probabilities, masked
  * ones 0, so that a plain GEMM of S with Vt gives the attention output.
  *
- * Under every mask and window of SPEC.md the keys a query sees form one contiguous range
+ * Under every mask and window of doc/spec.md the keys a query sees form one contiguous range
  * [lo, hi) of virtual positions, so the row needs no per-element mask test. */
 #include "loop_probe.clh"
 
@@ -68,7 +68,7 @@ measure_softmax_rows_f32(__global float *s, ulong s_off, int T, int P, int mask,
     }
     red[lid] = sum;
     REDUCE(red, lid, OP_ADD);
-    /* A row with no visible key cannot occur under SPEC's masks; it would get zeros. */
+    /* A row with no visible key cannot occur under doc/spec.md's masks; it would get zeros. */
     const float inv = red[0] > 0.0f ? 1.0f / red[0] : 0.0f;
 
     /* Each visible entry is scaled by the work-item that wrote it above, and the masked ones

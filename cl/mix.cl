@@ -114,8 +114,8 @@ __kernel void mix_heads_rows_f32(__global const float *src, ulong src_off, __glo
         } else {
             /* The chunks that MIX_VEC fills, then the tail, in loops of their own, and the tail's
              * whole-load limit worked out only here: with the test in one loop over all chunks
-             * (and the limit live across it) the compiler kept a stride of the loop over heads on
-             * the stack, and d = 64 mixed 7% slower than before. */
+             * (and the limit live across it) the compiler keeps a stride of the loop over heads on
+             * the stack, which slows d = 64 down. */
             int c = 0;
             for (; c + MIX_VEC <= d; c += MIX_VEC)
                 store_cols(out, bh, t, c, mix_whole(row, a, identity, h, H, P, d, c), d, T, d, key_block);

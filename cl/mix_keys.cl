@@ -2,7 +2,7 @@
  * block per work-item: the block's mixed rows are gathered in a private array, then each 8x8
  * piece is transposed in registers (store_transposed8) so that each of the block's columns
  * (MIX_KB consecutive floats of the key-block layout) is written with vector stores;
- * mix_heads_rows_f32 would scatter every element MIX_KB floats apart (measured 4x slower). */
+ * mix_heads_rows_f32 would scatter every element MIX_KB floats apart, one store each. */
 #include "loop_probe.clh"
 
 #include "mix_common.clh"
@@ -19,7 +19,7 @@
  * of the key-block columns: column i goes to out[(c0 + i) * MIX_KB + first, + 8). An 8x8
  * transpose in registers (unpack, shuffle, 128-bit permute, which is what the swizzles below
  * compile to on AVX2) instead of 64 extracts and scalar stores through private memory, which
- * took most of this kernel's time. */
+ * would take most of this kernel's time. */
 static inline void store_transposed8(__global float *out, const float8 *r, int c0, int cols, int first)
 {
     float8 t[8], u[8];
@@ -98,9 +98,9 @@ __kernel void mix_keys_blocks_f32(__global const float *src, ulong src_off, __gl
         float lo[MIX_VEC][MIX_KB], hi[MIX_VEC][MIX_KB]; /* [column][row of the block] */
 #endif
         /* Not unrolled: unrolled, the loop's MIX_KB copies of the mixing (with its tail path
-         * and the rotary) took PoCL 10-13 s to compile, twice per program, which was most of
-         * an empty-cache first call; kept in a loop it compiles in under a second and runs
-         * as fast (the divisions by P it would repeat are hoisted above). */
+         * and the rotary) take PoCL many seconds to compile, twice per program, most of an
+         * empty-cache first call; kept in a loop it compiles quickly and runs as fast (the
+         * divisions by P it would repeat are hoisted above). */
         #pragma unroll 1
         for (int j = 0; j < MIX_KB; ++j) {
             const int t = blk * MIX_KB + j;

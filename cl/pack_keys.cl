@@ -3,7 +3,7 @@
  * iha_attention ready-made keys; the layer path has mix.cl write this layout directly.
  * Two forms: one element per work-item (GPUs: neighbouring work-items read neighbouring
  * columns), and one key block per work-item (CPUs: each column of the block is one vector
- * store instead of KB scattered ones; measured 7% of a windowed attention call before). */
+ * store instead of KB scattered ones). */
 #include "loop_probe.clh"
 
 /* Keys per block in pack_keys_blocks_f32: 4, 8 or 16. */

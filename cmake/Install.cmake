@@ -1,4 +1,4 @@
-# Install rules: the libraries, iha.h, the iha command, the CMake package (find_package(iha),
+# Install rules: the libraries, the public headers, the iha command, the CMake package (find_package(iha),
 # target iha::iha) and iha.pc for pkg-config. The components are the Debian packages of
 # cmake/Package.cmake: runtime (libiha0), development (libiha-dev), tools (iha-tools).
 include(CMakePackageConfigHelpers)
@@ -19,7 +19,7 @@ endif()
 set_target_properties(iha PROPERTIES EXPORT_NAME iha_static)
 install(TARGETS iha EXPORT ihaStaticTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development)
 install(EXPORT ihaStaticTargets NAMESPACE iha:: DESTINATION ${IHA_CMAKE_DIR} COMPONENT development)
-install(FILES include/iha.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development)
+install(FILES include/iha.h include/iha_tune.h include/iha_measure.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development)
 if(IHA_BUILD_TOOLS)
   install(TARGETS iha_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
 endif()

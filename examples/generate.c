@@ -1,4 +1,4 @@
-/* The README's generation example, built and run by the test suite: a layer's KV cache filled by
+/* doc/guide.md's decoding example, built and run by the test suite: a layer's KV cache filled by
  * a 16-token prompt in one step, then 8 tokens generated one at a time (weights on the device). */
 #include <iha.h>
 #include <stdio.h>

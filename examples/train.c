@@ -1,4 +1,4 @@
-/* The README's training example, built and run by the test suite: an IHA layer fitted to a
+/* doc/guide.md's training example, built and run by the test suite: an IHA layer fitted to a
  * random target by gradient descent, with iha_forward_save and iha_backward_saved on device
  * buffers (the forward keeps the attention's output in `saved`, so the backward does not run
  * it again; iha_backward without saved state is the same call with x alone).

@@ -9,7 +9,11 @@
  * each head's queries, keys and values are mixed into P pseudo-heads, interleaved token-major
  * into a virtual sequence of T = N*P tokens, attended over with a flash-style kernel, and
  * collapsed back to H heads. The exact definition (shapes, index order, masks, rotary) is the
- * project's SPEC.md; the short form is repeated next to each call.
+ * project's doc/spec.md; the short form is repeated next to each call.
+ *
+ * Two more headers, which nothing includes implicitly: iha_tune.h (how configurations are
+ * chosen, iha_tune and its profiles, the self-check iha_check) and iha_measure.h (what the
+ * device can do at all, for benchmarks).
  *
  * Conventions that hold for every call
  * ------------------------------------
@@ -46,7 +50,7 @@
  * - On failure a call returns a status other than IHA_OK and leaves a message in the context
  *   (iha_context_message). The library never aborts, never prints, reads the environment only
  *   in iha_context_create, and keeps no process-wide mutable state of its own. CLBlast, which
- *   runs the GEMMs where it is the context's GEMM backend (GPUs by default; see "Tuning"), has
+ *   runs the GEMMs where it is the context's GEMM backend (GPUs by default; see iha_tune.h), has
  *   process-wide caches: the library serialises its calls into CLBlast with one lock, and when
  *   the process's last context that ran a CLBlast GEMM is freed it empties CLBlast's
  *   program cache (CLBlastClearCache), which would otherwise keep every freed context's
@@ -193,7 +197,7 @@ typedef struct iha_context_options {
     /* Nonzero: every layer call finishes the queue after each stage and records wall time per
      * stage (iha_context_stage_times). Serialises the queue; for tools and benchmarks. */
     int time_stages;
-    /* Tuning profile (see "Tuning" below): NULL: $IHA_PROFILE, else the device's file in the
+    /* Tuning profile (iha_tune.h): NULL: $IHA_PROFILE, else the device's file in the
      * cache directory; "off" in any case disables profiles; anything else is the profile's path. */
     const char *profile;
     /* Opt-in, never the default: nonzero makes a layer call whose kernels have no exact profile
@@ -221,8 +225,8 @@ IHA_API void iha_context_options_init(iha_context_options *options);
  * one per request: a context builds its programs on first use (from the disk cache when it can)
  * and shares none with other contexts. On PoCL every program build also parses LLVM bitcode
  * into PoCL's process-wide LLVM context, whose metadata LLVM never frees, so a process that
- * creates and frees contexts in a loop grows by 3-6 KiB per context that ran a layer
- * (BENCHMARKS.md, "Soak"). The library itself holds nothing after iha_context_free, apart
+ * creates and frees contexts in a loop grows by a few KiB per context that ran a layer
+ * (doc/performance.md). The library itself holds nothing after iha_context_free, apart
  * from CLBlast's program cache (above), emptied when the last context that used CLBlast is
  * freed. */
 IHA_API iha_status iha_context_create(iha_context **out, const iha_context_options *options, char *message,
@@ -280,7 +284,7 @@ typedef enum iha_mask { IHA_MASK_CAUSAL = 0, IHA_MASK_TOKEN_CAUSAL = 1, IHA_MASK
  * fields of iha_attention_options below) and of a KV cache. Arithmetic is always float32:
  * IHA_STORAGE_F16 tensors are read with vload_half and written with vstore_half (round to
  * nearest even), which are core OpenCL and need no cl_khr_fp16, so half storage works on every
- * device. It halves the bytes of what it stores; results meet SPEC's half-storage contract
+ * device. It halves the bytes of what it stores; results meet doc/spec.md's half-storage contract
  * (relative L2 error at most 2e-3 against float64 on the same float inputs).
  * iha_half_from_float and iha_half_to_float below convert host arrays. */
 typedef enum iha_storage { IHA_STORAGE_F32 = 0, IHA_STORAGE_F16 = 1 } iha_storage;
@@ -344,7 +348,7 @@ typedef struct iha_layer_weights {
 
 /* ---- Non-finite values ------------------------------------------------------------------ */
 
-/* Every call follows IEEE arithmetic as SPEC's float64 computation would, over the visible keys
+/* Every call follows IEEE arithmetic as doc/spec.md's float64 computation would, over the visible keys
  * only (doc/numerics.md):
  *   - an output is non-finite exactly where that computation is: a NaN or infinity in an input
  *     (x, a weight, a mixing matrix, dz, a cached key or value) reaches every output that
@@ -387,7 +391,7 @@ IHA_API iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, 
 IHA_API iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                  iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse);
 
-/* The gradients of iha_attention (SPEC "The backward pass", the attention step), for training:
+/* The gradients of iha_attention (doc/spec.md, "The backward pass", the attention step), for training:
  *   inputs   qt, kt, vt, o, dout  [batch][heads][tokens*pseudo][head_dim]
  *            lse                  [batch][heads][tokens*pseudo]
  *   outputs  dqt, dkt, dvt        [batch][heads][tokens*pseudo][head_dim]
@@ -405,7 +409,7 @@ IHA_API iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const
  * float copies of the eight tensors (8*B*H*T*d floats). All of it is counted against the
  * device's memory before anything is enqueued. Devices that are not GPUs run one
  * register-tile pass, built like the forward's kernel, that computes all three gradients; GPUs
- * run simpler row-per-work-item kernels, correct but slower (BENCHMARKS.md, "Backward").
+ * run simpler row-per-work-item kernels, correct but slower.
  * iha_backward below is the whole layer's backward pass. */
 IHA_API iha_status iha_attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                           iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
@@ -418,7 +422,7 @@ typedef struct iha_layer_grads {
     iha_buffer alpha_q, alpha_k, alpha_v, r;
 } iha_layer_grads;
 
-/* The backward pass of iha_forward (SPEC "The backward pass"), for training: given x [B][N][D],
+/* The backward pass of iha_forward (doc/spec.md, "The backward pass"), for training: given x [B][N][D],
  * the weights and dz = dLoss/dz [B][N][D], writes dx = dLoss/dx [B][N][D] (skipped when dx.mem
  * is NULL) and every gradient of *grads whose mem is not NULL (grads may be NULL: only dx).
  * Outputs are overwritten, not accumulated into.
@@ -429,7 +433,7 @@ typedef struct iha_layer_grads {
  *   - The same shape and options as iha_forward. options->storage half: x, dz and dx are half;
  *     weight_storage half: the weights and every gradient are half. The call converts them to
  *     float on entry (and the results back at the end) and computes in float; the gradients
- *     then meet SPEC's half-storage contract against float64 on the float inputs
+ *     then meet doc/spec.md's half-storage contract against float64 on the float inputs
  *     (tests/test_half.c). B*N, D or H*d above INT_MAX/2 and H*H*P above INT_MAX are
  *     IHA_ERROR_UNSUPPORTED (its transposes, products and mixing gradients index with int).
  *   - With P = 1 and the identity shortcut (alpha and r NULL in weights), a gradient of
@@ -502,257 +506,10 @@ typedef struct iha_host_weights {
 IHA_API iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                     const iha_host_weights *weights, const float *x, float *z);
 
-/* ---- Tuning ----------------------------------------------------------------------------- */
-
-/* Tile sizes and vector widths move a kernel's speed severalfold from one device to the next.
- * iha_tune (or `iha tune`) measures candidate configurations of each kernel on this device and
- * keeps the fastest in a profile: one JSON file per device, beside the program cache
- * (<cache dir>/profile-<16 hex digits>.json), keyed on the device identity (vendor id, vendor,
- * name, driver and OpenCL versions, compute units, local memory size and type), the library
- * version and a hash of the kernel sources. iha_context_create loads it. A profile whose key
- * differs, or that is corrupt, truncated or edited into something invalid, is ignored and
- * reported (iha_context_profile), never used and never fatal.
- *
- * A layer call chooses each kernel's configuration by the first of these that applies to the
- * call's bucket (the properties that matter for speed: head width d, P, mask, window or global,
- * element type, sequence length T rounded up to a power of two):
- *   1. the profile's entry for this exact bucket;
- *   2. the profile's nearest bucket of the same kind (same mask, window-ness, element type);
- *   3. the profile's device-wide default for the kernel;
- *   4. the library's built-in default for the device type (CPU or GPU);
- *   5. a safe built-in default that any device runs.
- * iha_context_last_choices says which configuration a call used and where it came from.
- *
- * The layer's matrix products (projections, and the unfused baseline's S V) have two backends:
- * the library's own SGEMM kernel (cl/gemm.cl: its tile GEMM_MR x GEMM_VW, k unrolling GEMM_KU
- * and GEMM_GROUP row tiles per work-group), and CLBlast (its Xgemm and XgemmDirect parameters
- * and the direct/indirect switch point XGEMM_MIN_INDIRECT_SIZE). The "gemm" configuration is
- * one device-wide entry that names the backend ("backend=1": the library's kernel, "backend=0":
- * CLBlast) and both backends' parameters; tuning times the two on the same problem and keeps the
- * faster. Without a GEMM entry a CPU device uses the library's kernel (it loads from the program
- * cache where CLBlast builds its GEMM program from source in every process, and CLBlast's
- * database has no entry for CPU OpenCL drivers such as PoCL), and a GPU CLBlast with its own
- * database. A context on the library's kernel never calls into CLBlast for a layer call or a
- * decoding step. CLBlast holds its parameters process-wide per device: a context whose backend
- * is CLBlast applies its profile's CLBlast parameters at its first layer call, for every context
- * and every CLBlast user on that device in the process, until the process ends or they are set
- * again. */
-
-typedef enum iha_config_source {
-    IHA_CONFIG_PROFILE_EXACT = 1,   /* 1. the profile's entry for the call's bucket */
-    IHA_CONFIG_PROFILE_NEAREST = 2, /* 2. the profile's nearest bucket of the same kind */
-    IHA_CONFIG_PROFILE_DEVICE = 3,  /* 3. the profile's device-wide default for the kernel */
-    IHA_CONFIG_BUILTIN_TYPE = 4,    /* 4. built-in default for CPUs or GPUs (GEMM on a GPU: CLBlast's) */
-    IHA_CONFIG_BUILTIN_SAFE = 5     /* 5. safe built-in default */
-} iha_config_source;
-
-/* One kernel configuration a call used. Fixed layout, no pointers. */
-typedef struct iha_kernel_choice {
-    char kernel[16];         /* "attention", "rows" (mixing and collapse share it), "decode", "gemm" */
-    char bucket[160];        /* the call's bucket, e.g. "mask=0 windowed=0 elem_bytes=4 d=64 P=4 T=4096 span=4096" */
-    char config[512];        /* e.g. "ATT_ROWS=4 ATT_TILES=4 ATT_KB=16 ATT_VD=16 group=1 variant=0 LOC_KEYS=32 ATT_PREFETCH=1";
-                                "CLBlast database" for CLBlast's own parameters */
-    int source;              /* an iha_config_source */
-    char source_bucket[160]; /* the profile entry's bucket for sources 1 and 2, "" otherwise */
-} iha_kernel_choice;
-
-/* The configurations of the last layer call on ctx whose arguments passed their checks
- * (iha_forward, iha_attention_core, iha_attention, iha_decode_step, which adds a "decode"
- * entry; a refused call changes nothing): up to `capacity` entries into out (NULL when capacity is 0), the number
- * available in *count. The GEMM entry reports the context's GEMM configuration (its backend,
- * and the parameters applied to CLBlast when that is the backend). */
-IHA_API iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *out, size_t capacity, size_t *count);
-
-typedef enum iha_profile_state {
-    IHA_PROFILE_NONE = 0,    /* no profile file yet */
-    IHA_PROFILE_LOADED = 1,  /* loaded and in use */
-    IHA_PROFILE_IGNORED = 2, /* a file exists but is not used, or its path cannot be; message says why */
-    IHA_PROFILE_OFF = 3      /* profiles disabled ("off", or no cache directory and no path) */
-} iha_profile_state;
-
-typedef struct iha_profile_info {
-    int state;          /* an iha_profile_state */
-    char path[4096];    /* the profile's path ("" when off) */
-    char message[512];  /* why it was ignored; when loaded, a note on entries kept but not used */
-    size_t entries;     /* configurations in use */
-} iha_profile_info;
-
-/* Describes the context's profile. Returns IHA_OK when it is loaded, absent or off, and
- * IHA_ERROR_PROFILE when a file exists but was ignored (also setting iha_context_message). */
-IHA_API iha_status iha_context_profile(iha_context *ctx, iha_profile_info *info);
-
-/* Deletes the context's profile file (a missing file is fine) and stops using its entries:
- * calls fall back to built-in defaults. CLBlast keeps the GEMM parameters it has until the
- * process ends (it has no way back to its database). IHA_ERROR_IO when it cannot delete. */
-IHA_API iha_status iha_profile_clear(iha_context *ctx);
-
-/* Kernels for iha_tune_options.kernels. */
-#define IHA_TUNE_ROWS 1u      /* mixing and collapse */
-#define IHA_TUNE_ATTENTION 2u
-#define IHA_TUNE_GEMM 4u      /* the SGEMM backend and its parameters for the layer's projection shapes */
-/* The decode kernels of iha_decode_step (tile, vector width, work-group, key-split policy), for
- * one new token per sequence against a cache of each shape's N tokens, float and half caches.
- * A decoding step chooses them by the fallback order above, on its bucket (d, P, mask, window
- * or global, cache element type, new tokens k, cached keys seen, B*H; the last three rounded up
- * to powers of two), and iha_context_last_choices then reports a "decode" entry. */
-#define IHA_TUNE_DECODE 8u
-
-/* Passed to the progress callback after the built-in default and after each candidate. */
-typedef struct iha_tune_progress {
-    const char *kernel, *bucket; /* the task being tuned (valid during the call) */
-    size_t task, tasks;          /* 0-based index of the task, and the number of tasks */
-    size_t candidates, rejected; /* evaluated so far in this task; rejected by build or check */
-    double space;                /* configurations in the space before constraints */
-    double default_s, best_s;    /* seconds per run: built-in and best so far (0: none yet) */
-    const char *best_config;     /* "" until a candidate passed */
-    double elapsed_s, budget_s;  /* the whole call's */
-    int task_done;               /* 1 on a task's last report */
-    const char *candidate_config; /* the candidate just evaluated ("" for the built-in's report) */
-    double candidate_s;          /* its median seconds; -1 when rejected */
-    int confirming;              /* 1 while the finalists are timed again in alternation */
-} iha_tune_progress;
-
-typedef struct iha_tune_options {
-    double budget_s;     /* wall-clock budget of the whole call; 0 means 40 s; negative or NaN
-                            is IHA_ERROR_INVALID_ARGUMENT */
-    unsigned kernels;    /* IHA_TUNE_* bits; 0 means all */
-    int exhaustive;      /* nonzero: every valid configuration, ignoring the budget (for
-                            benchmarks: it takes minutes to hours). kernels must then leave
-                            out IHA_TUNE_GEMM (0 includes it), whose space holds hundreds of
-                            millions: IHA_ERROR_INVALID_ARGUMENT otherwise */
-    int reps;            /* timed runs per candidate (median); 0 means 5, at most 64 */
-    int dry_run;         /* nonzero: measure and report, but do not store or apply */
-    void (*progress)(const iha_tune_progress *progress, void *user); /* may be NULL */
-    void *user;
-} iha_tune_options;
-
-/* Sets the defaults (all zero). */
-IHA_API void iha_tune_options_init(iha_tune_options *options);
-
-/* One tuned kernel and bucket. Times are medians of one run of the timing problem: the
- * bucket's sizes with the batch of (b, h) rows cut to what fills the device (attention), or
- * the layer's own sizes (mixing and collapse, the layer's four GEMMs). */
-typedef struct iha_tune_result {
-    char kernel[16];
-    char bucket[160];
-    char default_config[512]; /* the built-in ("CLBlast database" for gemm on a GPU) */
-    char tuned_config[512];   /* "" when no candidate passed verification */
-    double default_s, tuned_s;
-    double error;             /* the tuned configuration's relative L2 error on the check */
-    size_t candidates, rejected;
-    double space;             /* configurations in the space before constraints */
-    double worst_s, median_s; /* over every timed candidate: the space's spread when exhaustive */
-    double seconds;           /* wall time spent on this task */
-    int stored;               /* written to the profile */
-} iha_tune_result;
-
-/* Tunes the kernels that the layer calls shapes[0..count) with options[0..count) use, within
- * tune_options->budget_s (NULL options: defaults), shared among the distinct (kernel, bucket)
- * tasks. Every candidate is verified against a float64 reference on a small problem before it
- * is timed; a wrong candidate is rejected and never stored. Unless dry_run, the best verified
- * configuration of each task is merged into the profile file and used by this context from
- * the next call on: under a lock (<profile>.lock), the file is read again and only the entries
- * this call tuned replace theirs, so other writers' entries, entries this library does not
- * know and a clear made meanwhile all stay as they are; then it is written atomically.
- * CLBlast is left with the stored GEMM parameters (with dry_run: the best verified ones); its
- * "before" is the parameters it had when the call began.
- * The GEMM shapes are those of the first call: X W_Q/K/V and Y W_O.
- * Writes up to `capacity` results (one per task) and the number of tasks in *result_count
- * (results may be NULL when capacity is 0). Blocks; uses the context's queue. Returns
- * IHA_ERROR_INVALID_ARGUMENT for NULL shapes/options or count 0, an invalid option (above), a
- * shape with a zero dimension or head_dim above 256, an unknown mask or negative window, or
- * shapes that make more than 64 distinct (kernel, bucket) tasks (tune them in several calls);
- * IHA_ERROR_UNSUPPORTED for a shape beyond what tuning supports (tokens above 2^22, pseudo
- * above 256, heads above 1024, batch above 4096, model_dim above 65536); IHA_ERROR_IO when the
- * profile cannot be written, checked before tuning starts where it can be (no usable path, a
- * directory that cannot be made or written), with the cause in the message; and the failure of
- * any call that is not a candidate's own. */
-IHA_API iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attention_options *options, size_t count,
-                            const iha_tune_options *tune_options, iha_tune_result *results, size_t capacity,
-                            size_t *result_count);
-
-/* ---- Self-check ------------------------------------------------------------------------- */
-
-/* A device nobody has tried may compile a kernel into something wrong without any error.
- * iha_check (or `iha check`) runs, on the context's device, every kernel family and variant its
- * layer calls would use, on small ragged problems, against float64: attention in the
- * configuration the lookup above gives two representative buckets (d of 13 and 128)
- * and in every configuration of the profile's attention entries, each under the three masks,
- * global and with a window; the mixing and collapse kernels ("rows") likewise; the decode
- * kernels (float and half caches, one new token and a chunk, every mask, global and windowed);
- * the GEMM (the library's kernel with the context's tile, and CLBlast when it is the context's
- * backend); the attention backward (iha_attention_backward after iha_attention) and the layer
- * (iha_forward and iha_backward, rotary on) on every mask, global and windowed; and half
- * storage (the attention backward and the layer with half activations and weights). The
- * checks are the tuner's (iha_tune verifies every candidate the same way) and a float64
- * reference of SPEC.md kept in the library. It takes about a minute on a 2-core CPU, mostly
- * building programs. */
-
-typedef enum iha_check_state {
-    IHA_CHECK_OK = 0,         /* within the limit */
-    IHA_CHECK_FAILED = 1,     /* beyond the limit, not finite, or a call failed (note says which) */
-    IHA_CHECK_UNSUPPORTED = 2 /* the library refused it on this device (IHA_ERROR_UNSUPPORTED: say,
-                                 a driver that cuts kernel loops short); not a pass */
-} iha_check_state;
-
-/* Which families iha_check_options.families selects. */
-#define IHA_CHECK_ATTENTION 1u
-#define IHA_CHECK_ROWS 2u
-#define IHA_CHECK_DECODE 4u
-#define IHA_CHECK_GEMM 8u
-#define IHA_CHECK_BACKWARD 16u /* the attention backward and the layer, forward and backward */
-#define IHA_CHECK_HALF 32u
-
-/* One kernel family in one configuration, over all of its cases. Fixed layout, no pointers. */
-typedef struct iha_check_row {
-    char family[24];  /* "attention", "rows", "decode", "gemm", "attention_backward", "layer", "half" */
-    char config[512]; /* as in iha_kernel_choice.config; for the backward families the path
-                         ("tiles": the register-tile pass, "rows": the row kernels) */
-    int source;       /* an iha_config_source: where a layer call gets this configuration */
-    char shape[160];  /* the problem's sizes and the masks and windows it ran */
-    double error;     /* the largest relative L2 error against float64 over the cases that ran
-                         and their outputs; +inf when an output is not finite or a call failed */
-    double limit;     /* SPEC's bound: 1e-5 for float storage, 2e-3 for half */
-    int state;        /* an iha_check_state */
-    char note[256];   /* the worst case, or the status and message of a failed or refused call */
-} iha_check_row;
-
-typedef struct iha_check_options {
-    unsigned families; /* IHA_CHECK_* bits; 0 means all */
-    /* Called with each row as it completes (the row is valid during the call); may be NULL. */
-    void (*row)(const iha_check_row *row, void *user);
-    void *user;
-} iha_check_options;
-
-typedef struct iha_check_summary {
-    size_t rows;        /* rows produced, also those beyond `capacity` */
-    size_t failed;      /* rows in IHA_CHECK_FAILED */
-    size_t unsupported; /* rows in IHA_CHECK_UNSUPPORTED */
-    double seconds;     /* wall time of the call */
-} iha_check_summary;
-
-/* Sets the defaults (all families, no callback). */
-IHA_API void iha_check_options_init(iha_check_options *options);
-
-/* Runs the self-check described above on ctx's device (options NULL: defaults). Writes up to
- * `capacity` rows into `rows` (NULL when capacity is 0) in the order they ran, and the totals
- * into *summary. Returns IHA_OK when the check ran to its end, whatever the rows found: a kernel
- * that fails its check, does not build, or whose call fails makes its row IHA_CHECK_FAILED and
- * counts in summary->failed, and the check goes on with the next row. Returns
- * IHA_ERROR_INVALID_ARGUMENT for a NULL ctx or summary, rows NULL with capacity above 0, or a
- * families bit not defined above; IHA_ERROR_HOST_MEMORY; IHA_ERROR_OPENCL when the context's
- * queue fails outside any row. Blocks and uses the context's queue. It sets up the context's
- * GEMM backend as a first layer call would, and otherwise leaves the context as it found it:
- * its GEMM backend, iha_context_last_choices, and no tuning on first use during the check. The
- * program cache keeps what it built, as for any layer call. */
-IHA_API iha_status iha_check(iha_context *ctx, const iha_check_options *options, iha_check_row *rows, size_t capacity,
-                             iha_check_summary *summary);
-
 /* ---- Incremental decoding with a pseudo-token KV cache ---------------------------------- */
 
 /* The cache's storage type is an iha_storage (see "Problem description"): float, or half with
- * float arithmetic. A step's x and z follow options->storage, its weights
- * options->weight_storage, independently of the cache's storage. */
+ * float arithmetic. A step's x and z follow options->storage, its weights weight_storage. */
 
 /* The cache of one layer: pseudo-keys and pseudo-values after mixing and rotary,
  * [batch][heads][max_tokens*pseudo][head_dim] each, and the current length of every sequence.
@@ -771,17 +528,44 @@ typedef struct iha_kv_cache iha_kv_cache;
  * 16; iha_kv_cache_bytes gives the exact figure). Shape errors as iha_forward's; a key buffer
  * larger than the device's largest allocation is IHA_ERROR_DEVICE_MEMORY. */
 IHA_API iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_storage storage, iha_kv_cache **out);
+
+/* Options of iha_kv_cache_create_with: iha_kv_cache_options_init (float storage, global, every
+ * token kept), then fields by name (the struct may grow; doc/abi.md). */
+typedef struct iha_kv_cache_options {
+    int storage;    /* iha_storage of the keys and values */
+    int64_t window; /* the layer's window in tokens (its steps' options->window); only a ring uses it */
+    /* L, tokens kept per sequence: 0 or >= shape->tokens keeps all (iha_kv_cache_create's cache);
+     * window <= L < shape->tokens: a ring of each sequence's last L tokens, memory O(L). */
+    size_t cache_tokens;
+} iha_kv_cache_options;
+IHA_API void iha_kv_cache_options_init(iha_kv_cache_options *options);
+
+/* iha_kv_cache_create with options (NULL: the defaults); a negative window, or a ring with
+ * window 0 or L < window, is IHA_ERROR_INVALID_ARGUMENT. A ring (L tokens, window W) is an
+ * ordinary cache whose sequences grow to shape->tokens, positions and rotary counting on, but:
+ *   - holds R = L*P + P - 1 rows (the causal mask reads P - 1 rows of the token W back) rounded
+ *     up to the key block: iha_kv_cache_bytes is 2 * B * H * R * d elements for any N;
+ *   - serves steps whose window w has 1 <= w <= W (else IHA_ERROR_INVALID_ARGUMENT), and runs
+ *     one of more than L - w + 1 tokens for some sequence as consecutive steps of at most that
+ *     many (a prompt longer than L leaves its last L tokens) with one step's results; under
+ *     IHA_MASK_NONE, whose queries read the step's later keys, such a step is refused instead;
+ *   - rewinds sequence b (iha_kv_cache_truncate) to n tokens only when n_max <= L or
+ *     n >= n_max - L + W - 1, n_max its longest length since the last reset (so by at least
+ *     L - W + 1 tokens), else IHA_ERROR_INVALID_ARGUMENT, nothing changed. */
+IHA_API iha_status iha_kv_cache_create_with(iha_context *ctx, const iha_shape *shape,
+                                            const iha_kv_cache_options *options, iha_kv_cache **out);
 /* Releases the cache's device memory, after the context's queue has finished (while the
  * context lives). NULL is allowed. */
 IHA_API void iha_kv_cache_free(iha_kv_cache *cache);
 /* Forgets every sequence's tokens (lengths back to 0). */
 IHA_API void iha_kv_cache_reset(iha_kv_cache *cache);
-/* Rewinds sequence b to its first `tokens` tokens (at most its current length), so an
- * application can drop rejected tokens; IHA_ERROR_INVALID_ARGUMENT otherwise. */
+/* Rewinds sequence b to its first `tokens` tokens (at most its current length; a ring: within
+ * what it holds), so an application can drop rejected tokens; IHA_ERROR_INVALID_ARGUMENT
+ * otherwise. The next step appends at token `tokens`. */
 IHA_API iha_status iha_kv_cache_truncate(iha_kv_cache *cache, size_t b, size_t tokens);
 /* The current length of sequence b in tokens (0 for a bad index). */
 IHA_API size_t iha_kv_cache_length(const iha_kv_cache *cache, size_t b);
-/* Device bytes held by the cache's keys and values; per token: 2 * H * P * d * element size. */
+/* Device bytes of the keys and values: 2 * B * H * P * d elements per token of capacity (a ring: above). */
 IHA_API size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
 
 /* One decoding step: sequence b appends counts[b] new tokens (counts NULL: shape->tokens for
@@ -794,7 +578,8 @@ IHA_API size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
  * pseudo-heads (rotary at virtual positions n*P+p), appends their keys and values to the cache
  * and attends under options' mask and window. shape->batch, heads, head_dim and pseudo must
  * equal the cache's. A step that would grow any sequence past the cache's max_tokens returns
- * IHA_ERROR_INVALID_ARGUMENT and writes nothing (cache and z untouched). */
+ * IHA_ERROR_INVALID_ARGUMENT and writes nothing (cache and z untouched). On a ring the
+ * attention reads only the ring: its cost follows the window, not the sequence's length. */
 IHA_API iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shape *shape,
                                    const iha_attention_options *options, const iha_layer_weights *weights,
                                    const uint32_t *counts, iha_buffer x, iha_buffer z);
@@ -808,84 +593,6 @@ IHA_API iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const 
  * context needed. */
 IHA_API void iha_half_from_float(const float *src, uint16_t *dst, size_t n);
 IHA_API void iha_half_to_float(const uint16_t *src, float *dst, size_t n);
-
-/* ---- Measurement calls, for benchmarks and tools -------------------------------------- */
-
-/* These calls let a benchmark put the layer's speed next to what the device can do at all
- * (`iha bench` uses them). The iha_measure_* calls block until done: they time with a monotonic
- * clock around clFinish (the context's queue needs no profiling flag), run once untimed first so
- * that kernel builds and first-touch page faults are not timed, report the median of their
- * timed runs, and release their scratch buffers before returning. They take from milliseconds
- * to a few seconds. iha_attention_unfused is a computation, not a measurement: time it yourself
- * as you would iha_attention. */
-
-/* The median seconds of one CLBlast SGEMM, C[m][n] = A[m][k] B[k][n] (row-major, no
- * transposes), over `reps` timed runs on the context's device (2*m*n*k / *seconds FLOP/s), with
- * the CLBlast parameters of the context's GEMM configuration (the profile's or the device type's
- * built-in, whichever backend it names; see "Tuning"), applied first when no layer call has
- * applied them; CLBlast holds parameters process-wide per device, so this applies to every
- * context on the device, even one whose layer calls use the library's kernel. This is the
- * layer's GEMM rate where CLBlast is the backend. reps from 1 to 1000. Returns
- * IHA_ERROR_INVALID_ARGUMENT for a zero size or reps, IHA_ERROR_SIZE_OVERFLOW or
- * IHA_ERROR_DEVICE_MEMORY when a matrix does not fit in one device allocation, IHA_ERROR_GEMM
- * when CLBlast fails. */
-IHA_API iha_status iha_measure_gemm(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
-
-/* The same measurement through the library's own SGEMM kernel (cl/gemm.cl, a register-tile
- * micro-kernel; see "Tuning" for when layer calls use it) with the tile of the context's GEMM
- * configuration (the profile's, or the device type's built-in; the kernel's default tile when
- * the configuration is CLBlast's database). Same arguments and errors as iha_measure_gemm,
- * except IHA_ERROR_GEMM; also IHA_ERROR_BUILD when the kernel does not compile, and
- * IHA_ERROR_UNSUPPORTED when m or n comes within a few thousand of INT_MAX or k exceeds it (the
- * kernel indexes with int). Never calls into CLBlast. */
-IHA_API iha_status iha_measure_gemm_kernel(iha_context *ctx, size_t m, size_t n, size_t k, size_t reps, double *seconds);
-
-/* The device's float32 FMA rate in GFLOP/s (an FMA counts as 2 FLOPs), measured with the
- * library's own kernel (cl/measure_peak_fma.cl): independent chains of floatN FMAs held in
- * registers in each work-item, and enough work-items to occupy every compute unit (sizes from
- * device queries). The run length is calibrated to at least about 0.1 s; the result is the
- * median of 5 runs. This is the ceiling for compute-bound kernels; no real kernel reaches it. */
-IHA_API iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
-
-/* The attention kernel's two inner loops alone, in GFLOP/s (an FMA counts as 2 FLOPs): the
- * register-tile kernel's score loop, one tile of query rows against one key block, and its P.V
- * loop, the tile's probabilities times the block's value rows (cl/attention.cl's functions,
- * launched from cl/measure_attention_loops.cl), each run over and over on one block that stays
- * in the first-level cache, with the configuration
- * iha_attention would use for `shape` and `options` (the profile's or the built-in; the same
- * compiled code), in work-groups of its size, 4 per compute unit on a CPU and 16 on a GPU.
- * Calibrated to about 0.1 s per run, the median of 5 runs each. Streaming keys and values from
- * memory, masks and the softmax only add to these loops, so where these work-items keep the
- * device as busy as iha_attention's do (CPUs), 2 / (1/score + 1/pv) bounds iha_attention's
- * GFLOP/s for this design: the kernel's ceiling, where iha_measure_peak_fma is the device's. On
- * a GPU take it as a guide: the fused kernel runs many more work-groups. Returns the
- * argument errors of iha_attention for shape and options, IHA_ERROR_INVALID_ARGUMENT for a NULL
- * output, IHA_ERROR_UNSUPPORTED when the configuration is the local-memory variant
- * (cl/attention_local.cl, GPUs' built-in for d <= 64), whose loops differ, IHA_ERROR_BUILD. */
-IHA_API iha_status iha_measure_attention_loops(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                                               double *score_gflops, double *pv_gflops);
-
-/* The device's copy bandwidth: a kernel (cl/measure_copy.cl) copies `bytes` from one device
- * buffer to another with vector loads and stores (float4 on a GPU, float16 on a CPU);
- * *bytes_per_second = 2*bytes / median time of 5 runs (each byte is read once and written
- * once, as STREAM's copy counts). `bytes` is rounded down to a multiple of the vector (16 or 64
- * bytes) and must be at least one vector and fit in one device allocation
- * (IHA_ERROR_INVALID_ARGUMENT, IHA_ERROR_DEVICE_MEMORY otherwise). Use a size well above the
- * device's last-level cache to measure memory rather than cache. */
-IHA_API iha_status iha_measure_copy_bandwidth(iha_context *ctx, size_t bytes, double *bytes_per_second);
-
-/* The unfused baseline of iha_attention: the same contract (qt, kt, vt, o
- * [batch][heads][tokens*pseudo][head_dim], every mask and window, options->rope must be 0, o must
- * not overlap the inputs, no LSE), computed as a program without a fused kernel would: for each
- * (b, h) in turn, the whole score matrix S = scale * Qt Kt^T (T x T floats) by a CLBlast SGEMM,
- * a masked row softmax in place (cl/measure_softmax.cl; masked entries become 0), and
- * O = S Vt by the context's GEMM backend (see "Tuning"). Masked blocks are computed and
- * discarded. For benchmarks only: it needs T*T*4 bytes of device memory in one buffer (kept in the context's workspace)
- * and returns IHA_ERROR_UNSUPPORTED when that exceeds the device's largest allocation, or for
- * half storage (options->storage must be IHA_STORAGE_F32). Like iha_attention it enqueues and
- * returns; the result is ready after iha_context_finish. */
-IHA_API iha_status iha_attention_unfused(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                                         iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "kernels/kernels.h"
+#include "kernels/attention.h"
 #include "tune/space.h"
 
 /* A named configuration: a test case's name and what it forces. */

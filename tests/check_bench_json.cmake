@@ -1,5 +1,5 @@
 # "iha bench --json" end to end on a small problem, then with --decode and with --backward (core and layer): the
-# exit status, and the report's keys and values that README.md (Benchmarks) documents and other
+# exit status, and the report's keys and values that doc/benchmarking.md documents and other
 # tools read; and the options that would be ignored, refused with exit status 2. Times and rates are only checked to
 # be positive and finite: speed belongs to benchmarks, not to tests.
 #   cmake -DIHA=<path to iha> -P check_bench_json.cmake

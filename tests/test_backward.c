@@ -1,5 +1,5 @@
 /*
- * test_backward.c - iha_attention_backward against the float64 reference of SPEC's backward
+ * test_backward.c - iha_attention_backward against the float64 reference of doc/spec.md's backward
  * pass, on ragged shapes under every mask, windows, P = 1 and odd head widths; the reference
  * itself against finite differences of the reference forward; and the refusals.
  */
@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/attention_backward.h"
+#include "kernels/mix.h"
 #include "reference.h"
 #include "test_util.h"
 
@@ -85,8 +86,7 @@ static void check_case(const bwd_case *c, const float *q, const float *k, const 
 static void run_case(const bwd_case *c, uint64_t seed)
 {
     const size_t n = c->B * c->H * c->N * c->P * c->d;
-    tu_rng rng;
-    tu_rng_seed(&rng, seed);
+    tu_rng rng = tu_rng_seeded(seed);
     float *q = tu_random_array(&rng, n, 1.0f), *k = tu_random_array(&rng, n, 1.0f);
     float *v = tu_random_array(&rng, n, 1.0f), *g = tu_random_array(&rng, n, 1.0f);
     check_case(c, q, k, v, g, TU_TOL_F32);
@@ -131,14 +131,13 @@ static void shapes_against_reference(void **state)
  * `tiles` forces the register-tile kernels (Oclgrind, a GPU to the library, runs them too in
  * CI), else the row kernels. Inputs and outputs end exactly where their tensors do. With
  * `dead_row`, virtual row 1 of each sequence is given lse = -inf and o = 0, as for a query that
- * sees no key (no mask of the library makes one yet; SPEC defines it): it must contribute no
+ * sees no key (no mask of the library makes one yet; doc/spec.md defines it): it must contribute no
  * gradient, which is the reference's answer with that row's dout set to 0. */
 static void internal_case(const bwd_case *c, int tiles, int dead_row, uint64_t seed)
 {
     const size_t T = c->N * c->P, n = c->B * c->H * T * c->d, rows = c->B * c->H * T;
     const iha_dims dims = {c->B, c->N, c->H, c->d, c->P, T};
-    tu_rng rng;
-    tu_rng_seed(&rng, seed);
+    tu_rng rng = tu_rng_seeded(seed);
     float *in[4] = {tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f),
                     tu_random_array(&rng, n, 1.0f)};
     const ref_problem p = problem_of(c);
@@ -193,8 +192,8 @@ static void internal_case(const bwd_case *c, int tiles, int dead_row, uint64_t s
 /* Log-sum-exps near -89: every score near -92 (the queries along one direction, every key
  * against it), 20 keys per query at most, and T = 20 short of one 32-key group, so the tile
  * kernel's work-item repeats its last key row 12 times. 2 raised to a score minus such an lse
- * overflows float unless the mask selects it away: the repeated rows once had their keys
- * zeroed instead, and dq came back NaN. The common direction cancels in dq (its gradients sum
+ * overflows float unless the mask selects it away (zeroing their keys instead would make dq
+ * NaN). The common direction cancels in dq (its gradients sum
  * to 0 over the keys), so float32's rounding of scores of that size (92 * 2^-24) shows at 5e-4
  * of dq: checked at 1e-3. */
 static void very_negative_lse(void **state)
@@ -207,8 +206,7 @@ static void very_negative_lse(void **state)
     };
     const size_t n = 10 * 2 * 16;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        tu_rng rng;
-        tu_rng_seed(&rng, 700 + c);
+        tu_rng rng = tu_rng_seeded(700 + c);
         float *q = tu_random_array(&rng, n, 1.0f), *k = tu_random_array(&rng, n, 1.0f);
         float *v = tu_random_array(&rng, n, 1.0f), *g = tu_random_array(&rng, n, 1.0f);
         for (size_t i = 0; i < n; i++) { /* scale * 16 * 92 * -1 */
@@ -267,8 +265,7 @@ static void reference_matches_finite_differences(void **state)
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const bwd_case *c = &cases[ci];
         const size_t n = c->B * c->H * c->N * c->P * c->d;
-        tu_rng rng;
-        tu_rng_seed(&rng, 300 + ci);
+        tu_rng rng = tu_rng_seeded(300 + ci);
         float *in[3] = {tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f)};
         float *g = tu_random_array(&rng, n, 1.0f);
         const ref_problem p = problem_of(c);
@@ -355,9 +352,8 @@ static void refusals(void **state)
     tu_buffer_release(in), tu_buffer_release(lse), tu_buffer_release(out);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reference_matches_finite_differences),
         cmocka_unit_test(shapes_against_reference),
@@ -365,5 +361,5 @@ int main(void)
         cmocka_unit_test(both_kernel_families),
         cmocka_unit_test(refusals),
     };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

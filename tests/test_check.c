@@ -93,13 +93,12 @@ static void leaves_the_context(void **state)
     for (size_t i = 0; i < n_before && i < 4; ++i) assert_memory_equal(&before[i], &after[i], sizeof before[i]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(refusals),
         cmocka_unit_test(gemm_rows),
         cmocka_unit_test(leaves_the_context),
     };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

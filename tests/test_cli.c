@@ -25,10 +25,10 @@
 
 #include <cmocka.h>
 
-#include "npy.h"
+#include "common/npy.h"
+#include "test_files.h"
 
 static const char *iha_path;
-static char temp_dir[256];
 
 typedef struct run_result {
     int status;    /* the exit status; -1 when killed by a signal or the timeout */
@@ -36,19 +36,13 @@ typedef struct run_result {
     char err[8192];
 } run_result;
 
-static void join(char *path, size_t size, const char *name)
-{
-    int n = snprintf(path, size, "%s/%s", temp_dir, name);
-    assert_true(n > 0 && (size_t)n < size);
-}
-
 /* Runs iha with `args` (NULL-terminated) for at most timeout_s seconds, standard output going
  * to stdout_path (opened for writing, never created or truncated; NULL: /dev/null) and
  * standard error captured in r->err. */
 static void run_iha(const char *const *args, const char *stdout_path, int timeout_s, run_result *r)
 {
     char err_path[512];
-    join(err_path, sizeof err_path, "stderr.txt");
+    tf_path(err_path, sizeof err_path, "stderr.txt");
     int err_fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     int out_fd = open(stdout_path ? stdout_path : "/dev/null", O_WRONLY | O_NOCTTY);
     assert_true(err_fd >= 0 && out_fd >= 0);
@@ -173,22 +167,12 @@ static void forward_on_device(const char *out, run_result *r)
 static void expect_output(const char *path)
 {
     npy_array z;
-    char err[256] = "";
-    if (npy_read(path, &z, err, sizeof err))
-        fail_msg("reading %s: %s", path, err);
+    tf_read_npy(path, &z);
     assert_int_equal(z.header.ndim, 3);
     assert_int_equal(z.header.count, 32);
     for (size_t i = 0; i < z.header.count; i++)
         assert_true(isfinite(z.data[i]));
     npy_free(&z);
-}
-
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    assert_true(fputs(text, f) >= 0);
-    assert_int_equal(fclose(f), 0);
 }
 
 /* A new path, then the same file replaced: it keeps its mode (bits a new file never gets) and
@@ -199,7 +183,7 @@ static void out_new_then_replaced_keeps_mode(void **state)
     char out[512];
     run_result r;
     struct stat st;
-    join(out, sizeof out, "z.npy");
+    tf_path(out, sizeof out, "z.npy");
     forward_on_device(out, &r);
     expect_output(out);
     assert_int_equal(chmod(out, 0751), 0);
@@ -222,20 +206,14 @@ static void out_new_then_replaced_keeps_mode(void **state)
 static void out_symlink_writes_its_target(void **state)
 {
     (void)state;
-    char link[512], target[512], text[64];
+    char link[512], target[512];
     run_result r;
-    struct stat st;
-    join(link, sizeof link, "z_link.npy");
-    join(target, sizeof target, "z_target.npy");
-    write_text(target, "not yet a .npy file");
+    tf_path(link, sizeof link, "z_link.npy");
+    tf_path(target, sizeof target, "z_target.npy");
+    tf_write_text(target, "not yet a .npy file");
     assert_int_equal(symlink("z_target.npy", link), 0);
     forward_on_device(link, &r);
-    assert_int_equal(lstat(link, &st), 0);
-    assert_true(S_ISLNK(st.st_mode));
-    ssize_t n = readlink(link, text, sizeof text - 1);
-    assert_int_equal(n, 12);
-    text[n] = '\0';
-    assert_string_equal(text, "z_target.npy");
+    tf_expect_link(link, "z_target.npy");
     expect_output(target);
     assert_int_equal(unlink(link), 0);
     assert_int_equal(unlink(target), 0);
@@ -249,10 +227,10 @@ static void out_refuses_fifo_directory_device(void **state)
     char fifo[512], dir[512], link[512], device[512];
     run_result r;
     struct stat st;
-    join(fifo, sizeof fifo, "z_fifo.npy");
-    join(dir, sizeof dir, "z_dir.npy");
-    join(link, sizeof link, "z_link_to_fifo.npy");
-    join(device, sizeof device, "z_device.npy");
+    tf_path(fifo, sizeof fifo, "z_fifo.npy");
+    tf_path(dir, sizeof dir, "z_dir.npy");
+    tf_path(link, sizeof link, "z_link_to_fifo.npy");
+    tf_path(device, sizeof device, "z_device.npy");
     assert_int_equal(mkfifo(fifo, 0600), 0);
     assert_int_equal(mkdir(dir, 0700), 0);
     assert_int_equal(symlink("z_fifo.npy", link), 0);
@@ -289,8 +267,8 @@ static void input_fifo_refused_at_once(void **state)
     (void)state;
     char dir[512], out[512];
     run_result r;
-    join(dir, sizeof dir, "layer_fifo");
-    join(out, sizeof out, "z_from_fifo.npy");
+    tf_path(dir, sizeof dir, "layer_fifo");
+    tf_path(out, sizeof out, "z_from_fifo.npy");
     write_layer(dir, 1);
     const char *args[] = {"forward", "--in", dir, "--out", out, NULL};
     run_iha(args, NULL, 30, &r);
@@ -374,11 +352,9 @@ static void usage_and_range_errors_exit_2(void **state)
 static int setup(void **state)
 {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(temp_dir, sizeof temp_dir, "%s/iha_test_cli_XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(temp_dir))
+    if (tf_make_dir("iha_test_cli"))
         return -1;
-    join(layer_dir, sizeof layer_dir, "layer");
+    tf_path(layer_dir, sizeof layer_dir, "layer");
     write_layer(layer_dir, 0);
     return 0;
 }
@@ -387,10 +363,10 @@ static int teardown(void **state)
 {
     (void)state;
     char err_path[512];
-    join(err_path, sizeof err_path, "stderr.txt");
+    tf_path(err_path, sizeof err_path, "stderr.txt");
     unlink(err_path);
     remove_layer(layer_dir);
-    return rmdir(temp_dir);
+    return rmdir(tf_dir);
 }
 
 int main(int argc, char **argv)

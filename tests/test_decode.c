@@ -14,11 +14,12 @@
 #include "test_util.h"
 #include "test_layer.h"
 
-/* SPEC's half-storage contract. */
+/* doc/spec.md's half-storage contract. */
 #define TOL_F16 2e-3
 
 
 typedef struct decode_case {
+    const char *name;         /* the CMocka case's name */
     size_t B, N, D, H, d, P; /* N: the cache's max tokens per sequence */
     int mask;
     int64_t window;
@@ -26,24 +27,21 @@ typedef struct decode_case {
     iha_storage storage;
     size_t chunk;             /* k, tokens per step */
     size_t lengths[4];        /* tokens to feed per sequence (0 entries: N) */
-    float scale;              /* score scale, 0: SPEC's default */
+    float scale;              /* score scale, 0: doc/spec.md's default */
 } decode_case;
 
 /* Feeds each sequence its tokens in steps of `chunk`, checking every step against the
- * reference over the prefix so far. */
-static void run_case(const decode_case *cs)
+ * reference over the prefix so far; *state is the decode_case. */
+static void run_case(void **state)
 {
     TU_REQUIRE_DEVICE(tu_ctx);
+    const decode_case *cs = *state;
     const iha_shape full = {cs->B, cs->N, cs->D, cs->H, cs->d, cs->P};
     tu_layer l;
     tu_layer_init(&l, &full, 1000 + cs->d * 7 + cs->P);
     tu_device_layer dev;
     tu_device_layer_upload(tu_ctx, &l, 0, &dev);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.mask = cs->mask;
-    o.window = cs->window;
-    o.rope = cs->rope;
+    iha_attention_options o = tu_options(cs->mask, cs->window, cs->rope);
     o.scale = cs->scale;
 
     iha_kv_cache *cache = NULL;
@@ -108,58 +106,21 @@ static void run_case(const decode_case *cs)
     tu_layer_free(&l);
 }
 
-static void token_at_a_time_causal_rope(void **state)
-{
-    (void)state;
-    const decode_case cs = {2, 9, 24, 2, 16, 3, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 1, {0}, 0.0f};
-    run_case(&cs);
-}
-
-static void chunked_token_causal_window_odd_d(void **state)
-{
-    (void)state;
-    const decode_case cs = {1, 11, 32, 3, 59, 2, IHA_MASK_TOKEN_CAUSAL, 2, 0, IHA_STORAGE_F32, 4, {0}, 0.0f};
-    run_case(&cs);
-}
-
-static void bidirectional_prefix_half(void **state)
-{
-    (void)state;
-    const decode_case cs = {1, 8, 16, 2, 32, 4, IHA_MASK_NONE, 0, 1, IHA_STORAGE_F16, 3, {0}, 0.0f};
-    run_case(&cs);
-}
-
-static void bidirectional_window_float(void **state)
-{
-    (void)state;
-    const decode_case cs = {2, 7, 16, 2, 8, 2, IHA_MASK_NONE, 2, 0, IHA_STORAGE_F32, 2, {0}, 0.0f};
-    run_case(&cs);
-}
-
-static void ragged_batch_half_window(void **state)
-{
-    (void)state;
-    const decode_case cs = {3, 9, 24, 2, 40, 3, IHA_MASK_CAUSAL, 3, 1, IHA_STORAGE_F16, 2, {7, 4, 1}, 0.0f};
-    run_case(&cs);
-}
-
-static void long_cache_many_splits(void **state)
-{
-    (void)state;
-    /* 300 tokens * P=4: the attention splits its keys over several work-items. */
-    const decode_case cs = {1, 300, 16, 1, 64, 4, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 150, {0}, 0.0f};
-    run_case(&cs);
-}
-
-static void long_cache_large_scale(void **state)
-{
-    (void)state;
-    /* The splits' partial softmaxes with reference points far apart: at scale 3 the scores
-     * (base 2) spread over tens to hundreds, so rows move their reference point within a split
-     * and the combine kernel weighs splits whose points differ by far more than the slack. */
-    const decode_case cs = {1, 300, 16, 1, 64, 4, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 150, {0}, 3.0f};
-    run_case(&cs);
-}
+/* The cases run_case feeds. long_cache_*: 300 tokens * P=4 split the attention's keys over
+ * several work-items; at scale 3 the scores (base 2) spread over tens to hundreds, so rows move
+ * their reference point within a split and the combine kernel weighs splits whose points differ
+ * by far more than the slack. */
+static const decode_case kCases[] = {
+    {"token_at_a_time_causal_rope", 2, 9, 24, 2, 16, 3, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 1, {0}, 0.0f},
+    {"chunked_token_causal_window_odd_d", 1, 11, 32, 3, 59, 2, IHA_MASK_TOKEN_CAUSAL, 2, 0, IHA_STORAGE_F32, 4, {0},
+     0.0f},
+    {"bidirectional_prefix_half", 1, 8, 16, 2, 32, 4, IHA_MASK_NONE, 0, 1, IHA_STORAGE_F16, 3, {0}, 0.0f},
+    {"bidirectional_window_float", 2, 7, 16, 2, 8, 2, IHA_MASK_NONE, 2, 0, IHA_STORAGE_F32, 2, {0}, 0.0f},
+    {"ragged_batch_half_window", 3, 9, 24, 2, 40, 3, IHA_MASK_CAUSAL, 3, 1, IHA_STORAGE_F16, 2, {7, 4, 1}, 0.0f},
+    {"long_cache_many_splits", 1, 300, 16, 1, 64, 4, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 150, {0}, 0.0f},
+    {"long_cache_large_scale", 1, 300, 16, 1, 64, 4, IHA_MASK_CAUSAL, 0, 1, IHA_STORAGE_F32, 150, {0}, 3.0f},
+};
+#define CASE_COUNT (sizeof kCases / sizeof kCases[0])
 
 static void plain_mha_identity(void **state)
 {
@@ -172,25 +133,10 @@ static void plain_mha_identity(void **state)
     tu_layer_identity(&l, 1);
     tu_device_layer dev;
     tu_device_layer_upload(tu_ctx, &l, 0, &dev);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    iha_kv_cache *cache;
-    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, IHA_STORAGE_F32, &cache), IHA_OK);
-    const iha_shape step = {1, 1, 8, 2, 1, 1};
-    cl_mem xs = tu_buffer_new(tu_ctx, 8), zs = tu_buffer_new(tu_ctx, 8);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     double *ref = tu_layer_reference(&l, &o);
-    for (size_t n = 0; n < 5; ++n) {
-        float z[8];
-        tu_buffer_write(tu_ctx, xs, 0, l.x + n * 8, 8);
-        tu_assert_status(tu_ctx, iha_decode_step(tu_ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
-                         IHA_OK);
-        tu_buffer_read(tu_ctx, zs, 0, z, 8);
-        tu_assert_close("z", z, ref + n * 8, 8, TU_TOL_F32);
-    }
+    tu_check_decode_tokens(tu_ctx, &l, &dev, &o, ref, full.tokens);
     free(ref);
-    tu_buffer_release(xs);
-    tu_buffer_release(zs);
-    iha_kv_cache_free(cache);
     tu_device_layer_release(&dev);
     tu_layer_free(&l);
 }
@@ -220,8 +166,7 @@ static void step_with_nothing_to_append(void **state)
     tu_layer_init(&l, &full, 6);
     tu_device_layer dev;
     tu_device_layer_upload(tu_ctx, &l, 0, &dev);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     iha_kv_cache *cache = NULL;
     tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, IHA_STORAGE_F32, &cache), IHA_OK);
     const uint32_t counts[2] = {0, 0};
@@ -255,8 +200,7 @@ static void refusals(void **state)
     tu_layer_init(&l, &full, 5);
     tu_device_layer dev;
     tu_device_layer_upload(tu_ctx, &l, 0, &dev);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     iha_kv_cache *cache = NULL;
 
     tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, (iha_storage)7, &cache), IHA_ERROR_INVALID_ARGUMENT);
@@ -342,8 +286,7 @@ static void cache_outlives_its_context(void **state)
     tu_layer_init(&l, &full, 7);
     tu_device_layer dev;
     tu_device_layer_upload(tu_ctx, &l, 0, &dev);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     const iha_shape step = {2, 1, 8, 2, 8, 2};
     cl_mem xs = tu_buffer_new(tu_ctx, 16), zs = tu_buffer_new(tu_ctx, 16);
     iha_status st = iha_decode_step(tu_ctx, kept, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0},
@@ -357,22 +300,16 @@ static void cache_outlives_its_context(void **state)
     tu_layer_free(&l);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(token_at_a_time_causal_rope),
-        cmocka_unit_test(chunked_token_causal_window_odd_d),
-        cmocka_unit_test(bidirectional_prefix_half),
-        cmocka_unit_test(bidirectional_window_float),
-        cmocka_unit_test(ragged_batch_half_window),
-        cmocka_unit_test(long_cache_many_splits),
-        cmocka_unit_test(long_cache_large_scale),
+    const struct CMUnitTest others[] = {
         cmocka_unit_test(plain_mha_identity),
         cmocka_unit_test(half_storage_halves_bytes),
         cmocka_unit_test(step_with_nothing_to_append),
         cmocka_unit_test(refusals),
         cmocka_unit_test(cache_outlives_its_context),
     };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    const tu_case_table table = {kCases, sizeof kCases[0], CASE_COUNT, run_case};
+    return tu_main_table(argc, argv, &table, others, sizeof others / sizeof others[0], tu_group_setup,
+                         tu_group_teardown);
 }

@@ -100,11 +100,7 @@ static const char *mask_name(int mask)
 static iha_attention_options grid_options(size_t index)
 {
     const grid_case *c = &kGrid[index];
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.mask = c->mask;
-    o.window = c->window;
-    o.rope = c->rope;
+    iha_attention_options o = tu_options(c->mask, c->window, c->rope);
     if (index % 5 == 4)
         o.scale = 0.3f;
     if (c->rope && index % 2 == 1)
@@ -119,12 +115,7 @@ static void grid_forward(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     iha_shape shape = {c->B, c->N, kGridD[index % 6], c->H, c->d, c->P};
     iha_attention_options options = grid_options(index);
-    tu_layer l;
-    tu_layer_init(&l, &shape, 1000 + index);
-    double *zref = tu_layer_reference(&l, &options);
-    tu_layer_check_forward(tu_ctx, &l, &options, (tu_api)c->api, zref, TU_TOL_F32);
-    free(zref);
-    tu_layer_free(&l);
+    tu_check_random_layer(tu_ctx, &shape, 1000 + index, &options, (tu_api)c->api);
 }
 
 /* The sample covers what the header comment promises (a test of the table itself). */
@@ -201,70 +192,9 @@ static void core_forward(void **state)
     size_t index = (size_t)(c - kCore);
     TU_REQUIRE_DEVICE(tu_ctx);
     iha_shape shape = {c->B, c->N, c->model_dim, c->H, c->d, c->P};
-    iha_attention_options options;
-    iha_attention_options_init(&options);
-    options.mask = c->mask;
-    options.window = c->window;
-    options.rope = c->rope;
-    tu_rng rng;
-    tu_rng_seed(&rng, 2000 + index);
-    size_t n = tu_count_heads(&shape), nm = c->H * c->H * c->P;
-    float *q = tu_random_array(&rng, n, 2.5f), *k = tu_random_array(&rng, n, 2.5f);
-    float *v = tu_random_array(&rng, n, 1.0f);
-    float amp = 1.0f / sqrtf((float)c->H);
-    float *mix[4] = {NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 4 && !c->identity_null; i++)
-        mix[i] = tu_random_array(&rng, nm, i == 3 ? 1.0f / sqrtf((float)(c->H * c->P)) : amp);
-
-    ref_problem p;
-    memset(&p, 0, sizeof p);
-    p.B = c->B;
-    p.N = c->N;
-    p.H = c->H;
-    p.d = c->d;
-    p.P = c->P;
-    p.mask = c->mask;
-    p.window = c->window;
-    p.rope = c->rope;
-    p.alpha_q = mix[0];
-    p.alpha_k = mix[1];
-    p.alpha_v = mix[2];
-    p.r = mix[3];
-    double *yref = tu_malloc(n * sizeof *yref);
-    assert_int_equal(ref_attention_core(&p, q, k, v, yref), 0);
-
-    const size_t offq = 2, offk = 5, offv = 1, offy = 3, offm = 7;
-    iha_buffer qb = {tu_buffer_guarded(tu_ctx, q, n, offq, TU_GUARD, TU_SENTINEL), offq};
-    iha_buffer kb = {tu_buffer_guarded(tu_ctx, k, n, offk, TU_GUARD, TU_SENTINEL), offk};
-    iha_buffer vb = {tu_buffer_guarded(tu_ctx, v, n, offv, TU_GUARD, TU_SENTINEL), offv};
-    iha_buffer yb = {tu_buffer_guarded(tu_ctx, NULL, n, offy, TU_GUARD, TU_SENTINEL), offy};
-    iha_layer_weights w;
-    memset(&w, 0, sizeof w);
-    iha_buffer *wm[4] = {&w.alpha_q, &w.alpha_k, &w.alpha_v, &w.r};
-    for (int i = 0; i < 4; i++)
-        if (mix[i])
-            *wm[i] = (iha_buffer){tu_buffer_guarded(tu_ctx, mix[i], nm, offm, TU_GUARD, TU_SENTINEL), offm};
-
-    tu_assert_status(tu_ctx, iha_attention_core(tu_ctx, &shape, &options, &w, qb, kb, vb, yb), IHA_OK);
-    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
-    float *y = tu_malloc(n * sizeof *y);
-    tu_buffer_read(tu_ctx, yb.mem, offy, y, n);
-    tu_assert_guard(tu_ctx, yb.mem, n, offy, TU_GUARD, TU_SENTINEL);
-    tu_assert_close("y (iha_attention_core)", y, yref, n, TU_TOL_F32);
-
-    free(y);
-    free(yref);
-    for (int i = 0; i < 4; i++) {
-        tu_buffer_release(wm[i]->mem);
-        free(mix[i]);
-    }
-    tu_buffer_release(qb.mem);
-    tu_buffer_release(kb.mem);
-    tu_buffer_release(vb.mem);
-    tu_buffer_release(yb.mem);
-    free(q);
-    free(k);
-    free(v);
+    iha_attention_options options = tu_options(c->mask, c->window, c->rope);
+    const tu_core_layout at = {2, 5, 1, 3, {7, 7, 7, 7}, TU_GUARD};
+    tu_check_random_core(tu_ctx, &shape, &options, 2000 + index, 2.5f, c->identity_null, &at);
 }
 
 /* ---- iha_attention: Qt, Kt, Vt [B][H][T][d] -> O and LSE ---- */
@@ -299,27 +229,14 @@ static void attention_forward(void **state)
     size_t index = (size_t)(c - kAttention);
     TU_REQUIRE_DEVICE(tu_ctx);
     iha_shape shape = {c->B, c->N, 0, c->H, c->d, c->P};
-    iha_attention_options options;
-    iha_attention_options_init(&options);
-    options.mask = c->mask;
-    options.window = c->window;
+    iha_attention_options options = tu_options(c->mask, c->window, 0);
     options.scale = c->scale;
-    tu_rng rng;
-    tu_rng_seed(&rng, 3000 + index);
+    tu_rng rng = tu_rng_seeded(3000 + index);
     size_t n = tu_count_virtual(&shape), nl = c->B * c->H * c->N * c->P;
     float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f);
     float *vt = tu_random_array(&rng, n, 1.0f);
 
-    ref_problem p;
-    memset(&p, 0, sizeof p);
-    p.B = c->B;
-    p.N = c->N;
-    p.H = c->H;
-    p.d = c->d;
-    p.P = c->P;
-    p.mask = c->mask;
-    p.window = c->window;
-    p.scale = c->scale;
+    const ref_problem p = tu_problem(&shape, &options);
     double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(nl * sizeof *lref);
     assert_int_equal(ref_attention(&p, qt, kt, vt, oref, lref), 0);
 
@@ -334,18 +251,10 @@ static void attention_forward(void **state)
 
     tu_assert_status(tu_ctx, iha_attention(tu_ctx, &shape, &options, qb, kb, vb, ob, lb), IHA_OK);
     tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
-    float *o = tu_malloc(n * sizeof *o), *lse = tu_malloc(nl * sizeof *lse);
-    tu_buffer_read(tu_ctx, ob.mem, offo, o, n);
-    tu_assert_guard(tu_ctx, ob.mem, n, offo, TU_GUARD, TU_SENTINEL);
-    tu_assert_close("o (iha_attention)", o, oref, n, TU_TOL_F32);
-    if (c->with_lse) {
-        tu_buffer_read(tu_ctx, lb.mem, offl, lse, nl);
-        tu_assert_guard(tu_ctx, lb.mem, nl, offl, TU_GUARD, TU_SENTINEL);
-        tu_assert_close("lse (iha_attention)", lse, lref, nl, TU_TOL_F32);
-    }
+    tu_assert_buffer_close(tu_ctx, "o (iha_attention)", ob, n, oref, TU_TOL_F32);
+    if (c->with_lse)
+        tu_assert_buffer_close(tu_ctx, "lse (iha_attention)", lb, nl, lref, TU_TOL_F32);
 
-    free(o);
-    free(lse);
     free(oref);
     free(lref);
     tu_buffer_release(qb.mem);
@@ -373,10 +282,7 @@ static void forward_huge_windows(void **state)
     tu_layer_init(&l, &shape, 5000);
     for (int mask = 0; mask < 3; mask++) {
         for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
-            iha_attention_options options;
-            iha_attention_options_init(&options);
-            options.mask = mask;
-            options.window = windows[i];
+            iha_attention_options options = tu_options(mask, windows[i], 0);
             double *zref = tu_layer_reference(&l, &options);
             print_message("%s window %lld\n", mask_name(mask), (long long)windows[i]);
             tu_layer_check_forward(tu_ctx, &l, &options, TU_API_HOST, zref, TU_TOL_F32);
@@ -395,12 +301,9 @@ static void forward_single_arena_buffer(void **state)
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape shape = {2, 13, 24, 3, 16, 2};
-    iha_attention_options options;
-    iha_attention_options_init(&options);
-    options.rope = 1;
+    iha_attention_options options = tu_options(IHA_MASK_CAUSAL, 0, 1);
     tu_layer l;
-    tu_layer_init(&l, &shape, 4000);
-    double *zref = tu_layer_reference(&l, &options);
+    double *zref = tu_layer_with_reference(&l, &shape, 4000, &options);
     size_t nx = tu_count_x(&shape), nw = tu_count_w(&shape), nm = tu_count_mix(&shape);
     const float *parts[9] = {l.x, l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
     size_t counts[10] = {nx, nw, nw, nw, nw, nm, nm, nm, nm, nx}, offsets[10], total = 3;

@@ -1,5 +1,5 @@
-/* The library's SGEMM kernel (cl/gemm.cl through src/gemm/microkernel.c) and the backend choice
- * of src/gemm/gemm.c: products against a float64 host reference on ragged shapes (1x1x1,
+/* The library's SGEMM kernel (cl/gemm.cl through src/gemm/gemm.c) and the backend choice
+ * of src/gemm/sgemm.c: products against a float64 host reference on ragged shapes (1x1x1,
  * 67x45x33, one to four rows, n not a multiple of the vector width, odd k, offsets, leading
  * dimensions beyond the row, alpha != 1) with NaN-filled outputs and guards around them, C += A B
  * (beta = 1), every tile of the tuning space, the refusals, and that a CPU context without a profile runs a
@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "gemm/sgemm.h"
 #include "gemm/gemm.h"
-#include "gemm/microkernel.h"
 #include "runtime/context.h"
 #include "test_layer.h"
 #include "test_util.h"
@@ -49,8 +49,7 @@ static size_t span(size_t rows, size_t cols, size_t ld) { return rows == 0 ? 0 :
 static void check_case_guarded(gemm_case g, const iha_gemm_config *tile, uint64_t seed, size_t guard)
 {
     fill_defaults(&g);
-    tu_rng rng;
-    tu_rng_seed(&rng, seed);
+    tu_rng rng = tu_rng_seeded(seed);
     const size_t na = span(g.m, g.k, g.lda), nb = span(g.k, g.n, g.ldb), nc = span(g.m, g.n, g.ldc);
     float *a = tu_random_array(&rng, na ? na : 1, 1.0f), *b = tu_random_array(&rng, nb ? nb : 1, 1.0f);
     cl_mem da = tu_buffer_guarded(tu_ctx, a, na, g.a_off, guard, SENTINEL);
@@ -155,8 +154,7 @@ static void accumulate_case(const gemm_case *gc, const iha_gemm_config *tile, in
 {
     gemm_case g = *gc;
     fill_defaults(&g);
-    tu_rng rng;
-    tu_rng_seed(&rng, seed);
+    tu_rng rng = tu_rng_seeded(seed);
     const size_t na = span(g.m, g.k, g.lda), nb = span(g.k, g.n, g.ldb), nc = span(g.m, g.n, g.ldc);
     float *a = tu_random_array(&rng, na, 1.0f), *b = tu_random_array(&rng, nb, 1.0f);
     float *c0 = tu_random_array(&rng, nc, 1.0f), *c = tu_malloc(nc * sizeof *c);
@@ -165,14 +163,14 @@ static void accumulate_case(const gemm_case *gc, const iha_gemm_config *tile, in
     cl_mem dc = tu_buffer_guarded(tu_ctx, c0, nc, g.c_off, GUARD, SENTINEL);
     /* The backend forced for this case: the kernel with its built-in tile (a GPU context on
      * CLBlast has none set), or CLBlast. */
-    const iha_gemm_config backend = tu_ctx->gemm;
-    if (tile == NULL && !clblast && !tu_ctx->gemm.own) iha__gemm_kernel_default(tu_ctx, &tu_ctx->gemm);
-    if (tile == NULL) tu_ctx->gemm.own = !clblast;
+    const iha_gemm_config backend = tu_ctx->gemm->config;
+    if (tile == NULL && !clblast && !tu_ctx->gemm->config.own) iha__gemm_kernel_default(tu_ctx, &tu_ctx->gemm->config);
+    if (tile == NULL) tu_ctx->gemm->config.own = !clblast;
     const iha_status st = tile ? iha__gemm_kernel_enqueue(tu_ctx, tile, g.m, g.n, g.k, 1.0f, da, g.a_off, g.lda, db,
                                                           g.b_off, g.ldb, 1.0f, dc, g.c_off, g.ldc)
                                : iha__sgemm_acc(tu_ctx, g.m, g.n, g.k, da, g.a_off, g.lda, db, g.b_off, g.ldb, dc,
                                                 g.c_off, g.ldc);
-    tu_ctx->gemm = backend;
+    tu_ctx->gemm->config = backend;
     tu_assert_status(tu_ctx, st, IHA_OK);
     tu_buffer_read(tu_ctx, dc, g.c_off, c, nc);
     double *ref = tu_malloc(g.m * g.n * sizeof *ref);
@@ -258,7 +256,7 @@ static void test_refusals(void **state)
 }
 
 /* A CPU context without a profile multiplies with the library's kernel: a forward pass and a
- * decoding step are right and never call into CLBlast (src/gemm sets release_gemm at a
+ * decoding step are right and never call into CLBlast (src/gemm sets clblast_user at a
  * context's first CLBlast call). GPUs keep CLBlast. */
 static void test_cpu_builtin_avoids_clblast(void **state)
 {
@@ -269,46 +267,30 @@ static void test_cpu_builtin_avoids_clblast(void **state)
     co.profile = "off";
     iha_context *ctx;
     assert_int_equal(tu_context_open(&ctx, &co), 0);
-    assert_int_equal(ctx->gemm.own, !ctx->info.is_gpu);
+    assert_int_equal(ctx->gemm->config.own, !ctx->info.is_gpu);
     const iha_shape shape = {1, 9, 24, 2, 8, 2};
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     tu_layer l;
-    tu_layer_init(&l, &shape, 91);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    double *zref = tu_layer_reference(&l, &o);
+    double *zref = tu_layer_with_reference(&l, &shape, 91, &o);
     tu_layer_check_forward(ctx, &l, &o, TU_API_DEVICE_OFFSETS, zref, TU_TOL_F32);
 
     tu_device_layer dev;
     tu_device_layer_upload(ctx, &l, 0, &dev);
-    iha_kv_cache *cache;
-    tu_assert_status(ctx, iha_kv_cache_create(ctx, &shape, IHA_STORAGE_F32, &cache), IHA_OK);
-    const iha_shape step = {1, 1, 24, 2, 8, 2};
-    cl_mem xs = tu_buffer_new(ctx, 24), zs = tu_buffer_new(ctx, 24);
-    for (size_t n = 0; n < 3; ++n) {
-        float z[24];
-        tu_buffer_write(ctx, xs, 0, l.x + n * 24, 24);
-        tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
-                         IHA_OK);
-        tu_buffer_read(ctx, zs, 0, z, 24);
-        tu_assert_close("decoded z", z, zref + n * 24, 24, TU_TOL_F32);
-    }
-    if (!ctx->info.is_gpu) assert_null(ctx->release_gemm);
-    tu_buffer_release(xs), tu_buffer_release(zs);
-    iha_kv_cache_free(cache);
+    tu_check_decode_tokens(ctx, &l, &dev, &o, zref, 3);
+    if (!ctx->info.is_gpu) assert_int_equal(ctx->gemm->clblast_user, 0);
     tu_device_layer_release(&dev);
     free(zref);
     tu_layer_free(&l);
     iha_context_free(ctx);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ragged_shapes_backend), cmocka_unit_test(test_every_tile),
         cmocka_unit_test(test_exact_buffers),         cmocka_unit_test(test_accumulate),
         cmocka_unit_test(test_empty_k_writes_zeros),  cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_cpu_builtin_avoids_clblast),
     };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

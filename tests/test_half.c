@@ -1,6 +1,6 @@
 /* Half-precision storage (iha_attention_options.storage and weight_storage): the host
  * conversions bit for bit; every layer call with half activations and/or half weights within
- * SPEC's half-storage contract against float64 on the float inputs, on each path (the
+ * doc/spec.md's half-storage contract against float64 on the float inputs, on each path (the
  * half-weight GEMV for few rows, converted weights and SGEMM for many, the identity shortcut,
  * element offsets counted in halves, guards around outputs); the layer's backward pass and the
  * saved training pair with half activations and/or weights; the decode step with half x, z,
@@ -21,7 +21,7 @@
 #include "test_util.h"
 #include "test_layer.h"
 
-#define TOL_F16 2e-3 /* SPEC: half storage, float accumulation */
+#define TOL_F16 2e-3 /* doc/spec.md: half storage, float accumulation */
 #define GUARD 32     /* halves of sentinel after every half tensor (and before, with an offset) */
 #define SENTINEL 0xABCDu
 
@@ -117,6 +117,15 @@ typedef struct half_case {
     int identity;     /* P = 1 with NULL mixing and collapse */
 } half_case;
 
+/* tu_options with half activations and weights. */
+static iha_attention_options half_options(int mask, int64_t window, int rope)
+{
+    iha_attention_options o = tu_options(mask, window, rope);
+    o.storage = IHA_STORAGE_F16;
+    o.weight_storage = IHA_STORAGE_F16;
+    return o;
+}
+
 /* A tensor in the storage the case asks for, at `offset` elements. */
 static iha_buffer upload_as(const float *data, size_t n, int half, size_t offset)
 {
@@ -125,20 +134,34 @@ static iha_buffer upload_as(const float *data, size_t n, int half, size_t offset
     return (iha_buffer){tu_buffer_guarded(tu_ctx, data, n, offset, TU_GUARD, TU_SENTINEL), offset};
 }
 
+/* The layer's eight weights at offset 0, in half (half = 1) or float storage. */
+static iha_layer_weights upload_weights(const tu_layer *l, int half)
+{
+    const size_t nw = tu_count_w(&l->shape), nm = tu_count_mix(&l->shape);
+    return (iha_layer_weights){upload_as(l->wq, nw, half, 0),      upload_as(l->wk, nw, half, 0),
+                               upload_as(l->wv, nw, half, 0),      upload_as(l->wo, nw, half, 0),
+                               upload_as(l->alpha_q, nm, half, 0), upload_as(l->alpha_k, nm, half, 0),
+                               upload_as(l->alpha_v, nm, half, 0), upload_as(l->r, nm, half, 0)};
+}
+
+/* The case's random layer, and its options with the activations and weights in the case's storage. */
+static iha_attention_options case_layer(const half_case *c, uint64_t seed, tu_layer *l)
+{
+    const iha_shape s = {c->B, c->N, c->D, c->H, c->d, c->P};
+    tu_layer_init(l, &s, seed);
+    if (c->identity) tu_layer_identity(l, 1);
+    iha_attention_options o = tu_options(c->mask, c->window, c->rope);
+    o.storage = c->act_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    o.weight_storage = c->weight_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    return o;
+}
+
 static void run_forward_case(const half_case *c)
 {
     TU_REQUIRE_DEVICE(tu_ctx);
-    const iha_shape s = {c->B, c->N, c->D, c->H, c->d, c->P};
     tu_layer l;
-    tu_layer_init(&l, &s, 77 + c->d + 13 * c->P);
-    if (c->identity) tu_layer_identity(&l, 1);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.mask = c->mask;
-    o.window = c->window;
-    o.rope = c->rope;
-    o.storage = c->act_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
-    o.weight_storage = c->weight_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    const iha_attention_options o = case_layer(c, 77 + c->d + 13 * c->P, &l);
+    const iha_shape s = l.shape;
     double *zref = tu_layer_reference(&l, &o);
 
     const size_t nx = tu_count_x(&s), nw = tu_count_w(&s), nm = tu_count_mix(&s), off = c->offsets ? 3 : 0;
@@ -175,47 +198,31 @@ static void run_forward_case(const half_case *c)
     free(zh);
     free(out);
     free(zref);
-    iha_buffer all[10] = {w.wq, w.wk, w.wv, w.wo, w.alpha_q, w.alpha_k, w.alpha_v, w.r, x, z};
-    for (int i = 0; i < 10; ++i) tu_buffer_release(all[i].mem);
+    tu_layer_weights_release(&w);
+    tu_buffer_release(x.mem), tu_buffer_release(z.mem);
     tu_layer_free(&l);
 }
 
-/* 7 rows: the projections read half weights directly (the GEMV path). */
-static void few_rows_half_everything(void **state)
-{
-    (void)state;
-    const half_case c = {1, 7, 32, 2, 16, 2, IHA_MASK_CAUSAL, 0, 1, 1, 1, 0, 0};
-    run_forward_case(&c);
-}
+/* The forward cases, each a CMocka case of its own name. */
+static const struct forward_case {
+    const char *name;
+    half_case c;
+} kForwardCases[] = {
+    /* 7 rows: the projections read half weights directly (the GEMV path). */
+    {"few_rows_half_everything", {1, 7, 32, 2, 16, 2, IHA_MASK_CAUSAL, 0, 1, 1, 1, 0, 0}},
+    /* 226 rows: half weights converted once per matrix, then CLBlast; odd d, a window, offsets. */
+    {"many_rows_half_everything_offsets", {2, 113, 48, 3, 59, 3, IHA_MASK_TOKEN_CAUSAL, 5, 0, 1, 1, 1, 0}},
+    {"half_weights_only_identity_mha", {1, 64, 64, 2, 32, 1, IHA_MASK_NONE, 0, 1, 0, 1, 0, 1}},
+    {"half_activations_only", {1, 33, 40, 4, 10, 4, IHA_MASK_CAUSAL, 0, 1, 1, 0, 1, 0}},
+    /* 12 rows of a tail-heavy shape: d = 5 and C = H*d = 15 columns, not a multiple of the GEMV's 8. */
+    {"gemv_column_tail", {3, 4, 9, 3, 5, 2, IHA_MASK_NONE, 2, 0, 1, 1, 1, 0}},
+};
+#define FORWARD_CASE_COUNT (sizeof kForwardCases / sizeof kForwardCases[0])
 
-/* 226 rows: half weights converted once per matrix, then CLBlast; odd d, a window, offsets. */
-static void many_rows_half_everything_offsets(void **state)
+/* A kForwardCases row, *state. */
+static void forward_case(void **state)
 {
-    (void)state;
-    const half_case c = {2, 113, 48, 3, 59, 3, IHA_MASK_TOKEN_CAUSAL, 5, 0, 1, 1, 1, 0};
-    run_forward_case(&c);
-}
-
-static void half_weights_only_identity_mha(void **state)
-{
-    (void)state;
-    const half_case c = {1, 64, 64, 2, 32, 1, IHA_MASK_NONE, 0, 1, 0, 1, 0, 1};
-    run_forward_case(&c);
-}
-
-static void half_activations_only(void **state)
-{
-    (void)state;
-    const half_case c = {1, 33, 40, 4, 10, 4, IHA_MASK_CAUSAL, 0, 1, 1, 0, 1, 0};
-    run_forward_case(&c);
-}
-
-/* 12 rows of a tail-heavy shape: d = 5 and C = H*d = 15 columns, not a multiple of the GEMV's 8. */
-static void gemv_column_tail(void **state)
-{
-    (void)state;
-    const half_case c = {3, 4, 9, 3, 5, 2, IHA_MASK_NONE, 2, 0, 1, 1, 1, 0};
-    run_forward_case(&c);
+    run_forward_case(&((const struct forward_case *)*state)->c);
 }
 
 /* ---- The core and attention calls ---- */
@@ -227,13 +234,8 @@ static void core_and_attention_half(void **state)
     const iha_shape s = {1, 57, 1, 2, 24, 3};
     tu_layer l;
     tu_layer_init(&l, &s, 5);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.rope = 1;
-    o.storage = IHA_STORAGE_F16;
-    o.weight_storage = IHA_STORAGE_F16;
-    tu_rng rng;
-    tu_rng_seed(&rng, 9);
+    iha_attention_options o = half_options(IHA_MASK_CAUSAL, 0, 1);
+    tu_rng rng = tu_rng_seeded(9);
     const size_t nh = tu_count_heads(&s), nv = tu_count_virtual(&s), T = s.tokens * s.pseudo;
     float *q = tu_random_array(&rng, nh, 1.0f), *k = tu_random_array(&rng, nh, 1.0f), *v = tu_random_array(&rng, nh, 1.0f);
     ref_problem rp = tu_layer_problem(&l, &o);
@@ -263,14 +265,12 @@ static void core_and_attention_half(void **state)
     iha_buffer ob = {half_buffer(NULL, nv, 1), 1};
     iha_buffer lb = {tu_buffer_guarded(tu_ctx, NULL, nl, 0, TU_GUARD, TU_SENTINEL), 0};
     tu_assert_status(tu_ctx, iha_attention(tu_ctx, &s, &o, qtb, ktb, vtb, ob, lb), IHA_OK);
-    float *out = tu_malloc(nv * sizeof *out), *lse = tu_malloc(nl * sizeof *lse);
+    float *out = tu_malloc(nv * sizeof *out);
     half_read_checked(ob.mem, ob.offset, nv, out, "o");
     tu_assert_close("o (iha_attention, half)", out, oref, nv, TOL_F16);
-    tu_buffer_read(tu_ctx, lb.mem, 0, lse, nl);
-    tu_assert_guard(tu_ctx, lb.mem, nl, 0, TU_GUARD, TU_SENTINEL);
-    tu_assert_close("lse (iha_attention, half inputs)", lse, lref, nl, TOL_F16);
+    tu_assert_buffer_close(tu_ctx, "lse (iha_attention, half inputs)", lb, nl, lref, TOL_F16);
 
-    free(q), free(k), free(v), free(y), free(yref), free(qt), free(kt), free(vt), free(out), free(lse);
+    free(q), free(k), free(v), free(y), free(yref), free(qt), free(kt), free(vt), free(out);
     free(oref), free(lref);
     iha_buffer all[13] = {w.alpha_q, w.alpha_k, w.alpha_v, w.r, qb, kb, vb, yb, qtb, ktb, vtb, ob, lb};
     for (int i = 0; i < 13; ++i) tu_buffer_release(all[i].mem);
@@ -281,14 +281,10 @@ static void core_and_attention_half(void **state)
  * from a half iha_attention call, against the float64 reference on the float inputs. */
 static void attention_backward_case(const iha_shape *s, int mask, int64_t window, uint64_t seed)
 {
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.mask = mask;
-    o.window = window;
+    iha_attention_options o = tu_options(mask, window, 0);
     o.storage = IHA_STORAGE_F16;
     const size_t nv = tu_count_virtual(s), nl = s->batch * s->heads * s->tokens * s->pseudo;
-    tu_rng rng;
-    tu_rng_seed(&rng, seed);
+    tu_rng rng = tu_rng_seeded(seed);
     float *in[4];
     for (int i = 0; i < 4; ++i) in[i] = tu_random_array(&rng, nv, 1.0f); /* qt, kt, vt, dout */
     const ref_problem rp = {.B = s->batch, .N = s->tokens, .H = s->heads, .d = s->head_dim, .P = s->pseudo,
@@ -349,20 +345,15 @@ static void read_as(iha_buffer b, size_t n, int half, float *out, const char *wh
 }
 
 /* iha_backward with dx, x and dz in the activations' storage and the gradients in the weights',
- * against the float64 reference on the float inputs (SPEC's half-storage contract); then the
+ * against the float64 reference on the float inputs (doc/spec.md's half-storage contract); then the
  * saved pair on the same storage, bit for bit iha_backward's outputs. */
 static void run_backward_case(const half_case *c)
 {
-    const iha_shape s = {c->B, c->N, c->D, c->H, c->d, c->P};
     tu_layer l;
-    tu_layer_init(&l, &s, 91 + c->d + 7 * c->P);
-    if (c->identity) tu_layer_identity(&l, 1);
-    iha_attention_options o = tu_options(c->mask, c->window, c->rope);
-    o.storage = c->act_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
-    o.weight_storage = c->weight_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    const iha_attention_options o = case_layer(c, 91 + c->d + 7 * c->P, &l);
+    const iha_shape s = l.shape;
     const size_t nx = tu_count_x(&s), nw = tu_count_w(&s), nm = tu_count_mix(&s);
-    tu_rng rng;
-    tu_rng_seed(&rng, 5 + c->d);
+    tu_rng rng = tu_rng_seeded(5 + c->d);
     float *dz = tu_random_array(&rng, nx, 1.0f);
     const float *host_w[8] = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
     iha_buffer wb[8];
@@ -442,19 +433,11 @@ static void decode_step_half_everything(void **state)
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape full = {2, 12, 32, 2, 16, 2};
+    iha_attention_options o = half_options(IHA_MASK_CAUSAL, 0, 1);
     tu_layer l;
-    tu_layer_init(&l, &full, 31);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.rope = 1;
-    o.storage = IHA_STORAGE_F16;
-    o.weight_storage = IHA_STORAGE_F16;
-    double *zref = tu_layer_reference(&l, &o);
-    const size_t nw = tu_count_w(&full), nm = tu_count_mix(&full), D = full.model_dim, B = full.batch, N = full.tokens;
-    iha_layer_weights w = {upload_as(l.wq, nw, 1, 0),      upload_as(l.wk, nw, 1, 0),
-                           upload_as(l.wv, nw, 1, 0),      upload_as(l.wo, nw, 1, 0),
-                           upload_as(l.alpha_q, nm, 1, 0), upload_as(l.alpha_k, nm, 1, 0),
-                           upload_as(l.alpha_v, nm, 1, 0), upload_as(l.r, nm, 1, 0)};
+    double *zref = tu_layer_with_reference(&l, &full, 31, &o);
+    const size_t D = full.model_dim, B = full.batch, N = full.tokens;
+    iha_layer_weights w = upload_weights(&l, 1);
     iha_kv_cache *cache = NULL;
     tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &full, IHA_STORAGE_F16, &cache), IHA_OK);
     const iha_shape step = {B, 1, D, full.heads, full.head_dim, full.pseudo};
@@ -473,8 +456,7 @@ static void decode_step_half_everything(void **state)
     tu_assert_close("z (decode, half everything)", z, zref, B * N * D, TOL_F16);
     iha_kv_cache_free(cache);
     free(xs), free(zs), free(z), free(zref);
-    iha_buffer all[8] = {w.wq, w.wk, w.wv, w.wo, w.alpha_q, w.alpha_k, w.alpha_v, w.r};
-    for (int i = 0; i < 8; ++i) tu_buffer_release(all[i].mem);
+    tu_layer_weights_release(&w);
     tu_layer_free(&l);
 }
 
@@ -487,15 +469,9 @@ static void refusals(void **state)
     const iha_shape s = {1, 8, 16, 2, 8, 2};
     tu_layer l;
     tu_layer_init(&l, &s, 3);
-    const size_t nx = tu_count_x(&s), nw = tu_count_w(&s), nm = tu_count_mix(&s);
-    iha_layer_weights w = {upload_as(l.wq, nw, 1, 0),      upload_as(l.wk, nw, 1, 0),
-                           upload_as(l.wv, nw, 1, 0),      upload_as(l.wo, nw, 1, 0),
-                           upload_as(l.alpha_q, nm, 1, 0), upload_as(l.alpha_k, nm, 1, 0),
-                           upload_as(l.alpha_v, nm, 1, 0), upload_as(l.r, nm, 1, 0)};
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.storage = IHA_STORAGE_F16;
-    o.weight_storage = IHA_STORAGE_F16;
+    const size_t nx = tu_count_x(&s), nw = tu_count_w(&s);
+    iha_layer_weights w = upload_weights(&l, 1);
+    iha_attention_options o = half_options(IHA_MASK_CAUSAL, 0, 0);
     iha_buffer x = upload_as(l.x, nx, 1, 0);
     /* A buffer of exactly nx halves (no guard) fits z; one half fewer does not. */
     cl_int err;
@@ -509,10 +485,7 @@ static void refusals(void **state)
     of.storage = IHA_STORAGE_F32;
     of.weight_storage = IHA_STORAGE_F32;
     cl_mem xf = tu_buffer_guarded(tu_ctx, l.x, nx, 0, 0, 0.0f);
-    iha_layer_weights wf = {upload_as(l.wq, nw, 0, 0),      upload_as(l.wk, nw, 0, 0),
-                            upload_as(l.wv, nw, 0, 0),      upload_as(l.wo, nw, 0, 0),
-                            upload_as(l.alpha_q, nm, 0, 0), upload_as(l.alpha_k, nm, 0, 0),
-                            upload_as(l.alpha_v, nm, 0, 0), upload_as(l.r, nm, 0, 0)};
+    iha_layer_weights wf = upload_weights(&l, 0);
     tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &of, &wf, (iha_buffer){xf, 0}, (iha_buffer){exact, 0}),
                      IHA_ERROR_BUFFER_TOO_SMALL);
     /* Unknown storage values. */
@@ -542,28 +515,22 @@ static void refusals(void **state)
 
     tu_buffer_release(a), tu_buffer_release(b), tu_buffer_release(exact), tu_buffer_release(z);
     tu_buffer_release(xf), tu_buffer_release(shared), tu_buffer_release(x.mem);
-    iha_buffer all[8] = {w.wq, w.wk, w.wv, w.wo, w.alpha_q, w.alpha_k, w.alpha_v, w.r};
-    for (int i = 0; i < 8; ++i) tu_buffer_release(all[i].mem);
-    iha_buffer allf[8] = {wf.wq, wf.wk, wf.wv, wf.wo, wf.alpha_q, wf.alpha_k, wf.alpha_v, wf.r};
-    for (int i = 0; i < 8; ++i) tu_buffer_release(allf[i].mem);
+    tu_layer_weights_release(&w);
+    tu_layer_weights_release(&wf);
     tu_layer_free(&l);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
-    const struct CMUnitTest tests[] = {
+    const struct CMUnitTest others[] = {
         cmocka_unit_test(host_conversions_round_to_nearest_even),
-        cmocka_unit_test(few_rows_half_everything),
-        cmocka_unit_test(many_rows_half_everything_offsets),
-        cmocka_unit_test(half_weights_only_identity_mha),
-        cmocka_unit_test(half_activations_only),
-        cmocka_unit_test(gemv_column_tail),
         cmocka_unit_test(core_and_attention_half),
         cmocka_unit_test(attention_backward_half),
         cmocka_unit_test(layer_backward_half),
         cmocka_unit_test(decode_step_half_everything),
         cmocka_unit_test(refusals),
     };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    const tu_case_table table = {kForwardCases, sizeof kForwardCases[0], FORWARD_CASE_COUNT, forward_case};
+    return tu_main_table(argc, argv, &table, others, sizeof others / sizeof others[0], tu_group_setup,
+                         tu_group_teardown);
 }

@@ -16,7 +16,7 @@
 
 typedef struct tu_layer {
     iha_shape shape;
-    float *x, *wq, *wk, *wv, *wo;                 /* SPEC shapes */
+    float *x, *wq, *wk, *wv, *wo;                 /* doc/spec.md's shapes */
     float *alpha_q, *alpha_k, *alpha_v, *r;       /* NULL: the identity shortcut (P = 1) */
 } tu_layer;
 
@@ -34,10 +34,15 @@ void tu_layer_init(tu_layer *l, const iha_shape *shape, uint64_t seed);
  * (as_null = 0) or as the NULL shortcut (as_null = 1). */
 void tu_layer_identity(tu_layer *l, int as_null);
 void tu_layer_free(tu_layer *l);
+/* tu_layer_init, then the layer's z from the float64 reference (tu_layer_reference; free it). */
+double *tu_layer_with_reference(tu_layer *l, const iha_shape *shape, uint64_t seed,
+                                const iha_attention_options *options);
 
 /* Default options (iha_attention_options_init) with this mask, window and rotary flag. */
 iha_attention_options tu_options(int mask, int64_t window, int rope);
 
+/* The reference's problem for this shape and these options, without tensors. */
+ref_problem tu_problem(const iha_shape *shape, const iha_attention_options *options);
 ref_problem tu_layer_problem(const tu_layer *l, const iha_attention_options *options);
 /* Z of the layer from the float64 reference (malloc'ed B*N*D doubles; free it). */
 double *tu_layer_reference(const tu_layer *l, const iha_attention_options *options);
@@ -51,6 +56,8 @@ typedef struct tu_device_layer {
 } tu_device_layer;
 void tu_device_layer_upload(iha_context *ctx, const tu_layer *l, int offsets, tu_device_layer *out);
 void tu_device_layer_release(tu_device_layer *d);
+/* Releases the eight weight buffers (NULL ones are allowed). */
+void tu_layer_weights_release(iha_layer_weights *w);
 
 typedef enum tu_api {
     TU_API_DEVICE,         /* iha_forward, tensors at offset 0 */
@@ -64,5 +71,35 @@ const char *tu_api_name(tu_api api);
  * (B*N*D doubles) is at most tol. */
 void tu_layer_check_forward(iha_context *ctx, const tu_layer *l, const iha_attention_options *options,
                             tu_api api, const double *zref, double tol);
+/* Decodes the first `tokens` tokens of the layer's one sequence (batch 1) a token at a time
+ * through a new float cache on ctx, checking each step's z against its row of zref (the forward
+ * over the whole sequence) within the float32 tolerance. */
+void tu_check_decode_tokens(iha_context *ctx, const tu_layer *l, const tu_device_layer *dev,
+                            const iha_attention_options *options, const double *zref, size_t tokens);
+/* Reads the n floats of b on ctx; fails the test unless the guards around them (TU_GUARD floats
+ * of TU_SENTINEL) are untouched and they are within tol of ref (tu_assert_close, named `what`). */
+void tu_assert_buffer_close(iha_context *ctx, const char *what, iha_buffer b, size_t n, const double *ref,
+                            double tol);
+/* Where tu_check_attention_core puts each tensor: element offsets of q, k, v, y and of the four
+ * mixing arrays, and the guard after each input (0: its buffer ends where the tensor does). */
+typedef struct tu_core_layout {
+    size_t q, k, v, y, mix[4];
+    size_t input_guard;
+} tu_core_layout;
+/* Draws Q and K (amplitude qk_amplitude), V (amplitude 1) and, unless identity, the mixing and
+ * collapse (all four NULL otherwise: the identity shortcut) from `seed`, runs iha_attention_core
+ * on device copies laid out as `at`, and checks y against ref_attention_core within the float32
+ * tolerance. */
+void tu_check_random_core(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                          uint64_t seed, float qk_amplitude, int identity, const tu_core_layout *at);
+/* The layer's host tensors as the library's host calls take them. */
+iha_host_weights tu_layer_host_weights(const tu_layer *l);
+/* One small layer with every stage in use (rotary, window, P > 1), run through `api` and
+ * checked on ctx. */
+void tu_check_small_forward(iha_context *ctx, tu_api api);
+/* tu_layer_check_forward of a random layer of `shape` drawn from `seed`, against its float64
+ * reference, within the float32 tolerance. */
+void tu_check_random_layer(iha_context *ctx, const iha_shape *shape, uint64_t seed,
+                           const iha_attention_options *options, tu_api api);
 
 #endif /* IHA_TESTS_TEST_LAYER_H */

@@ -1,7 +1,7 @@
 /*
  * test_layer_backward.c - iha_backward, the whole layer's backward pass, against the float64
  * reference (itself checked against finite differences in test_reference.c): every gradient
- * within SPEC's 1e-5 on ragged shapes, every mask, windows, rotary, P = 1 with the identity
+ * within doc/spec.md's 1e-5 on ragged shapes, every mask, windows, rotary, P = 1 with the identity
  * shortcut, odd head widths and widths the tile kernels take; gradients asked for one at a
  * time; and the refusals, which must leave every output as it was. Then the saved pair,
  * iha_forward_save and iha_backward_saved: bit for bit iha_forward's z and iha_backward's
@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "reference.h"
+#include "layer/workspace.h"
 #include "runtime/context.h" /* the device's largest allocation, lowered below */
 #include "test_layer.h"
 #include "test_util.h"
@@ -76,8 +77,7 @@ static void run_case_grads(const lb_case *c, unsigned want, int null_grads, uint
     tu_device_layer d;
     tu_device_layer_upload(tu_ctx, &l, 1, &d);
     const size_t nx = tu_count_x(&c->s);
-    tu_rng rng;
-    tu_rng_seed(&rng, seed + 1);
+    tu_rng rng = tu_rng_seeded(seed + 1);
     float *dz = tu_random_array(&rng, nx, 1.0f);
     cl_mem bdz = tu_buffer_guarded(tu_ctx, dz, nx, 11, 0, 0.0f);
     iha_buffer out[OUTPUTS];
@@ -178,7 +178,8 @@ static void assert_untouched(const iha_shape *s, const iha_buffer out[OUTPUTS])
 }
 
 /* The refusal tests' setting: a small layer on the device, every output NaN-filled inside
- * guards. fixture_free checks that nothing was written, then releases it all. */
+ * guards (fixture_init skips the test without a device). fixture_free checks that nothing was
+ * written, then releases it all. */
 typedef struct refusal_fixture {
     iha_shape s;
     tu_layer l;
@@ -189,6 +190,7 @@ typedef struct refusal_fixture {
 
 static void fixture_init(refusal_fixture *f, iha_shape s, uint64_t seed)
 {
+    TU_REQUIRE_DEVICE(tu_ctx);
     f->s = s;
     tu_layer_init(&f->l, &f->s, seed);
     tu_device_layer_upload(tu_ctx, &f->l, 0, &f->d);
@@ -207,11 +209,9 @@ static void fixture_free(refusal_fixture *f)
 static void refusals(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(tu_ctx);
     refusal_fixture f;
     fixture_init(&f, (iha_shape){1, 4, 6, 2, 4, 2}, 91);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     const iha_buffer dz = f.d.x; /* any float tensor of x's shape */
 
     /* An unknown storage. */
@@ -278,8 +278,7 @@ static void run_saved_case(const lb_case *c, uint64_t seed)
     tu_device_layer d;
     tu_device_layer_upload(tu_ctx, &l, 1, &d);
     const size_t nx = tu_count_x(&c->s), virt = tu_count_virtual(&c->s);
-    tu_rng rng;
-    tu_rng_seed(&rng, seed + 1);
+    tu_rng rng = tu_rng_seeded(seed + 1);
     float *dz = tu_random_array(&rng, nx, 1.0f);
     cl_mem bdz = tu_buffer_guarded(tu_ctx, dz, nx, 11, 0, 0.0f);
     const iha_attention_options o = options_of(c);
@@ -355,11 +354,9 @@ static void saved_pair_matches(void **state)
 static void saved_pair_refusals(void **state)
 {
     (void)state;
-    TU_REQUIRE_DEVICE(tu_ctx);
     refusal_fixture f;
     fixture_init(&f, (iha_shape){1, 4, 6, 2, 4, 2}, 93);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     const size_t nx = tu_count_x(&f.s);
     size_t ns = 0;
     tu_assert_status(NULL, iha_saved_elements(NULL, &f.s, &ns), IHA_OK);
@@ -434,8 +431,7 @@ static void device_memory_refused_before_writing(void **state)
     const tu_device_layer d = f.d;
     iha_buffer *out = f.out;
     const iha_layer_grads g = f.g;
-    iha_attention_options o;
-    iha_attention_options_init(&o);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     const size_t virt = tu_count_virtual(&s), packed = 2 * 16 * 4; /* B*H*16*d */
     iha_context_trim(tu_ctx);
     cl_mem keys;
@@ -448,9 +444,8 @@ static void device_memory_refused_before_writing(void **state)
     fixture_free(&f);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gradients_against_reference),
         cmocka_unit_test(gradients_one_at_a_time),
@@ -460,5 +455,5 @@ int main(void)
         cmocka_unit_test(saved_pair_matches),
         cmocka_unit_test(saved_pair_refusals),
     };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

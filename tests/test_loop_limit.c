@@ -28,8 +28,7 @@ static iha_status attention_once(iha_context *ctx, size_t n, size_t p, size_t d,
     iha_attention_options_init(&o);
     o.mask = mask;
     const size_t elems = n * p * d;
-    tu_rng rng;
-    tu_rng_seed(&rng, 7 + n);
+    tu_rng rng = tu_rng_seeded(7 + n);
     float *qt = tu_random_array(&rng, elems, 1.5f), *kt = tu_random_array(&rng, elems, 1.5f),
           *vt = tu_random_array(&rng, elems, 1.0f), *out = tu_malloc(elems * sizeof *out);
     cl_mem qb = tu_buffer_new(ctx, elems), kb = tu_buffer_new(ctx, elems), vb = tu_buffer_new(ctx, elems),
@@ -99,13 +98,12 @@ static void too_long_is_refused(void **state)
     if (error > TU_TOL_F32) fail_msg("the call after a refusal: relative L2 error %.3e", error);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(probe_matches_driver),
         cmocka_unit_test(long_sequence_is_right),
         cmocka_unit_test(too_long_is_refused),
     };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

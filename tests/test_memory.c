@@ -1,6 +1,6 @@
 /* The forward pass never forms a T x T matrix: a causal layer with B=1, H=1, N=8192, P=4, d=64
  * (T = 32768, where one T x T float matrix alone is 4 GiB) must run with peak resident memory
- * under 1 GiB, and its sampled rows must still meet SPEC's contract. */
+ * under 1 GiB, and its sampled rows must still meet doc/spec.md's contract. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,8 +18,7 @@ static void long_causal_layer_stays_small(void **state)
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     const size_t B = 1, N = 8192, D = 64, H = 1, d = 64, P = 4;
-    tu_rng rng;
-    tu_rng_seed(&rng, 8192);
+    tu_rng rng = tu_rng_seeded(8192);
     float *x = tu_random_array(&rng, B * N * D, 1.0f);
     float *w[4], *mix[4];
     for (int i = 0; i < 4; ++i) w[i] = tu_random_array(&rng, D * H * d, 0.2f);
@@ -61,10 +60,10 @@ static void long_causal_layer_stays_small(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(long_causal_layer_stays_small),
     };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

@@ -93,65 +93,41 @@ static double *mha_layer(const tu_layer *l, int causal)
     return z;
 }
 
-/* One P = 1 layer, identity mixing given `as_null`, run through `api` and compared with MHA. */
-static void check_mha(size_t B, size_t N, size_t D, size_t H, size_t d, int mask, int as_null, tu_api api,
-                      uint64_t seed)
+/* One P = 1 layer of shape B N D H d (identity mixing given `as_null`), run through `api` and
+ * compared with MHA: a CMocka case of its own name. */
+typedef struct mha_case {
+    const char *name;
+    size_t B, N, D, H, d;
+    int mask, as_null;
+    tu_api api;
+    uint64_t seed;
+} mha_case;
+
+static const mha_case kCases[] = {
+    {"mha_explicit_identity_device", 2, 33, 48, 3, 16, IHA_MASK_CAUSAL, 0, TU_API_DEVICE, 1},
+    {"mha_null_identity_device", 2, 33, 48, 3, 16, IHA_MASK_CAUSAL, 1, TU_API_DEVICE, 1},
+    {"mha_explicit_identity_host", 1, 70, 32, 4, 64, IHA_MASK_CAUSAL, 0, TU_API_HOST, 2},
+    {"mha_null_identity_host", 1, 70, 32, 4, 64, IHA_MASK_CAUSAL, 1, TU_API_HOST, 2},
+    {"mha_null_identity_offsets_odd_head_width", 2, 57, 20, 2, 59, IHA_MASK_CAUSAL, 1, TU_API_DEVICE_OFFSETS, 3},
+    /* With P = 1 every token has one pseudo-token: token_causal is the causal mask. */
+    {"mha_token_causal_is_causal", 1, 41, 24, 2, 40, IHA_MASK_TOKEN_CAUSAL, 1, TU_API_DEVICE, 4},
+    {"mha_bidirectional", 2, 29, 24, 3, 40, IHA_MASK_NONE, 0, TU_API_HOST, 5},
+};
+
+/* A kCases row, *state. */
+static void check_mha(void **state)
 {
     TU_REQUIRE_DEVICE(tu_ctx);
-    iha_shape shape = {B, N, D, H, d, 1};
-    iha_attention_options options;
-    iha_attention_options_init(&options);
-    options.mask = mask;
+    const mha_case *c = *state;
+    iha_shape shape = {c->B, c->N, c->D, c->H, c->d, 1};
+    iha_attention_options options = tu_options(c->mask, 0, 0);
     tu_layer l;
-    tu_layer_init(&l, &shape, seed);
-    tu_layer_identity(&l, as_null);
-    double *zref = mha_layer(&l, mask != IHA_MASK_NONE);
-    tu_layer_check_forward(tu_ctx, &l, &options, api, zref, TU_TOL_F32);
+    tu_layer_init(&l, &shape, c->seed);
+    tu_layer_identity(&l, c->as_null);
+    double *zref = mha_layer(&l, c->mask != IHA_MASK_NONE);
+    tu_layer_check_forward(tu_ctx, &l, &options, c->api, zref, TU_TOL_F32);
     free(zref);
     tu_layer_free(&l);
-}
-
-static void mha_explicit_identity_device(void **state)
-{
-    (void)state;
-    check_mha(2, 33, 48, 3, 16, IHA_MASK_CAUSAL, 0, TU_API_DEVICE, 1);
-}
-
-static void mha_null_identity_device(void **state)
-{
-    (void)state;
-    check_mha(2, 33, 48, 3, 16, IHA_MASK_CAUSAL, 1, TU_API_DEVICE, 1);
-}
-
-static void mha_explicit_identity_host(void **state)
-{
-    (void)state;
-    check_mha(1, 70, 32, 4, 64, IHA_MASK_CAUSAL, 0, TU_API_HOST, 2);
-}
-
-static void mha_null_identity_host(void **state)
-{
-    (void)state;
-    check_mha(1, 70, 32, 4, 64, IHA_MASK_CAUSAL, 1, TU_API_HOST, 2);
-}
-
-static void mha_null_identity_offsets_odd_head_width(void **state)
-{
-    (void)state;
-    check_mha(2, 57, 20, 2, 59, IHA_MASK_CAUSAL, 1, TU_API_DEVICE_OFFSETS, 3);
-}
-
-/* With P = 1 every token has one pseudo-token: token_causal is the causal mask. */
-static void mha_token_causal_is_causal(void **state)
-{
-    (void)state;
-    check_mha(1, 41, 24, 2, 40, IHA_MASK_TOKEN_CAUSAL, 1, TU_API_DEVICE, 4);
-}
-
-static void mha_bidirectional(void **state)
-{
-    (void)state;
-    check_mha(2, 29, 24, 3, 40, IHA_MASK_NONE, 0, TU_API_HOST, 5);
 }
 
 /* iha_attention_core with identity mixing is the MHA core on projected Q, K, V. */
@@ -161,11 +137,9 @@ static void mha_attention_core(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     const size_t B = 2, N = 45, H = 3, d = 64;
     iha_shape shape = {B, N, 1, H, d, 1};
-    iha_attention_options options;
-    iha_attention_options_init(&options);
+    iha_attention_options options = tu_options(IHA_MASK_CAUSAL, 0, 0);
     size_t n = tu_count_heads(&shape);
-    tu_rng rng;
-    tu_rng_seed(&rng, 6);
+    tu_rng rng = tu_rng_seeded(6);
     float *q = tu_random_array(&rng, n, 1.5f), *k = tu_random_array(&rng, n, 1.5f);
     float *v = tu_random_array(&rng, n, 1.0f);
     double *qd = tu_malloc(n * sizeof *qd), *kd = tu_malloc(n * sizeof *kd), *vd = tu_malloc(n * sizeof *vd);
@@ -184,7 +158,6 @@ static void mha_attention_core(void **state)
     iha_buffer kb = {tu_buffer_guarded(tu_ctx, k, n, 0, 0, 0.0f), 0};
     iha_buffer vb = {tu_buffer_guarded(tu_ctx, v, n, 0, 0, 0.0f), 0};
     cl_mem eye_mem = tu_buffer_guarded(tu_ctx, eye, H * H, 0, 0, 0.0f);
-    float *y = tu_malloc(n * sizeof *y);
     for (int as_null = 0; as_null < 2; as_null++) {
         iha_layer_weights w;
         memset(&w, 0, sizeof w);
@@ -193,10 +166,8 @@ static void mha_attention_core(void **state)
         iha_buffer yb = {tu_buffer_guarded(tu_ctx, NULL, n, 0, TU_GUARD, TU_SENTINEL), 0};
         tu_assert_status(tu_ctx, iha_attention_core(tu_ctx, &shape, &options, &w, qb, kb, vb, yb), IHA_OK);
         tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
-        tu_buffer_read(tu_ctx, yb.mem, 0, y, n);
-        tu_assert_guard(tu_ctx, yb.mem, n, 0, TU_GUARD, TU_SENTINEL);
-        tu_assert_close(as_null ? "y (core, NULL identity)" : "y (core, explicit identity)", y, yref, n,
-                        TU_TOL_F32);
+        tu_assert_buffer_close(tu_ctx, as_null ? "y (core, NULL identity)" : "y (core, explicit identity)", yb, n,
+                               yref, TU_TOL_F32);
         tu_buffer_release(yb.mem);
     }
     tu_buffer_release(qb.mem);
@@ -211,21 +182,11 @@ static void mha_attention_core(void **state)
     free(vd);
     free(yref);
     free(eye);
-    free(y);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(mha_explicit_identity_device),
-        cmocka_unit_test(mha_null_identity_device),
-        cmocka_unit_test(mha_explicit_identity_host),
-        cmocka_unit_test(mha_null_identity_host),
-        cmocka_unit_test(mha_null_identity_offsets_odd_head_width),
-        cmocka_unit_test(mha_token_causal_is_causal),
-        cmocka_unit_test(mha_bidirectional),
-        cmocka_unit_test(mha_attention_core),
-    };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    const struct CMUnitTest others[] = {cmocka_unit_test(mha_attention_core)};
+    const tu_case_table table = {kCases, sizeof kCases[0], sizeof kCases / sizeof kCases[0], check_mha};
+    return tu_main_table(argc, argv, &table, others, 1, tu_group_setup, tu_group_teardown);
 }

@@ -179,8 +179,7 @@ static void layer_grid(int storage, int backward)
                 for (int w = 0; w < WINDOW_COUNT; w++) {
                     tu_layer l;
                     tu_layer_init(&l, &kLayer, 1900);
-                    tu_rng rng;
-                    tu_rng_seed(&rng, 1901);
+                    tu_rng rng = tu_rng_seeded(1901);
                     float *dz = tu_random_array(&rng, nx, 1.0f);
                     input_of(&l, dz, which)[plant_index(&kLayer, which, 5)] = kValues[v];
                     iha_attention_options o = tu_options(kMasks[m], kWindows[w], 0);
@@ -307,8 +306,7 @@ static void attention_case(iha_context *ctx, size_t d, int which, int v, int m, 
 {
     const iha_shape s = attention_shape(d);
     const size_t n = tu_count_virtual(&s), T = s.tokens * s.pseudo;
-    tu_rng rng;
-    tu_rng_seed(&rng, 1920 + d);
+    tu_rng rng = tu_rng_seeded(1920 + d);
     float *in[A_INPUTS];
     for (int i = 0; i < A_INPUTS; i++) in[i] = tu_random_array(&rng, n, i == A_V || i == A_DOUT ? 1.0f : 1.5f);
     in[which][11 * d + 5 % d] = kValues[v];
@@ -453,8 +451,7 @@ static void huge_scales_are_not_garbage(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     const iha_shape s = attention_shape(16);
     const size_t n = tu_count_virtual(&s);
-    tu_rng rng;
-    tu_rng_seed(&rng, 1940);
+    tu_rng rng = tu_rng_seeded(1940);
     float *q = tu_random_array(&rng, n, 4.0f), *k = tu_random_array(&rng, n, 4.0f), *v = tu_random_array(&rng, n, 1.0f);
     cl_mem qb = tu_buffer_guarded(tu_ctx, q, n, 0, 0, 0.0f), kb = tu_buffer_guarded(tu_ctx, k, n, 0, 0, 0.0f);
     cl_mem vb = tu_buffer_guarded(tu_ctx, v, n, 0, 0, 0.0f), ob = tu_buffer_new(tu_ctx, n);
@@ -516,9 +513,8 @@ static void unrepresentable_scale_is_refused(void **state)
     for (int i = 0; i < 4; i++) tu_buffer_release(b[i]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(layer_forward_f32),
         cmocka_unit_test(layer_forward_half),
@@ -530,5 +526,5 @@ int main(void)
         cmocka_unit_test(huge_scales_are_not_garbage),
         cmocka_unit_test(unrepresentable_scale_is_refused),
     };
-    return cmocka_run_group_tests_name("nonfinite", tests, tu_group_setup, tu_group_teardown);
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

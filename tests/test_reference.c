@@ -1,7 +1,7 @@
 /*
  * test_reference.c - checks the float64 reference itself on cases small enough to work out by
  * hand (trivial softmax, visibility sets of every mask and window, a known mixing and collapse,
- * rotary angles at virtual positions), and against a second writing of SPEC's mixing and
+ * rotary angles at virtual positions), and against a second writing of doc/spec.md's mixing and
  * collapse formulas, and its backward pass against finite differences of its forward, so that
  * the reference cannot silently be wrong. Needs no device.
  */
@@ -14,7 +14,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "reference.h"
 
@@ -41,16 +40,16 @@ static void fill(float *x, size_t n, unsigned seed)
 
 static ref_problem problem(size_t B, size_t N, size_t H, size_t d, size_t P, int mask, long long window)
 {
-    ref_problem p;
-    memset(&p, 0, sizeof p);
-    p.B = B;
-    p.N = N;
-    p.H = H;
-    p.d = d;
-    p.P = P;
-    p.mask = mask;
-    p.window = window;
-    return p;
+    return (ref_problem){.B = B, .N = N, .H = H, .d = d, .P = P, .mask = mask, .window = window};
+}
+
+/* The mixing and collapse of p (doc/spec.md stages 2 and 5). */
+static void set_mixing(ref_problem *p, const float *alpha_q, const float *alpha_k, const float *alpha_v, const float *r)
+{
+    p->alpha_q = alpha_q;
+    p->alpha_k = alpha_k;
+    p->alpha_v = alpha_v;
+    p->r = r;
 }
 
 /* d = 1, T = 2, scale 1: Qt = [1, 1], Kt = [0, ln 3], Vt = [2, 6]. Row 1 sees scores [0, ln 3],
@@ -110,7 +109,7 @@ static void attention_two_keys_by_hand(void **state)
 
 /* With Qt = 0 every visible score is 0, so lse = ln(count) and o = mean of Vt over the visible
  * keys. With Vt[u] = 2^u, count * o is the bit set of visible keys. N = 3, P = 2 (T = 6); the
- * expected sets are worked out by hand from SPEC's table. */
+ * expected sets are worked out by hand from doc/spec.md's table. */
 static void attention_visibility_sets_by_hand(void **state)
 {
     (void)state;
@@ -197,10 +196,7 @@ static void core_known_mixing_by_hand(void **state)
     fill(alpha_q, 8, 5);
     fill(alpha_k, 8, 6);
     ref_problem p = problem(1, 1, 2, 1, 2, 0, 0);
-    p.alpha_q = alpha_q;
-    p.alpha_k = alpha_k;
-    p.alpha_v = alpha_v;
-    p.r = r;
+    set_mixing(&p, alpha_q, alpha_k, alpha_v, r);
     double y[2];
     assert_int_equal(ref_attention_core(&p, q, k, v, y), 0);
     assert_near(y[0], 188.0);
@@ -254,10 +250,7 @@ static void rotary_angles_by_hand(void **state)
     ref_problem p = problem(1, 1, 1, 2, 2, 0, 0);
     p.scale = 1.0;
     p.rope = 1;
-    p.alpha_q = ones;
-    p.alpha_k = ones;
-    p.alpha_v = alpha_v;
-    p.r = r;
+    set_mixing(&p, ones, ones, alpha_v, r);
     double y[2];
     assert_int_equal(ref_attention_core(&p, q, k, v, y), 0);
     double w0 = exp(cos(1.0)), w1 = exp(1.0);
@@ -302,10 +295,7 @@ static ref_problem layer_problem(const layer *l, int mask, long long window, int
     p.wk = l->wk;
     p.wv = l->wv;
     p.wo = l->wo;
-    p.alpha_q = l->aq;
-    p.alpha_k = l->ak;
-    p.alpha_v = l->av;
-    p.r = l->r;
+    set_mixing(&p, l->aq, l->ak, l->av, l->r);
     return p;
 }
 
@@ -376,7 +366,7 @@ static void forward_is_projections_around_core(void **state)
     layer_free(&l);
 }
 
-/* The core equals SPEC's step 2 and step 5 written out again here around ref_attention. */
+/* The core equals doc/spec.md's step 2 and step 5 written out again here around ref_attention. */
 static void core_is_mixing_around_attention(void **state)
 {
     (void)state;

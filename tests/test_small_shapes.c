@@ -80,40 +80,17 @@ static const small_case kCases[] = {
 
 static iha_attention_options case_options(const small_case *c) { return tu_options(c->mask, c->window, c->rope); }
 
-static ref_problem case_problem(const small_case *c, const float *const mix[4])
+static ref_problem case_problem(const small_case *c)
 {
-    ref_problem p;
-    memset(&p, 0, sizeof p);
-    p.B = c->B;
-    p.N = c->N;
-    p.D = c->D;
-    p.H = c->H;
-    p.d = c->d;
-    p.P = c->P;
-    p.mask = c->mask;
-    p.window = c->window;
-    p.rope = c->rope;
-    if (mix) {
-        p.alpha_q = mix[0];
-        p.alpha_k = mix[1];
-        p.alpha_v = mix[2];
-        p.r = mix[3];
-    }
-    return p;
+    const iha_shape shape = {c->B, c->N, c->D, c->H, c->d, c->P};
+    const iha_attention_options options = case_options(c);
+    return tu_problem(&shape, &options);
 }
 
 /* A device copy of data at element offset `off`, with sentinel guards. */
 static iha_buffer guarded(const float *data, size_t n, size_t off)
 {
     return (iha_buffer){tu_buffer_guarded(tu_ctx, data, n, off, TU_GUARD, TU_SENTINEL), off};
-}
-
-/* An input at element offset `off` in a buffer that ends where the data does: under Oclgrind a
- * read past the tensor (the mixing kernels read whole vectors beyond a head row) is reported
- * rather than landing in a guard. */
-static iha_buffer input_at(const float *data, size_t n, size_t off)
-{
-    return (iha_buffer){tu_buffer_guarded(tu_ctx, data, n, off, 0, TU_SENTINEL), off};
 }
 
 /* Releases the context's workspaces, so that the call's own (the attention output O that the
@@ -125,55 +102,16 @@ static void exact_workspaces(void)
     iha_context_trim(tu_ctx);
 }
 
-/* Reads n floats of b, checks its guards and compares with ref. */
-static void check_output(const char *what, iha_buffer b, size_t n, const double *ref)
-{
-    float *out = tu_malloc(n * sizeof *out);
-    tu_buffer_read(tu_ctx, b.mem, b.offset, out, n);
-    tu_assert_guard(tu_ctx, b.mem, n, b.offset, TU_GUARD, TU_SENTINEL);
-    tu_assert_close(what, out, ref, n, TU_TOL_F32);
-    free(out);
-}
-
 /* iha_attention_core: Q, K, V [B][N][H][d] at offsets -> Y. */
 static void run_core(const small_case *c, uint64_t seed)
 {
     const iha_shape s = {c->B, c->N, 0, c->H, c->d, c->P};
     const iha_attention_options o = case_options(c);
-    tu_rng rng;
-    tu_rng_seed(&rng, seed);
-    const size_t n = tu_count_heads(&s), nm = c->H * c->H * c->P;
-    float *q = tu_random_array(&rng, n, 2.0f), *k = tu_random_array(&rng, n, 2.0f), *v = tu_random_array(&rng, n, 1.0f);
-    float *mix[4];
-    for (int i = 0; i < 4; i++)
-        mix[i] = tu_random_array(&rng, nm, 1.0f / sqrtf((float)(c->H * (i == 3 ? c->P : 1))));
-    const ref_problem p = case_problem(c, (const float *const *)mix);
-    double *yref = tu_malloc(n * sizeof *yref);
-    assert_int_equal(ref_attention_core(&p, q, k, v, yref), 0);
-
-    iha_buffer qb = input_at(q, n, 3), kb = input_at(k, n, 1), vb = input_at(v, n, 6), yb = guarded(NULL, n, 5);
-    iha_layer_weights w;
-    memset(&w, 0, sizeof w);
-    iha_buffer *wm[4] = {&w.alpha_q, &w.alpha_k, &w.alpha_v, &w.r};
-    for (int i = 0; i < 4; i++)
-        *wm[i] = guarded(mix[i], nm, (size_t)i + 1);
+    /* Each input's buffer ends where its data does: under Oclgrind a read past the tensor (the
+     * mixing kernels read whole vectors beyond a head row) is reported rather than landing in a guard. */
+    const tu_core_layout at = {3, 1, 6, 5, {1, 2, 3, 4}, 0};
     exact_workspaces();
-    tu_assert_status(tu_ctx, iha_attention_core(tu_ctx, &s, &o, &w, qb, kb, vb, yb), IHA_OK);
-    tu_assert_status(tu_ctx, iha_context_finish(tu_ctx), IHA_OK);
-    check_output("y (iha_attention_core)", yb, n, yref);
-
-    for (int i = 0; i < 4; i++) {
-        tu_buffer_release(wm[i]->mem);
-        free(mix[i]);
-    }
-    tu_buffer_release(qb.mem);
-    tu_buffer_release(kb.mem);
-    tu_buffer_release(vb.mem);
-    tu_buffer_release(yb.mem);
-    free(yref);
-    free(q);
-    free(k);
-    free(v);
+    tu_check_random_core(tu_ctx, &s, &o, seed, 2.0f, 0, &at);
 }
 
 /* iha_attention (with LSE) or iha_attention_unfused: Qt, Kt, Vt [B][H][T][d] -> O. */
@@ -181,11 +119,10 @@ static void run_attention(const small_case *c, uint64_t seed)
 {
     const iha_shape s = {c->B, c->N, 0, c->H, c->d, c->P};
     const iha_attention_options o = case_options(c);
-    tu_rng rng;
-    tu_rng_seed(&rng, seed);
+    tu_rng rng = tu_rng_seeded(seed);
     const size_t n = tu_count_virtual(&s), nl = c->B * c->H * c->N * c->P;
     float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f), *vt = tu_random_array(&rng, n, 1.0f);
-    const ref_problem p = case_problem(c, NULL);
+    const ref_problem p = case_problem(c);
     double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(nl * sizeof *lref);
     assert_int_equal(ref_attention(&p, qt, kt, vt, oref, lref), 0);
 
@@ -201,9 +138,9 @@ static void run_attention(const small_case *c, uint64_t seed)
     if (refused)
         tu_assert_guard(tu_ctx, ob.mem, n, ob.offset, TU_GUARD, TU_SENTINEL);
     else
-        check_output(c->call == ATTENTION ? "o (iha_attention)" : "o (iha_attention_unfused)", ob, n, oref);
+        tu_assert_buffer_close(tu_ctx, c->call == ATTENTION ? "o (iha_attention)" : "o (iha_attention_unfused)", ob, n, oref, TU_TOL_F32);
     if (lb.mem)
-        check_output("lse (iha_attention)", lb, nl, lref);
+        tu_assert_buffer_close(tu_ctx, "lse (iha_attention)", lb, nl, lref, TU_TOL_F32);
 
     tu_buffer_release(qb.mem);
     tu_buffer_release(kb.mem);
@@ -221,13 +158,8 @@ static void run_forward(const small_case *c, uint64_t seed)
 {
     const iha_shape s = {c->B, c->N, c->D, c->H, c->d, c->P};
     const iha_attention_options o = case_options(c);
-    tu_layer l;
-    tu_layer_init(&l, &s, seed);
-    double *zref = tu_layer_reference(&l, &o);
     exact_workspaces();
-    tu_layer_check_forward(tu_ctx, &l, &o, c->call == FORWARD ? TU_API_DEVICE_OFFSETS : TU_API_HOST, zref, TU_TOL_F32);
-    free(zref);
-    tu_layer_free(&l);
+    tu_check_random_layer(tu_ctx, &s, seed, &o, c->call == FORWARD ? TU_API_DEVICE_OFFSETS : TU_API_HOST);
 }
 
 /* Bit 0: the device's own geometry, bit 1: the other device type's. */
@@ -296,8 +228,7 @@ static void measure_attention_loops_kernel(void **state)
     tu_ctx->info.is_gpu = 0; /* restore_geometry puts it back, also after a failed assertion */
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         iha_shape s = {.batch = 1, .tokens = 8, .model_dim = 2 * dims[i], .heads = 2, .head_dim = dims[i], .pseudo = 2};
-        iha_attention_options o;
-        iha_attention_options_init(&o);
+        iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
         double score = 0.0, pv = 0.0;
         print_message("d=%zu\n", dims[i]);
         const iha_status st = iha_measure_attention_loops(tu_ctx, &s, &o, &score, &pv);

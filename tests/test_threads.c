@@ -36,11 +36,7 @@ static const iha_shape kShapes[THREADS] = {
 
 static iha_attention_options shape_options(int i)
 {
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    o.mask = i % 3;
-    o.window = i == 1 ? 3 : 0;
-    o.rope = kShapes[i].head_dim % 2 == 0;
+    iha_attention_options o = tu_options(i % 3, i == 1 ? 3 : 0, kShapes[i].head_dim % 2 == 0);
     return o;
 }
 
@@ -67,12 +63,9 @@ static void record(job *j, iha_status st, const char *message)
 static void *own_context_thread(void *arg)
 {
     job *j = arg;
-    iha_context_options options;
-    iha_context_options_init(&options);
-    options.cache_dir = j->cache_dir;
     iha_context *ctx = NULL;
     char message[512] = "";
-    record(j, iha_context_create(&ctx, &options, message, sizeof message), message);
+    record(j, tu_context_create_at(&ctx, (tu_places){.cache_dir = j->cache_dir}, message, sizeof message), message);
     const tu_layer *l = j->layer;
     const iha_host_weights w = {l->wq, l->wk, l->wv, l->wo, l->alpha_q, l->alpha_k, l->alpha_v, l->r};
     for (int r = 0; r < ROUNDS && j->status == IHA_OK; r++) {
@@ -234,12 +227,9 @@ static int fill_cache_child(const char *dir, const char *go)
 {
     for (int i = 0; i < 30000 && access(go, F_OK) != 0; i++)
         nanosleep(&(struct timespec){0, 1000000}, NULL);
-    iha_context_options options;
-    iha_context_options_init(&options);
-    options.cache_dir = dir;
     iha_context *ctx = NULL;
     char message[512] = "";
-    if (iha_context_create(&ctx, &options, message, sizeof message) != IHA_OK) {
+    if (tu_context_create_at(&ctx, (tu_places){.cache_dir = dir}, message, sizeof message) != IHA_OK) {
         fprintf(stderr, "fill-cache child: %s\n", message);
         return 2;
     }
@@ -247,8 +237,7 @@ static int fill_cache_child(const char *dir, const char *go)
     for (int i = 0; i < THREADS && rc == 0; i++) {
         const iha_attention_options o = shape_options(i);
         tu_layer l;
-        tu_layer_init(&l, &kShapes[i], 600 + (uint64_t)i);
-        double *zref = tu_layer_reference(&l, &o);
+        double *zref = tu_layer_with_reference(&l, &kShapes[i], 600 + (uint64_t)i, &o);
         const size_t nz = tu_count_x(&kShapes[i]);
         float *z = tu_malloc(nz * sizeof *z);
         tu_fill_nan(z, nz);
@@ -271,8 +260,7 @@ static void two_processes_fill_one_cache(void **state)
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     char dir[4096], cache[4200], go[4200];
-    tu_temp_dir(dir, sizeof dir);
-    snprintf(cache, sizeof cache, "%s/cache", dir);
+    tu_temp_path(dir, sizeof dir, cache, sizeof cache, "cache");
     snprintf(go, sizeof go, "%s/go", dir);
     const char *args[] = {"--fill-cache-child", cache, go, NULL};
     pid_t a = rel_spawn_self(args), b = rel_spawn_self(args);
@@ -299,7 +287,7 @@ static void two_processes_fill_one_cache(void **state)
 
 int main(int argc, char **argv)
 {
-    tu_init_environment();
+    tu_init_environment(); /* before a child's work too */
     if (argc == 4 && strcmp(argv[1], "--fill-cache-child") == 0)
         return fill_cache_child(argv[2], argv[3]);
     const struct CMUnitTest tests[] = {
@@ -307,5 +295,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(threads_share_one_context),
         cmocka_unit_test(two_processes_fill_one_cache),
     };
-    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

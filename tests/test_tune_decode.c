@@ -1,7 +1,7 @@
 /*
  * test_tune_decode.c - tuning of the decode kernels (src/tune/space_decode.c): iha_tune with
  * IHA_TUNE_DECODE stores verified configurations for a float and a half cache, and a decoding
- * step then uses the exact entry with outputs inside SPEC's contract; a hand-written profile's
+ * step then uses the exact entry with outputs inside doc/spec.md's contract; a hand-written profile's
  * decode entries are used in the fallback order (exact, nearest of the same kind, device
  * default) and reported by iha_context_last_choices; a candidate that is fast but wrong is
  * rejected and never stored. Shapes are tiny: every new configuration costs PoCL a compile.
@@ -22,7 +22,7 @@
 #include "test_util.h"
 #include "test_profiles.h"
 
-#define TOL_F16 2e-3 /* SPEC's half-storage contract */
+#define TOL_F16 2e-3 /* doc/spec.md's half-storage contract */
 
 
 /* The layer every test here decodes: 24 tokens of 2 heads, d = 8, P = 4. The last token's step
@@ -76,8 +76,7 @@ typedef struct decoded {
 static decoded decode_layer(iha_context *ctx, const tu_layer *l, const double *zref, iha_storage storage)
 {
     const size_t N = shape.tokens, D = shape.model_dim;
-    iha_attention_options o;
-    iha_attention_options_init(&o);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     tu_device_layer dev;
     tu_device_layer_upload(ctx, l, 0, &dev);
     iha_kv_cache *cache = NULL;
@@ -114,8 +113,7 @@ static void tune_decode(iha_context *ctx, double budget, iha_tune_result *result
     to.kernels = IHA_TUNE_DECODE;
     to.budget_s = budget;
     to.reps = 3;
-    iha_attention_options o;
-    iha_attention_options_init(&o);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     tu_assert_status(ctx, iha_tune(ctx, &shape, &o, 1, &to, results, capacity, count), IHA_OK);
 }
 
@@ -142,27 +140,15 @@ static void tune_stores_verified_configs_that_steps_use(void **state)
         assert_true(r[i].tuned_s > 0 && r[i].default_s > 0);
     }
     /* Every stored entry records the error of its verification, inside the contract. */
-    cJSON *root = tp_parse_file(path);
-    const cJSON *e;
-    int entries = 0;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "entries"))
-    {
-        assert_string_equal(cJSON_GetObjectItem(e, "kernel")->valuestring, "decode");
-        assert_true(cJSON_GetObjectItem(e, "error")->valuedouble <= TU_TOL_F32);
-        entries++;
-    }
-    assert_int_equal(entries, 3); /* two buckets and the device default */
-    cJSON_Delete(root);
+    assert_int_equal(tp_count_verified(path, "decode"), 3); /* two buckets and the device default */
     iha_context_free(ctx);
 
     /* A new context loads it: the last token's step uses the exact entry, the prompt chunk (k = 23
      * tokens, bucket k=32) the nearest; with profiles off, the built-in. Outputs stay inside the
      * contract either way. */
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     tu_layer l;
-    tu_layer_init(&l, &shape, 23);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    double *zref = tu_layer_reference(&l, &o);
+    double *zref = tu_layer_with_reference(&l, &shape, 23, &o);
     const char *profiles[2] = {path, "off"};
     for (int i = 0; i < 2; i++) {
         ctx = open_with(profiles[i], NULL);
@@ -196,11 +182,9 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
     tp_write_json(root, path);
     cJSON_Delete(root);
 
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     tu_layer l;
-    tu_layer_init(&l, &shape, 29);
-    iha_attention_options o;
-    iha_attention_options_init(&o);
-    double *zref = tu_layer_reference(&l, &o);
+    double *zref = tu_layer_with_reference(&l, &shape, 29, &o);
     iha_context *ctx = open_with(path, NULL);
     iha_profile_info info;
     assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
@@ -265,13 +249,12 @@ static int group_setup(void **state)
     return tp_group_setup(&shape);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    tu_init_environment();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tune_stores_verified_configs_that_steps_use),
         cmocka_unit_test(profile_entries_are_used_from_specific_to_general),
         cmocka_unit_test(wrong_candidate_is_never_stored),
     };
-    return cmocka_run_group_tests(tests, group_setup, tp_group_teardown);
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], group_setup, tp_group_teardown);
 }

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -44,6 +45,13 @@ void tu_rng_seed(tu_rng *rng, uint64_t seed)
         rng->state = 1;
     for (int i = 0; i < 4; i++)
         tu_rng_next(rng);
+}
+
+tu_rng tu_rng_seeded(uint64_t seed)
+{
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    return rng;
 }
 
 uint64_t tu_rng_next(tu_rng *rng)
@@ -183,6 +191,57 @@ int tu_context_open(iha_context **out, const iha_context_options *options)
     return -1;
 }
 
+iha_status tu_context_create_at(iha_context **ctx, tu_places at, char *message, size_t size)
+{
+    iha_context_options options;
+    iha_context_options_init(&options);
+    options.cache_dir = at.cache_dir;
+    options.kernel_dir = at.kernel_dir;
+    options.profile = at.profile;
+    return iha_context_create(ctx, &options, message, size);
+}
+
+iha_context *tu_context_create_or_fail(const iha_context_options *options)
+{
+    iha_context *ctx = NULL;
+    char message[1024] = "";
+    const iha_status st = iha_context_create(&ctx, options, message, sizeof message);
+    if (st != IHA_OK)
+        fail_msg("iha_context_create: %s: %s", iha_status_name(st), message);
+    assert_non_null(ctx);
+    return ctx;
+}
+
+int tu_contains_nocase(const char *haystack, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *haystack; haystack++) {
+        size_t i = 0;
+        while (i < n && haystack[i] && tolower((unsigned char)haystack[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return 0;
+}
+
+tu_saved_env tu_env_save(const char *name)
+{
+    const char *value = getenv(name);
+    tu_saved_env e = {name, value ? strdup(value) : NULL};
+    return e;
+}
+
+void tu_env_restore(tu_saved_env *e)
+{
+    if (e->value)
+        setenv(e->name, e->value, 1);
+    else
+        unsetenv(e->name);
+    free(e->value);
+    e->value = NULL;
+}
+
 cl_mem tu_buffer_new(iha_context *ctx, size_t n)
 {
     cl_int err = CL_SUCCESS;
@@ -193,24 +252,27 @@ cl_mem tu_buffer_new(iha_context *ctx, size_t n)
     return mem;
 }
 
-void tu_buffer_write(iha_context *ctx, cl_mem mem, size_t offset, const float *src, size_t n)
+/* A blocking transfer of n floats at element `offset`, one way or the other. */
+static void buffer_transfer(iha_context *ctx, cl_mem mem, size_t offset, float *host, size_t n, int write)
 {
     if (n == 0)
         return;
-    cl_int err = clEnqueueWriteBuffer(iha_context_cl_queue(ctx), mem, CL_TRUE, offset * sizeof(float),
-                                      n * sizeof(float), src, 0, NULL, NULL);
+    cl_command_queue q = iha_context_cl_queue(ctx);
+    const size_t at = offset * sizeof(float), bytes = n * sizeof(float);
+    cl_int err = write ? clEnqueueWriteBuffer(q, mem, CL_TRUE, at, bytes, host, 0, NULL, NULL)
+                       : clEnqueueReadBuffer(q, mem, CL_TRUE, at, bytes, host, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        fail_msg("clEnqueueWriteBuffer failed: %d", (int)err);
+        fail_msg("%s failed: %d", write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", (int)err);
+}
+
+void tu_buffer_write(iha_context *ctx, cl_mem mem, size_t offset, const float *src, size_t n)
+{
+    buffer_transfer(ctx, mem, offset, (float *)src, n, 1);
 }
 
 void tu_buffer_read(iha_context *ctx, cl_mem mem, size_t offset, float *dst, size_t n)
 {
-    if (n == 0)
-        return;
-    cl_int err = clEnqueueReadBuffer(iha_context_cl_queue(ctx), mem, CL_TRUE, offset * sizeof(float),
-                                     n * sizeof(float), dst, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        fail_msg("clEnqueueReadBuffer failed: %d", (int)err);
+    buffer_transfer(ctx, mem, offset, dst, n, 0);
 }
 
 cl_mem tu_buffer_guarded(iha_context *ctx, const float *data, size_t n, size_t offset, size_t guard,
@@ -274,12 +336,21 @@ void tu_temp_dir(char *path, size_t size)
         fail_msg("mkdtemp %s: %s", path, strerror(errno));
 }
 
-size_t tu_for_each_file(const char *dir, void (*fn)(const char *path, void *arg), void *arg)
+void tu_temp_path(char *dir, size_t dir_size, char *path, size_t size, const char *name)
+{
+    tu_temp_dir(dir, dir_size);
+    if ((size_t)snprintf(path, size, "%s/%s", dir, name) >= size)
+        fail_msg("path %s/%s too long", dir, name);
+}
+
+/* Calls fn(path, its lstat) for every entry of dir but "." and ".."; returns the sum of fn's
+ * results. */
+static size_t each_entry(const char *dir, size_t (*fn)(const char *path, const struct stat *st, void *arg), void *arg)
 {
     DIR *handle = opendir(dir);
     if (!handle)
         return 0;
-    size_t count = 0;
+    size_t sum = 0;
     struct dirent *entry;
     while ((entry = readdir(handle)) != NULL) {
         if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
@@ -289,38 +360,48 @@ size_t tu_for_each_file(const char *dir, void (*fn)(const char *path, void *arg)
         int len = snprintf(path, sizeof path, "%s/%s", dir, entry->d_name);
         if (len < 0 || (size_t)len >= sizeof path || lstat(path, &st) != 0)
             continue;
-        if (S_ISDIR(st.st_mode)) {
-            count += tu_for_each_file(path, fn, arg);
-        } else if (S_ISREG(st.st_mode)) {
-            count++;
-            if (fn)
-                fn(path, arg);
-        }
+        sum += fn(path, &st, arg);
     }
     closedir(handle);
-    return count;
+    return sum;
+}
+
+typedef struct file_visit {
+    void (*fn)(const char *path, void *arg);
+    void *arg;
+} file_visit;
+
+static size_t visit_file(const char *path, const struct stat *st, void *arg)
+{
+    const file_visit *v = arg;
+    if (S_ISDIR(st->st_mode))
+        return tu_for_each_file(path, v->fn, v->arg);
+    if (!S_ISREG(st->st_mode))
+        return 0;
+    if (v->fn)
+        v->fn(path, v->arg);
+    return 1;
+}
+
+size_t tu_for_each_file(const char *dir, void (*fn)(const char *path, void *arg), void *arg)
+{
+    file_visit v = {fn, arg};
+    return each_entry(dir, visit_file, &v);
+}
+
+static size_t remove_entry(const char *path, const struct stat *st, void *arg)
+{
+    (void)arg;
+    if (S_ISDIR(st->st_mode))
+        tu_remove_tree(path);
+    else
+        unlink(path);
+    return 0;
 }
 
 void tu_remove_tree(const char *dir)
 {
-    DIR *handle = opendir(dir);
-    if (handle) {
-        struct dirent *entry;
-        while ((entry = readdir(handle)) != NULL) {
-            if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
-                continue;
-            char path[4096];
-            struct stat st;
-            int len = snprintf(path, sizeof path, "%s/%s", dir, entry->d_name);
-            if (len < 0 || (size_t)len >= sizeof path || lstat(path, &st) != 0)
-                continue;
-            if (S_ISDIR(st.st_mode))
-                tu_remove_tree(path);
-            else
-                unlink(path);
-        }
-        closedir(handle);
-    }
+    each_entry(dir, remove_entry, NULL);
     rmdir(dir);
 }
 
@@ -332,10 +413,56 @@ int tu_group_setup(void **state)
     return tu_context_open(&tu_ctx, NULL) < 0 ? -1 : 0;
 }
 
+int tu_main(int argc, char **argv, const struct CMUnitTest *tests, size_t count, CMFixtureFunction setup,
+            CMFixtureFunction teardown)
+{
+    tu_init_environment();
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]);
+    return _cmocka_run_group_tests("tests", tests, count, setup, teardown);
+}
+
+int tu_main_table(int argc, char **argv, const tu_case_table *table, const struct CMUnitTest *others,
+                  size_t other_count, CMFixtureFunction setup, CMFixtureFunction teardown)
+{
+    struct CMUnitTest *tests = tu_malloc((table->count + other_count) * sizeof *tests);
+    for (size_t i = 0; i < table->count; ++i) {
+        const void *row = (const char *)table->rows + i * table->row_size;
+        tests[i] = (struct CMUnitTest){*(const char *const *)row, table->run, NULL, NULL, (void *)row};
+    }
+    memcpy(tests + table->count, others, other_count * sizeof *others);
+    const int failed = tu_main(argc, argv, tests, table->count + other_count, setup, teardown);
+    free(tests);
+    return failed;
+}
+
 int tu_group_teardown(void **state)
 {
     (void)state;
     iha_context_free(tu_ctx);
     tu_ctx = NULL;
     return 0;
+}
+
+void tu_copy_file(const char *from, const char *to, const char *append)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buffer[4096];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, in)) > 0)
+        assert_int_equal(fwrite(buffer, 1, n, out), n);
+    if (append)
+        assert_true(fputs(append, out) >= 0);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+void tu_copy_into(const char *path, void *arg)
+{
+    const tu_copy_job *job = arg;
+    char to[4200];
+    snprintf(to, sizeof to, "%s%s", job->to_dir, strrchr(path, '/'));
+    tu_copy_file(path, to, job->append);
 }

@@ -1,6 +1,6 @@
 /*
  * test_util.h - what every test file shares: a seeded random source (values never zero), NaN
- * poisoning, the error measure of SPEC's numerical contract, device buffers with guard regions,
+ * poisoning, the error measure of doc/spec.md's numerical contract, device buffers with guard regions,
  * the shared iha_context (IHA_DEVICE honoured, IHA_ALLOW_NO_DEVICE=1 turns "no device" into a
  * skip), and small file-system helpers for the cache tests.
  * Include it after <cmocka.h> (and its prerequisites).
@@ -12,8 +12,10 @@
 #include <stdint.h>
 
 #include "iha.h"
+#include "iha_measure.h"
+#include "iha_tune.h"
 
-/* SPEC's float32 tolerance: relative L2 error against the float64 reference. */
+/* doc/spec.md's float32 tolerance: relative L2 error against the float64 reference. */
 #define TU_TOL_F32 1e-5
 
 /* Call first in main(): points IHA_CACHE_DIR and POCL_CACHE_DIR at directories inside the build
@@ -29,6 +31,7 @@ typedef struct tu_rng {
 } tu_rng;
 
 void tu_rng_seed(tu_rng *rng, uint64_t seed);
+tu_rng tu_rng_seeded(uint64_t seed); /* a source seeded with tu_rng_seed */
 uint64_t tu_rng_next(tu_rng *rng);
 double tu_rng_uniform(tu_rng *rng); /* [0, 1) */
 /* n values of magnitude in [0.1, 1] * amplitude with a random sign: never zero. */
@@ -63,12 +66,38 @@ void tu_assert_profile_refused(iha_context *ctx, const iha_shape *shape, const i
  * Returns 0 with *out set; 1 with *out NULL when no device exists and IHA_ALLOW_NO_DEVICE=1
  * (the tests then skip); -1 on any other failure, after printing why. */
 int tu_context_open(iha_context **out, const iha_context_options *options);
+/* Creates a context from options (NULL: the defaults) or fails the test with the status and
+ * the library's message. */
+iha_context *tu_context_create_or_fail(const iha_context_options *options);
+/* Where a context keeps its files; NULL: the defaults. */
+typedef struct tu_places {
+    const char *cache_dir, *kernel_dir, *profile;
+} tu_places;
+/* iha_context_create with the default options but for `at`; the library's message goes to
+ * message[size] (NULL, 0: nowhere). */
+iha_status tu_context_create_at(iha_context **ctx, tu_places at, char *message, size_t size);
 /* The context a test file's tests share: tu_group_setup (a CMocka group setup) opens it with
  * default options, tu_group_teardown frees it. It stays NULL when no device exists and
  * IHA_ALLOW_NO_DEVICE=1; tests then skip through TU_REQUIRE_DEVICE(tu_ctx). */
 extern iha_context *tu_ctx;
 int tu_group_setup(void **state);
 int tu_group_teardown(void **state);
+/* The body of a test file's main: tu_init_environment, then the cases as one CMocka group with
+ * setup and teardown (tu_group_setup and tu_group_teardown, or a file's own). A developer runs
+ * some cases only with a name pattern as the one argument: test_context 'borrow*'. Returns the
+ * number of failed cases. */
+int tu_main(int argc, char **argv, const struct CMUnitTest *tests, size_t count, CMFixtureFunction setup,
+            CMFixtureFunction teardown);
+/* Cases as rows of a table: `count` rows of `row_size` bytes, each opening with its case's name
+ * (a const char *), each run by `run` with *state pointing at the row. */
+typedef struct tu_case_table {
+    const void *rows;
+    size_t row_size, count;
+    CMUnitTestFunction run;
+} tu_case_table;
+/* tu_main over the table's cases, then the `others`. */
+int tu_main_table(int argc, char **argv, const tu_case_table *table, const struct CMUnitTest *others,
+                  size_t other_count, CMFixtureFunction setup, CMFixtureFunction teardown);
 /* In a test: skip when the shared context could not be opened (allowed "no device"). */
 #define TU_REQUIRE_DEVICE(ctx) \
     do {                       \
@@ -92,13 +121,38 @@ void tu_assert_guard(iha_context *ctx, cl_mem mem, size_t n, size_t offset, size
 void tu_assert_buffer_all(iha_context *ctx, cl_mem mem, size_t offset, size_t n, float value);
 void tu_buffer_release(cl_mem mem); /* NULL is allowed */
 
+/* Whether needle occurs in haystack, ignoring ASCII case. */
+int tu_contains_nocase(const char *haystack, const char *needle);
+
+/* ---- The environment ---- */
+
+/* A variable's value, to put back after a test changed it. */
+typedef struct tu_saved_env {
+    const char *name;
+    char *value; /* NULL: unset */
+} tu_saved_env;
+tu_saved_env tu_env_save(const char *name);
+/* Restores the saved value (or unsets the variable) and frees the copy. */
+void tu_env_restore(tu_saved_env *e);
+
 /* ---- Files, for the cache tests ---- */
 
 /* Creates a fresh empty directory under the build tree and writes its path to path[size]. */
 void tu_temp_dir(char *path, size_t size);
+/* tu_temp_dir, then dir/name into path[size]. */
+void tu_temp_path(char *dir, size_t dir_size, char *path, size_t size, const char *name);
 /* Calls fn(file path, arg) for every regular file under dir, recursively; returns the count. */
 size_t tu_for_each_file(const char *dir, void (*fn)(const char *path, void *arg), void *arg);
 /* Removes dir and everything below it (best effort). */
 void tu_remove_tree(const char *dir);
+/* Copies the file `from` to `to` and appends `append` (NULL: nothing); fails the test on any
+ * error. */
+void tu_copy_file(const char *from, const char *to, const char *append);
+/* For tu_for_each_file: copies each file into job->to_dir under its own name, appending
+ * job->append (NULL: nothing). */
+typedef struct tu_copy_job {
+    const char *to_dir, *append;
+} tu_copy_job;
+void tu_copy_into(const char *path, void *job);
 
 #endif /* IHA_TESTS_TEST_UTIL_H */

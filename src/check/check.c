@@ -6,6 +6,8 @@
 
 #include "check/check.h"
 #include "common/timing.h"
+#include "gemm/sgemm.h"
+#include "runtime/error.h"
 #include "runtime/loop_limit.h"
 #include "tune/choose.h"
 #include "tune/state.h"
@@ -118,12 +120,12 @@ iha_status iha_check(iha_context *ctx, const iha_check_options *options, iha_che
     memcpy(choices, ts->choices, sizeof choices);
     ts->first_use = 0;
     iha__tune_gemm_ready(ctx);
-    const iha_gemm_config gemm = ctx->gemm;
+    const iha_gemm_config gemm = ctx->gemm->config;
 
     iha_status st = run_families(&run);
     if (clFinish(ctx->queue) != CL_SUCCESS && st == IHA_OK)
         st = iha__fail(ctx, IHA_ERROR_OPENCL, "the queue failed after the check");
-    ctx->gemm = gemm;
+    ctx->gemm->config = gemm;
     ts->first_use = first_use;
     ts->choice_count = choice_count;
     memcpy(ts->choices, choices, sizeof choices);

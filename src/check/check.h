@@ -3,6 +3,7 @@
  * reference (check_backward.c), and that reference (reference.c). */
 #ifndef IHA_CHECK_CHECK_H
 #define IHA_CHECK_CHECK_H
+#include "iha_tune.h"
 #include "runtime/context.h"
 
 typedef struct iha_check_run {
@@ -36,7 +37,7 @@ iha_status iha__check_gemm(iha_check_run *run);
 iha_status iha__check_backward(iha_check_run *run, int half);
 iha_status iha__check_layer(iha_check_run *run, int half);
 
-/* ---- The float64 reference of SPEC.md (reference.c) ---- */
+/* ---- The float64 reference of doc/spec.md (reference.c) ---- */
 
 /* Attention of one (b, h) and, when go is not NULL, its backward: q, k, v, go [T][d] ->
  * o [T][d] and dq, dk, dv [T][d] (overwritten). Visibility as buffers.h's reference row. Returns
@@ -45,7 +46,7 @@ int iha__check_attention_slab(long T, long d, long P, int mask, long W, double s
                               const double *k, const double *v, const double *go, double *o, double *dq, double *dk,
                               double *dv);
 
-/* One layer's forward and backward pass (SPEC's steps, rotary when `rope`, base 10000, scale
+/* One layer's forward and backward pass (doc/spec.md's steps, rotary when `rope`, base 10000, scale
  * 1/sqrt(d)): inputs x [B*N][D], w (wq, wk, wv [D][H*d], wo [H*d][D]), alpha (q, k, v) and r
  * [H][H][P], dz [B*N][D]; outputs z, dx, dw[4], dalpha[3], dr in the same shapes. */
 typedef struct iha_check_layer {

@@ -9,11 +9,12 @@
 #include <string.h>
 
 #include "check/check.h"
-#include "kernels/kernels.h"
+#include "kernels/attention_backward.h"
+#include "runtime/error.h"
 #include "tune/buffers.h"
 #include "tune/search.h"
 
-#define HALF_LIMIT 2e-3 /* SPEC: half storage, float arithmetic */
+#define HALF_LIMIT 2e-3 /* doc/spec.md: half storage, float arithmetic */
 
 static const char *const mask_names[3] = {"causal", "token_causal", "none"};
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check/check.h"
+#include "runtime/error.h"
 #include "tune/choose.h"
 #include "tune/state.h"
 
@@ -217,7 +218,7 @@ static int rows_cases(const iha_context *ctx, const iha_tunable *t, const item *
 
 iha_status iha__check_rows(iha_check_run *run)
 {
-    const iha_tunable *t = &iha__tunable_rows;
+    const iha_tunable *t = &iha__tunable_mix_collapse;
     item_list items = {NULL, 0, 0, 0};
     const iha_attention_options o = masked(IHA_MASK_CAUSAL, 0);
     for (size_t i = 0; i < DIMS; ++i) {
@@ -301,7 +302,7 @@ static iha_status gemm_row(iha_check_run *run, const char *config, int source)
     st = iha__check_probe(ctx, st);
     t->problem_free(problem);
     if (st == IHA_ERROR_HOST_MEMORY) return st;
-    iha__check_row_case(ctx, &row, st, error, ctx->gemm.own ? "the library's kernel" : "CLBlast");
+    iha__check_row_case(ctx, &row, st, error, ctx->gemm->config.own ? "the library's kernel" : "CLBlast");
     iha__check_emit(run, &row);
     return IHA_OK;
 }
@@ -311,16 +312,16 @@ static iha_status gemm_row(iha_check_run *run, const char *config, int source)
 iha_status iha__check_gemm(iha_check_run *run)
 {
     iha_context *ctx = run->ctx;
-    const iha_gemm_config context_gemm = ctx->gemm;
+    const iha_gemm_config context_gemm = ctx->gemm->config;
     const iha_kernel_choice *choice = &ctx->tune->gemm;
     iha_gemm_config own;
     iha__tune_gemm_own_tile(ctx, &own);
-    ctx->gemm = own;
+    ctx->gemm->config = own;
     char config[160];
     snprintf(config, sizeof config, "backend=1 GEMM_MR=%d GEMM_VW=%d GEMM_KU=%d GEMM_GROUP=%zu", own.rows, own.vec,
              own.unroll, own.group);
     IHA_FORWARD_IF_ERROR(gemm_row(run, config, context_gemm.own ? choice->source : IHA_CONFIG_BUILTIN_TYPE));
-    ctx->gemm = context_gemm;
+    ctx->gemm->config = context_gemm;
     if (!context_gemm.own) IHA_FORWARD_IF_ERROR(gemm_row(run, choice->config, choice->source));
     return IHA_OK;
 }

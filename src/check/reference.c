@@ -1,6 +1,6 @@
-/* A float64 reference of SPEC.md's layer, forward and backward, for iha_check: plain loops,
- * written from SPEC.md's steps like the test suite's tests/reference*.c (which is not part of
- * the library, so the library keeps its own), small problems only. */
+/* A float64 reference of doc/spec.md's layer, forward and backward, for iha_check: plain loops,
+ * written from doc/spec.md's steps like the test suite's reference/ (a static library the tests
+ * and the tool link, not part of libiha, so the library keeps its own), small problems only. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

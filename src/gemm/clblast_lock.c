@@ -1,6 +1,7 @@
 /* The process-wide lock around CLBlast calls and the count of contexts using CLBlast (see
  * clblast_lock.h for why they exist). */
 #include "gemm/clblast_lock.h"
+#include "gemm/sgemm.h"
 
 #include <clblast_c.h>
 #include <pthread.h>
@@ -12,10 +13,10 @@ void iha__clblast_lock(void) { pthread_mutex_lock(&clblast_mutex); }
 
 void iha__clblast_unlock(void) { pthread_mutex_unlock(&clblast_mutex); }
 
-/* iha_context_free's hook: the last user's departure empties CLBlast's program cache. */
-static void release_user(iha_context *ctx)
+void iha__clblast_leave(iha_context *ctx)
 {
-    (void)ctx;
+    if (!ctx->gemm->clblast_user) return;
+    ctx->gemm->clblast_user = 0;
     iha__clblast_lock();
     if (live_users > 0 && --live_users == 0) (void)CLBlastClearCache();
     iha__clblast_unlock();
@@ -24,8 +25,8 @@ static void release_user(iha_context *ctx)
 void iha__clblast_enter(iha_context *ctx)
 {
     iha__clblast_lock();
-    if (ctx->release_gemm == NULL) {
-        ctx->release_gemm = release_user;
+    if (!ctx->gemm->clblast_user) {
+        ctx->gemm->clblast_user = 1;
         ++live_users;
     }
 }

@@ -20,6 +20,9 @@
 /* Takes the lock for a CLBlast call on ctx's queue, counting ctx as a CLBlast user the first
  * time. */
 void iha__clblast_enter(iha_context *ctx);
+/* At iha_context_free, after the queue has finished: the last CLBlast user's departure empties
+ * CLBlast's program cache. */
+void iha__clblast_leave(iha_context *ctx);
 /* The lock alone, for calls that compile nothing for a context (parameter overrides). */
 void iha__clblast_lock(void);
 void iha__clblast_unlock(void);

@@ -1,5 +1,6 @@
 /* CLBlast parameter overrides (see gemm_params.h for their process-wide scope). */
 #include "gemm/gemm_params.h"
+#include "runtime/error.h"
 
 #include <clblast_c.h>
 

@@ -1,68 +1,86 @@
 /* Host side of the attention kernels: the configuration per device, the arguments both
  * variants share, and cl/attention.cl's launch (cl/attention_local.cl's is attention_local.c). */
-#include "kernels/kernels.h"
+#include "kernels/attention.h"
+#include "runtime/error.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/checked.h"
 #include "runtime/launch.h"
 
+/* The kinds of device the built-in configurations tell apart. */
+enum { ON_CPU, ON_LOOP_LIMITED_CPU, ON_GPU };
+
+/* The built-in configurations, one row per kind of device and head width (as zstd's
+ * clevels.h): the first row of the device's kind whose max_d is at least d applies. vec 0 is
+ * the widest of 16, 8 and 4 within d; local_keys 0 asks for the largest key tile of 64, 32 or 16
+ * keys (2*keys*d floats) that fits the device, and where none fits, register tiles of that row's
+ * shape with 32 keys.
+ *  - CPUs: 4 x 16 register tiles (two 256-bit vectors per row on AVX2; 6 rows, 8-key blocks and
+ *    other tile counts are no faster), one work-item per group so PoCL does not try to vectorise
+ *    across work-items; 2 rows past d = 128, where 4 rows' state outgrows the registers.
+ *  - A driver that ends loops after a budget of iterations per work-item (runtime/loop_limit.h):
+ *    one row per work-item spends the fewest iterations per key block, so the longest sequences
+ *    fit.
+ *  - GPUs up to d = 64: the local-memory rows, 64 per group. The local tiles with register
+ *    sub-tiles (cl/attention_local_tiles.cl) are in the tuning space only, chosen where the
+ *    tuner measures them faster.
+ *  - GPUs past d = 64: register tiles of 4 rows, 128 work-items per group. The local-memory
+ *    kernel keeps a query row and an output row of d floats per work-item, which past d = 64 do
+ *    not fit a GPU's registers; the tuner prefers these tiles there. */
+typedef struct attention_default {
+    int device;      /* ON_CPU, ON_LOOP_LIMITED_CPU or ON_GPU */
+    size_t max_d;    /* the widest head the row is for */
+    int rows;        /* ATT_ROWS */
+    int tiles;       /* ATT_TILES */
+    int key_block;   /* ATT_KB */
+    int vec;         /* ATT_VD; 0: from d */
+    size_t group;    /* work-items per work-group */
+    iha_attention_variant variant;
+    int local_keys;  /* LOC_KEYS; 0: the largest that fits */
+} attention_default;
+
+static const attention_default attention_defaults[] = {
+    /* device               max_d      rows tiles  KB vec group variant                        keys */
+    {ON_CPU,              128,          4,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
+    {ON_CPU,              SIZE_MAX,     2,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
+    {ON_LOOP_LIMITED_CPU, SIZE_MAX,     1,    1, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
+    {ON_GPU,              64,           1,    1, 16,  0,   64, IHA_ATTENTION_LOCAL_ROWS,        0},
+    {ON_GPU,              SIZE_MAX,     4,    1, 16,  4,  128, IHA_ATTENTION_REGISTER_TILES,   32},
+};
+
 void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg)
 {
-    /* CPUs: 4 x 16 register tiles (two 256-bit vectors per row on AVX2; 6 rows, 8-key blocks
-     * and other tile counts measured no faster, BENCHMARKS.md), one work-item per group so PoCL
-     * does not try to vectorise across work-items. GPUs: below. */
-    cfg->key_block = 16;
-    cfg->vec = head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
-    cfg->local_keys = 32;
-    cfg->variant = 0;
+    const int device = ctx->info.is_gpu ? ON_GPU : ctx->loop_flag != NULL ? ON_LOOP_LIMITED_CPU : ON_CPU;
+    const attention_default *row = &attention_defaults[0];
+    while (row->device != device || row->max_d < head_dim) ++row; /* every kind ends with max_d SIZE_MAX */
+    cfg->rows = row->rows;
+    cfg->tiles = row->tiles;
+    cfg->key_block = row->key_block;
+    cfg->vec = row->vec ? row->vec : head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
+    cfg->group = row->group;
+    cfg->variant = IHA_ATTENTION_REGISTER_TILES;
+    cfg->local_keys = row->local_keys ? row->local_keys : 32;
+    if (row->variant == IHA_ATTENTION_LOCAL_ROWS)
+        for (int keys = 64; keys >= 16 && cfg->variant == IHA_ATTENTION_REGISTER_TILES; keys /= 2) {
+            if (!iha__attention_local_fits(ctx, head_dim, (int)cfg->group, keys, cfg->key_block)) continue;
+            cfg->variant = IHA_ATTENTION_LOCAL_ROWS;
+            cfg->local_keys = keys;
+        }
     /* A cache hint for CPUs, whose P.V otherwise waits on each value chunk's first row, built
-     * in only where it was measured and known to compile: PoCL's CPU device. Some clang-based
+     * in only where it is known to compile and to help: PoCL's CPU device. Some clang-based
      * implementations reject the intrinsic when the kernel is created (Oclgrind: "Undefined
      * external function: llvm.prefetch"), so elsewhere the tuner may choose it, after
      * verifying it. GPUs stage keys and values in local memory instead. */
     cfg->prefetch = ctx->info.is_cpu && !ctx->info.is_gpu &&
                     strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
-    if (ctx->info.is_gpu && head_dim > 64) {
-        /* Wider heads: register tiles of 4 rows, 128 work-items per group. The local-memory
-         * kernel keeps a query row and an output row of d floats per work-item, which past
-         * d = 64 no longer fit a GPU's registers: on an H200 at d = 128 (causal, T = 8192) the
-         * tuner found this 1.85x faster (25.7 against 47.6 ms; BENCHMARKS.md, "GPU"). */
-        cfg->rows = 4;
-        cfg->tiles = 1;
-        cfg->vec = 4;
-        cfg->group = 128;
-    } else if (ctx->info.is_gpu) {
-        /* The local-memory variant, 64 rows per group, with the largest key tile of 16, 32 or
-         * 64 keys (2*keys*d floats) that fits the device; register tiles of one row when none
-         * does. Variant 2 (cl/attention_local_tiles.cl) is in the tuning space only: it has not
-         * yet run on a GPU (BENCHMARKS.md, "GPU"). */
-        cfg->rows = 1;
-        cfg->tiles = 1;
-        cfg->group = 64;
-        for (int keys = 64; keys >= 16 && !cfg->variant; keys /= 2) {
-            if (!iha__attention_local_fits(ctx, head_dim, (int)cfg->group, keys, cfg->key_block)) continue;
-            cfg->variant = 1;
-            cfg->local_keys = keys;
-        }
-    } else if (ctx->loop_flag != NULL) {
-        /* A driver that ends loops after a budget of iterations per work-item (runtime/
-         * loop_limit.h): one row per work-item spends the fewest iterations per key block, so
-         * the longest sequences fit. */
-        cfg->rows = 1;
-        cfg->tiles = 1;
-        cfg->group = 1;
-    } else {
-        cfg->rows = head_dim > 128 ? 2 : 4;
-        cfg->tiles = 4;
-        cfg->group = 1;
-    }
 }
 
-void iha__attention_args(iha_args *a, const iha_dims *dims, iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o,
-                         iha_ref lse, int mask, size_t window, float scale)
+void iha__attention_args(iha_args *a, const iha_dims *dims, iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o,
+                         iha_buffer lse, int mask, size_t window, float scale)
 {
     const int want_lse = lse.mem != NULL;
     iha__arg_tensor(a, qt.mem, qt.offset);
@@ -89,13 +107,13 @@ iha_status iha__attention_kernel_get(iha_context *ctx, const iha_attention_confi
 }
 
 iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
-                                  iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
+                                  iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
                                   size_t window, float scale)
 {
-    if (cfg->variant == 2)
+    if (cfg->variant == IHA_ATTENTION_LOCAL_TILES)
         return iha__attention_tiles_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
                                             kt_packed, vt, o, lse, mask, window, scale);
-    if (cfg->variant == 1)
+    if (cfg->variant == IHA_ATTENTION_LOCAL_ROWS)
         return iha__attention_local_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
                                             kt_packed, vt, o, lse, mask, window, scale);
     cl_kernel k;

@@ -2,7 +2,9 @@
  * Dt, then CPUs take cl/attention_backward_tiles.cl's one pass over the visible pairs (on packed
  * copies of Q and dO, with partial dq sums) and its sum of the partials; GPUs take
  * cl/attention_backward.cl's dq and then dk and dv, one row per work-item. */
-#include "kernels/kernels.h"
+#include "kernels/attention_backward.h"
+#include "kernels/mix.h"
+#include "runtime/error.h"
 
 #include <stdio.h>
 
@@ -11,8 +13,7 @@
 
 /* Rows of the tile kernel's register tiles. A work-item takes groups of 8 tiles (32 key rows)
  * at d <= 64 and 16 (64 rows) above, so that it streams the queries and dO it needs once for all
- * of a group's rows: at T = 8192, d = 128 one tile per work-item left the kernels waiting on
- * that stream (27.5 GFLOP/s against 77-86 with 16 to 64 tiles; BENCHMARKS.md, "Backward").
+ * of a group's rows: with one tile per work-item the kernels would wait on that stream.
  * The tiles' state (four arrays of 4 rows of d floats) then lives in L2, read once per block. */
 #define BW_ROWS 4
 
@@ -56,7 +57,7 @@ int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_d
            iha__mul(n, width, elements);
 }
 
-static void arg_ref(iha_args *a, iha_ref r) { iha__arg_tensor(a, r.mem, r.offset); }
+static void arg_ref(iha_args *a, iha_buffer r) { iha__arg_tensor(a, r.mem, r.offset); }
 
 static void arg_mask(iha_args *a, const iha_dims *dims, int mask, size_t window, float scale)
 {
@@ -84,7 +85,7 @@ iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dim
     IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_rowdot_f32"));
 
     if (r->packed[0] == NULL) {
-        const iha_ref inputs[5] = {r->qt, r->kt, r->vt, r->dout, r->lse};
+        const iha_buffer inputs[5] = {r->qt, r->kt, r->vt, r->dout, r->lse};
         IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dq_f32", &k));
         a = iha__args_begin(k);
         for (int i = 0; i < 5; ++i) arg_ref(&a, inputs[i]);
@@ -104,9 +105,9 @@ iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dim
     }
 
     /* Q and dO in 16-column blocks [B*H][T/16][d][16], zero-padded. */
-    const iha_ref sources[2] = {r->qt, r->dout};
+    const iha_buffer sources[2] = {r->qt, r->dout};
     for (int i = 0; i < 2; ++i)
-        IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, dims, sources[i], (iha_ref){r->packed[i], 0}, 16));
+        IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, dims, sources[i], (iha_buffer){r->packed[i], 0}, 16));
     const cl_int segs = (cl_int)segments(ctx, dims);
     snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, BW_ROWS,
              tiles_per_group(dims->d));

@@ -1,6 +1,7 @@
 /* Host side of the local-memory (GPU) variants of the attention kernel: cl/attention_local.cl
  * (a row per work-item) and cl/attention_local_tiles.cl (register sub-tiles). */
-#include "kernels/kernels.h"
+#include "kernels/attention.h"
+#include "runtime/error.h"
 
 #include <stdio.h>
 
@@ -8,8 +9,8 @@
 
 /* Both kernels: a work-group of `threads` work-items per `rows` query rows of one (b, h). */
 static iha_status launch(iha_context *ctx, const char *file, const char *name, const char *options, int rows,
-                         size_t threads, const iha_dims *dims, iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o,
-                         iha_ref lse, int mask, size_t window, float scale)
+                         size_t threads, const iha_dims *dims, iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o,
+                         iha_buffer lse, int mask, size_t window, float scale)
 {
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, file, options, name, &k));
@@ -32,7 +33,7 @@ int iha__attention_local_fits(const iha_context *ctx, size_t head_dim, int rows,
 }
 
 iha_status iha__attention_local_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
-                                        iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
+                                        iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
                                         size_t window, float scale)
 {
     IHA_RETURN_ERROR_IF(!iha__attention_local_fits(ctx, dims->d, rows, keys, key_block), ctx, IHA_ERROR_UNSUPPORTED,
@@ -64,7 +65,7 @@ int iha__attention_tiles_fits(const iha_context *ctx, size_t head_dim, int rows,
 }
 
 iha_status iha__attention_tiles_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
-                                        iha_ref qt, iha_ref kt_packed, iha_ref vt, iha_ref o, iha_ref lse, int mask,
+                                        iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
                                         size_t window, float scale)
 {
     IHA_RETURN_ERROR_IF(!iha__attention_tiles_fits(ctx, dims->d, rows, keys, key_block), ctx, IHA_ERROR_UNSUPPORTED,

@@ -1,11 +1,12 @@
 /* Host side of cl/collapse.cl (fold-back of pseudo-heads with R). */
 #include <stdio.h>
 
-#include "kernels/kernels.h"
+#include "kernels/collapse.h"
+#include "runtime/error.h"
 #include "runtime/launch.h"
 
-iha_status iha__collapse_enqueue(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref o,
-                                 iha_ref r, iha_ref y)
+iha_status iha__collapse_enqueue(iha_context *ctx, const iha_mix_collapse_config *cfg, const iha_dims *dims, iha_buffer o,
+                                 iha_buffer r, iha_buffer y)
 {
     char options[64];
     snprintf(options, sizeof options, "-DCOLLAPSE_VEC=%d", cfg->vec);
@@ -27,6 +28,6 @@ iha_status iha__collapse_enqueue(iha_context *ctx, const iha_rows_config *cfg, c
     }
     const size_t global[3] = {dims->d, dims->N, dims->B * dims->H};
     size_t local[3];
-    iha__rows_local_size(ctx, dims->d, local);
+    iha__mix_collapse_local_size(ctx, dims->d, local);
     return iha__launch(ctx, &a, 3, global, local, name);
 }

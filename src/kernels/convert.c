@@ -1,5 +1,6 @@
 /* Host side of cl/convert.cl: half/float conversion and the half-weight GEMV. */
-#include "kernels/kernels.h"
+#include "kernels/convert.h"
+#include "runtime/error.h"
 #include "runtime/launch.h"
 
 #define CONVERT_VEC 8 /* elements per work-item, the kernel's default */
@@ -13,7 +14,7 @@ static size_t group_size(const iha_context *ctx)
     return want < ctx->info.max_work_group_size ? want : ctx->info.max_work_group_size;
 }
 
-iha_status iha__convert_enqueue(iha_context *ctx, int to_half, iha_ref src, iha_ref dst, size_t n)
+iha_status iha__convert_enqueue(iha_context *ctx, int to_half, iha_buffer src, iha_buffer dst, size_t n)
 {
     if (n == 0) return IHA_OK;
     const char *name = to_half ? "convert_float_to_half" : "convert_half_to_float";
@@ -27,8 +28,8 @@ iha_status iha__convert_enqueue(iha_context *ctx, int to_half, iha_ref src, iha_
     return iha__launch(ctx, &a, 1, global, local, name);
 }
 
-iha_status iha__gemv_half_weights_enqueue(iha_context *ctx, size_t m, size_t C, size_t K, iha_ref x, iha_ref w,
-                                          iha_ref y)
+iha_status iha__gemv_half_weights_enqueue(iha_context *ctx, size_t m, size_t C, size_t K, iha_buffer x, iha_buffer w,
+                                          iha_buffer y)
 {
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "convert.cl", "", "gemv_half_weights", &k));

@@ -1,32 +1,48 @@
 /* Host side of the decoding kernels: cl/decode_mix.cl, and cl/attention_decode.cl, which
  * includes cl/attention.cl and shares its register tile, so decoding runs the same micro-kernel. */
+#include <stdint.h>
 #include <stdio.h>
 
-#include "kernels/kernels.h"
+#include "kernels/decode.h"
+#include "kernels/mix.h"
+#include "runtime/error.h"
 #include "runtime/launch.h"
 
 /* Splits a row may have: DEC_MAX_SPLITS of cl/attention_decode.cl (the merge keeps a weight per split). */
 #define DECODE_MAX_SPLITS 64
 
+/* The built-in configurations of the decode kernels, one row per kind of device and head width
+ * (as zstd's clevels.h): the first row of the device's kind whose max_d is at least d applies.
+ * The attention kernel's tile (a 4-row tile of 16-wide vectors on CPUs, 2 rows past d = 128; one
+ * row per work-item on GPUs), splits of at least 256 keys. CPUs: 8 work-items per core, one per
+ * work-group (PoCL left to choose packs the work into a few groups with the tiles in memory);
+ * GPUs: about 1024 work-items in all (per_cu 0 here: the power of 2 nearest 1024 / compute
+ * units). vec is the widest of 16, 8 and 4 within d. */
+typedef struct decode_default {
+    int gpu;             /* the kind of device */
+    size_t max_d;        /* the widest head the row is for */
+    iha_decode_config c; /* vec from d; per_cu 0: from the compute units */
+} decode_default;
+
+static const decode_default decode_defaults[] = {
+    /* gpu max_d      rows vec group min_split_keys per_cu */
+    {0,    128,      {4,   0,  1,    256,           8}},
+    {0,    SIZE_MAX, {2,   0,  1,    256,           8}},
+    {1,    SIZE_MAX, {1,   0,  0,    256,           0}},
+};
+
 void iha__decode_config_default(const iha_context *ctx, size_t head_dim, iha_decode_config *cfg)
 {
-    /* The attention kernel's tile (a 4-row tile of 16-wide vectors on CPUs, one row per
-     * work-item on GPUs), splits of at least 256 keys. CPUs: 8 work-items per core, one per
-     * work-group (PoCL left to choose packs the work into a few groups with the tiles in
-     * memory); GPUs: about 1024 work-items in all, as before tuning existed. */
+    const int gpu = ctx->info.is_gpu != 0;
+    const decode_default *row = &decode_defaults[0];
+    while (row->gpu != gpu || row->max_d < head_dim) ++row; /* every kind ends with max_d SIZE_MAX */
+    *cfg = row->c;
     cfg->vec = head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
-    cfg->min_split_keys = 256;
-    if (ctx->info.is_gpu) {
+    if (cfg->per_cu == 0) {
         const size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1;
         int per_cu = 1;
         while (per_cu < 128 && (size_t)per_cu * 2 * cus <= 1024 * 3 / 2) per_cu *= 2; /* nearest power of 2 */
-        cfg->rows = 1;
-        cfg->group = 0;
         cfg->per_cu = per_cu;
-    } else {
-        cfg->rows = head_dim > 128 ? 2 : 4;
-        cfg->group = 1;
-        cfg->per_cu = 8;
     }
 }
 
@@ -38,47 +54,40 @@ static void config_of(const iha_context *ctx, const iha_decode_dims *dd, iha_dec
         iha__decode_config_default(ctx, dd->d, cfg);
 }
 
-iha_status iha__decode_mix_queries_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_ref src, iha_ref alpha,
-                                           iha_ref dst, cl_mem rope, cl_mem step)
+/* Either kernel of cl/decode_mix.cl: the new tokens' queries into rows dst (cache NULL), or their
+ * keys or values into the cache (then the cache's length t_max and key_block follow). */
+static iha_status decode_mix(iha_context *ctx, const iha_decode_dims *dd, iha_buffer src, iha_buffer alpha, iha_buffer dst,
+                             cl_mem cache, cl_mem rope, cl_mem step, int key_block)
 {
+    const char *name = cache ? "decode_mix_cache" : "decode_mix_queries_f32";
+    char options[48];
+    snprintf(options, sizeof options, "-DCACHE_HALF=%d -DKV_RING=%d", cache && dd->half, dd->ring);
     cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "decode_mix.cl", "-DCACHE_HALF=0", "decode_mix_queries_f32", &k));
-    iha_args a = iha__args_begin(k);
-    iha__arg_tensor(&a, src.mem, src.offset);
-    iha__arg_mixing(&a, alpha.mem, alpha.offset, src.mem);
-    iha__arg_tensor(&a, dst.mem, dst.offset);
-    iha__arg_mem(&a, rope ? rope : src.mem);
-    iha__arg_int(&a, rope != NULL);
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "decode_mix.cl", options, name, &k));
+    iha_args a = iha__mix_args_begin(k, src, alpha, cache ? (iha_buffer){cache, 0} : dst, cache == NULL, rope);
     iha__arg_mem(&a, step);
     iha__arg_int(&a, (cl_int)dd->k);
     iha__arg_int(&a, (cl_int)dd->H);
     iha__arg_int(&a, (cl_int)dd->d);
     iha__arg_int(&a, (cl_int)dd->P);
+    if (cache) {
+        iha__arg_int(&a, (cl_int)dd->t_max);
+        iha__arg_int(&a, key_block);
+    }
     const size_t global[2] = {dd->k, dd->B * dd->H};
-    return iha__launch(ctx, &a, 2, global, NULL, "decode_mix_queries_f32");
+    return iha__launch(ctx, &a, 2, global, NULL, name);
 }
 
-iha_status iha__decode_mix_cache_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_ref src, iha_ref alpha,
+iha_status iha__decode_mix_queries_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_buffer src, iha_buffer alpha,
+                                           iha_buffer dst, cl_mem rope, cl_mem step)
+{
+    return decode_mix(ctx, dd, src, alpha, dst, NULL, rope, step, 0);
+}
+
+iha_status iha__decode_mix_cache_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_buffer src, iha_buffer alpha,
                                          cl_mem cache, cl_mem rope, cl_mem step, int key_block)
 {
-    cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "decode_mix.cl", dd->half ? "-DCACHE_HALF=1" : "-DCACHE_HALF=0",
-                                         "decode_mix_cache", &k));
-    iha_args a = iha__args_begin(k);
-    iha__arg_tensor(&a, src.mem, src.offset);
-    iha__arg_mixing(&a, alpha.mem, alpha.offset, src.mem);
-    iha__arg_mem(&a, cache);
-    iha__arg_mem(&a, rope ? rope : src.mem);
-    iha__arg_int(&a, rope != NULL);
-    iha__arg_mem(&a, step);
-    iha__arg_int(&a, (cl_int)dd->k);
-    iha__arg_int(&a, (cl_int)dd->H);
-    iha__arg_int(&a, (cl_int)dd->d);
-    iha__arg_int(&a, (cl_int)dd->P);
-    iha__arg_int(&a, (cl_int)dd->t_max);
-    iha__arg_int(&a, key_block);
-    const size_t global[2] = {dd->k, dd->B * dd->H};
-    return iha__launch(ctx, &a, 2, global, NULL, "decode_mix_cache");
+    return decode_mix(ctx, dd, src, alpha, (iha_buffer){cache, 0}, cache, rope, step, key_block);
 }
 
 /* Key blocks per split, so that every split has work: equal ranges of whole blocks. */
@@ -112,15 +121,16 @@ size_t iha__decode_partial_elements(const iha_context *ctx, const iha_decode_dim
     return dd->B * dd->H * dd->k * dd->P * iha__decode_splits(ctx, dd) * (dd->d + 2);
 }
 
-iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_ref q, cl_mem keys,
-                                         cl_mem values, cl_mem partial, iha_ref o, cl_mem step, int mask,
+iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_buffer q, cl_mem keys,
+                                         cl_mem values, cl_mem partial, iha_buffer o, cl_mem step, int mask,
                                          size_t window, float scale)
 {
     iha_decode_config cfg;
     config_of(ctx, dd, &cfg);
-    char options[160];
-    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=1 -DATT_KB=%d -DATT_VD=%d -DKV_HALF=%d",
-             dd->d, cfg.rows, dd->cfg.key_block, cfg.vec, dd->half);
+    char options[176];
+    snprintf(options, sizeof options,
+             "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=1 -DATT_KB=%d -DATT_VD=%d -DKV_HALF=%d -DKV_RING=%d", dd->d,
+             cfg.rows, dd->cfg.key_block, cfg.vec, dd->half, dd->ring);
     const size_t splits = iha__decode_splits(ctx, dd), split_blocks = blocks_per_split(dd, splits);
     const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
 

@@ -1,6 +1,8 @@
 /* Host side of cl/layer_backward.cl: transposes, the inverse rotary and the mixing and
  * collapse matrices' gradients, for the layer backward (src/layer/layer_backward.c). */
-#include "kernels/kernels.h"
+#include "kernels/layer_backward.h"
+#include "kernels/mix.h"
+#include "runtime/error.h"
 
 #include "runtime/launch.h"
 
@@ -11,7 +13,7 @@
  * paper's shapes, few enough partials to sum cheaply. */
 #define GRAD_CHUNK 32
 
-iha_status iha__transpose_enqueue(iha_context *ctx, size_t rows, size_t cols, iha_ref src, size_t ld_src, iha_ref dst,
+iha_status iha__transpose_enqueue(iha_context *ctx, size_t rows, size_t cols, iha_buffer src, size_t ld_src, iha_buffer dst,
                                   size_t ld_dst)
 {
     cl_kernel k;
@@ -27,7 +29,7 @@ iha_status iha__transpose_enqueue(iha_context *ctx, size_t rows, size_t cols, ih
     return iha__launch(ctx, &a, 2, global, NULL, "transpose_f32");
 }
 
-iha_status iha__rope_inverse_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref x, cl_mem table)
+iha_status iha__rope_inverse_enqueue(iha_context *ctx, const iha_dims *dims, iha_buffer x, cl_mem table)
 {
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "layer_backward.cl", "", "rope_inverse_f32", &k));
@@ -39,7 +41,7 @@ iha_status iha__rope_inverse_enqueue(iha_context *ctx, const iha_dims *dims, iha
     iha__arg_int(&a, (cl_int)dims->d);
     const size_t global[2] = {dims->d / 2, dims->B * dims->H * dims->T};
     size_t local[3];
-    iha__rows_local_size(ctx, dims->d / 2, local);
+    iha__mix_collapse_local_size(ctx, dims->d / 2, local);
     return iha__launch(ctx, &a, 2, global, local, "rope_inverse_f32");
 }
 
@@ -47,8 +49,8 @@ static size_t grad_parts(const iha_dims *dims) { return (dims->B * dims->N + GRA
 
 size_t iha__mix_grad_partial_elements(const iha_dims *dims) { return grad_parts(dims) * dims->H * dims->H * dims->P; }
 
-iha_status iha__mix_grad_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref tokens, iha_ref pseudo,
-                                 cl_mem partial, iha_ref g)
+iha_status iha__mix_grad_enqueue(iha_context *ctx, const iha_dims *dims, iha_buffer tokens, iha_buffer pseudo,
+                                 cl_mem partial, iha_buffer g)
 {
     const size_t outputs = dims->H * dims->H * dims->P, parts = grad_parts(dims);
     cl_kernel k;

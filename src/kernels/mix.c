@@ -1,20 +1,27 @@
 /* Host side of cl/mix.cl and cl/mix_keys.cl (head mixing, interleaving, rotary) and cl/pack_keys.cl. */
 #include <stdio.h>
 
+#include "kernels/mix.h"
 #include "common/checked.h"
-#include "kernels/kernels.h"
+#include "runtime/error.h"
 #include "runtime/launch.h"
 
-void iha__rows_config_default(const iha_context *ctx, iha_rows_config *cfg)
+/* The built-in configurations of mixing and collapse, one row per kind of device (as zstd's
+ * clevels.h). CPUs run a row per work-item with explicit vectors, GPUs an element per
+ * work-item, coalesced. 16-wide rows (two AVX2 vectors per operation): collapse runs faster
+ * than with 8-wide rows, and mixing no slower. */
+static const iha_mix_collapse_config mix_collapse_defaults[2] = {
+    /* per_row  MIX_VEC/COLLAPSE_VEC  rows per group */
+    {1, 16, 16}, /* CPUs */
+    {0, 16, 16}, /* GPUs */
+};
+
+void iha__mix_collapse_config_default(const iha_context *ctx, iha_mix_collapse_config *cfg)
 {
-    cfg->per_row = !ctx->info.is_gpu;
-    /* 16-wide rows (two AVX2 vectors per operation): collapse took half the time of 8-wide in
-     * alternated window layers (1.0-1.3 against 2.1-2.3 ms) and mixing no longer (BENCHMARKS.md). */
-    cfg->vec = 16;
-    cfg->group = 16;
+    *cfg = mix_collapse_defaults[ctx->info.is_gpu ? 1 : 0];
 }
 
-void iha__rows_local_size(const iha_context *ctx, size_t columns, size_t local[3])
+void iha__mix_collapse_local_size(const iha_context *ctx, size_t columns, size_t local[3])
 {
     size_t g = 64;
     while (g > 1 && g / 2 >= columns) g /= 2;
@@ -30,15 +37,24 @@ size_t iha__packed_keys_elements(const iha_dims *dims, int key_block)
     return iha__mul_n(&n, 4, f) ? n : 0;
 }
 
-/* The arguments every mixing kernel starts with. */
-static iha_args mix_args(cl_kernel k, const iha_dims *dims, iha_ref src, iha_ref alpha, iha_ref dst, cl_mem rope)
+iha_args iha__mix_args_begin(cl_kernel k, iha_buffer src, iha_buffer alpha, iha_buffer dst, int dst_offset, cl_mem rope)
 {
     iha_args a = iha__args_begin(k);
     iha__arg_tensor(&a, src.mem, src.offset);
     iha__arg_mixing(&a, alpha.mem, alpha.offset, src.mem);
-    iha__arg_tensor(&a, dst.mem, dst.offset);
+    if (dst_offset)
+        iha__arg_tensor(&a, dst.mem, dst.offset);
+    else
+        iha__arg_mem(&a, dst.mem);
     iha__arg_mem(&a, rope ? rope : src.mem);
     iha__arg_int(&a, rope != NULL);
+    return a;
+}
+
+/* The arguments every layer mixing kernel takes, in their order. */
+static iha_args mix_args(cl_kernel k, const iha_dims *dims, iha_buffer src, iha_buffer alpha, iha_buffer dst, cl_mem rope)
+{
+    iha_args a = iha__mix_args_begin(k, src, alpha, dst, 1, rope);
     iha__arg_int(&a, (cl_int)dims->N);
     iha__arg_int(&a, (cl_int)dims->H);
     iha__arg_int(&a, (cl_int)dims->d);
@@ -47,8 +63,8 @@ static iha_args mix_args(cl_kernel k, const iha_dims *dims, iha_ref src, iha_ref
 }
 
 /* The keys on the per-row (CPU) path: one work-item per key block (cl/mix_keys.cl). */
-static iha_status mix_keys_blocks(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref src,
-                                  iha_ref alpha, iha_ref dst, cl_mem rope, int key_block)
+static iha_status mix_keys_blocks(iha_context *ctx, const iha_mix_collapse_config *cfg, const iha_dims *dims, iha_buffer src,
+                                  iha_buffer alpha, iha_buffer dst, cl_mem rope, int key_block)
 {
     char options[64];
     snprintf(options, sizeof options, "-DMIX_VEC=%d -DMIX_KB=%d", cfg->vec, key_block);
@@ -61,8 +77,8 @@ static iha_status mix_keys_blocks(iha_context *ctx, const iha_rows_config *cfg, 
     return iha__launch(ctx, &a, 2, global, local, "mix_keys_blocks_f32");
 }
 
-iha_status iha__mix_enqueue(iha_context *ctx, const iha_rows_config *cfg, const iha_dims *dims, iha_ref src,
-                            iha_ref alpha, iha_ref dst, cl_mem rope, int key_block)
+iha_status iha__mix_enqueue(iha_context *ctx, const iha_mix_collapse_config *cfg, const iha_dims *dims, iha_buffer src,
+                            iha_buffer alpha, iha_buffer dst, cl_mem rope, int key_block)
 {
     char options[64];
     snprintf(options, sizeof options, "-DMIX_VEC=%d", cfg->vec);
@@ -81,11 +97,11 @@ iha_status iha__mix_enqueue(iha_context *ctx, const iha_rows_config *cfg, const 
     const size_t rows = key_block ? iha__round_up(dims->T, (size_t)key_block) : dims->T;
     const size_t global[3] = {pairs, rows, dims->B * dims->H};
     size_t local[3];
-    iha__rows_local_size(ctx, pairs, local);
+    iha__mix_collapse_local_size(ctx, pairs, local);
     return iha__launch(ctx, &a, 3, global, local, name);
 }
 
-iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_ref src, iha_ref dst, int key_block)
+iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_buffer src, iha_buffer dst, int key_block)
 {
     cl_kernel k;
     if (!ctx->info.is_gpu) {
@@ -111,6 +127,6 @@ iha_status iha__pack_keys_enqueue(iha_context *ctx, const iha_dims *dims, iha_re
     iha__arg_int(&a, key_block);
     const size_t global[3] = {dims->d, iha__round_up(dims->T, (size_t)key_block), dims->B * dims->H};
     size_t local[3];
-    iha__rows_local_size(ctx, dims->d, local);
+    iha__mix_collapse_local_size(ctx, dims->d, local);
     return iha__launch(ctx, &a, 3, global, local, "pack_keys_f32");
 }

@@ -1,12 +1,15 @@
-/* iha_attention_backward: the gradients of iha_attention (SPEC "The backward pass", attention),
+/* iha_attention_backward: the gradients of iha_attention (doc/spec.md, "The backward pass", attention),
  * validated like the forward calls before anything is enqueued. */
 #include <stdint.h>
 
 #include "common/checked.h"
-#include "runtime/loop_limit.h"
+#include "kernels/attention_backward.h"
 #include "layer/call.h"
 #include "layer/plan.h"
 #include "layer/storage.h"
+#include "layer/workspace.h"
+#include "runtime/error.h"
+#include "runtime/loop_limit.h"
 
 static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                      const iha_buffer in[6], const iha_buffer out[3])
@@ -14,11 +17,8 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
     static const char *const in_names[6] = {"qt", "kt", "vt", "o", "lse", "dout"};
     static const char *const out_names[3] = {"dqt", "dkt", "dvt"};
     double mark;
-    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
     iha_plan p;
-    IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
-    IHA_RETURN_ERROR_IF(p.rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
-                        "iha_attention_backward takes already rotated inputs: options->rope must be 0");
+    IHA_FORWARD_IF_ERROR(iha__call_plan(ctx, shape, options, 0, "iha_attention_backward", &mark, &p));
     /* weight_storage is ignored, as by iha_attention: the call has no weights. The activations
      * are in options->storage; lse is float whatever it is. */
     const size_t f = sizeof(float), a = p.act_bytes, n = p.virtual_elems;
@@ -50,17 +50,16 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
     cl_mem delta, packs[2] = {NULL, NULL}, sums = NULL;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &delta));
     if (tiled) {
-        /* The slots the forward calls use for their pseudo tensors, free during this call. */
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_QT, packed * f, &packs[0]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_O, packed * f, &packs[1]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_VT, partial * f, &sums));
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_Q, packed * f, &packs[0]));
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_DO, packed * f, &packs[1]));
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DQ_PARTIAL, partial * f, &sums));
     }
     /* Float views: the inputs themselves, or their conversions in the layer backward's slots,
      * which no other part of this call uses. */
-    iha_ref view[9];
+    iha_buffer view[9];
     for (int i = 0, k = 0; i < 6; ++i)
         if (i == 4)
-            view[i] = iha__ref_of(in[i]);
+            view[i] = in[i];
         else
             IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, in[i], n, (iha_workspace_slot)(IHA_WS_GRAD + k++), &view[i]));
     for (int j = 0; j < 3; ++j)

@@ -1,6 +1,7 @@
 /* Entry and stage timing of the public layer calls. */
 #include "layer/call.h"
 #include "common/timing.h"
+#include "runtime/error.h"
 
 #include <string.h>
 #include <time.h>

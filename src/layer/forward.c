@@ -5,21 +5,26 @@
 #include <string.h>
 
 #include "common/checked.h"
-#include "runtime/loop_limit.h"
+#include "kernels/collapse.h"
+#include "kernels/rope.h"
 #include "layer/call.h"
 #include "layer/plan.h"
+#include "layer/project.h"
 #include "layer/saved.h"
 #include "layer/storage.h"
+#include "layer/workspace.h"
+#include "runtime/error.h"
+#include "runtime/loop_limit.h"
 
 /* Mixing, attention and collapse: float q, k, v [B][N][H][d] -> float y [B][N][H][d]. With
  * saved.mem (iha_forward_save), the attention writes O and its log-sum-exp there
  * (layer/saved.h) instead of O into workspace. */
-static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_ref q, iha_ref k,
-                           iha_ref v, iha_ref y, iha_buffer saved, double *mark)
+static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_buffer q, iha_buffer k,
+                           iha_buffer v, iha_buffer y, iha_buffer saved, double *mark)
 {
     const size_t f = sizeof(float);
     cl_mem qt, kt, vt, rope = NULL;
-    iha_ref o = iha__saved_o(saved), lse = {NULL, 0};
+    iha_buffer o = iha__saved_o(saved), lse = {NULL, 0};
     iha_layer_weights mw;
     IHA_FORWARD_IF_ERROR(iha__mixing_float(ctx, p, w, &mw));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_QT, p->virtual_elems * f, &qt));
@@ -32,16 +37,16 @@ static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_
     if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p->dims.T, p->dims.d, p->rope_base, &rope));
 
     const int kb = p->attention.key_block;
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, q, iha__ref_of(mw.alpha_q), (iha_ref){qt, 0}, rope, 0));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, k, iha__ref_of(mw.alpha_k), (iha_ref){kt, 0}, rope, kb));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->rows, &p->dims, v, iha__ref_of(mw.alpha_v), (iha_ref){vt, 0}, NULL, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, q, mw.alpha_q, (iha_buffer){qt, 0}, rope, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, k, mw.alpha_k, (iha_buffer){kt, 0}, rope, kb));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, v, mw.alpha_v, (iha_buffer){vt, 0}, NULL, 0));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
 
-    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, (iha_ref){qt, 0}, (iha_ref){kt, 0},
-                                                (iha_ref){vt, 0}, o, lse, p->mask, p->window, p->scale));
+    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, (iha_buffer){qt, 0}, (iha_buffer){kt, 0},
+                                                (iha_buffer){vt, 0}, o, lse, p->mask, p->window, p->scale));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
 
-    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->rows, &p->dims, o, iha__ref_of(mw.r), y));
+    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->mix_collapse, &p->dims, o, mw.r, y));
     return iha__stage_done(ctx, &ctx->stage_times.collapse, mark);
 }
 
@@ -57,15 +62,22 @@ static iha_status check_workspace(iha_context *ctx, const iha_plan *p, int token
     return iha__workspace_check_total(ctx, total, sizeof(float));
 }
 
+/* The opening of iha_forward and iha_attention_core: the call's plan, then its weights, the
+ * projections and the model dimension with them or neither. */
+static iha_status call_plan_weights(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                    const iha_layer_weights *w, int with_projections, double *mark, iha_plan *p)
+{
+    IHA_FORWARD_IF_ERROR(iha__call_plan(ctx, shape, options, with_projections, NULL, mark, p));
+    return iha__check_weights(ctx, p, w, with_projections);
+}
+
 /* iha_forward, and with `save` iha_forward_save. */
 static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                           const iha_layer_weights *w, iha_buffer x, iha_buffer z, int save, iha_buffer saved)
 {
     double mark;
-    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
     iha_plan p;
-    IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 1, &p));
-    IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 1));
+    IHA_FORWARD_IF_ERROR(call_plan_weights(ctx, shape, options, w, 1, &mark, &p));
     const size_t a = p.act_bytes;
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p.x_elems, a, "x"));
     IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p.x_elems, a, "z"));
@@ -81,19 +93,19 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_K, p.token_elems * f, &k));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_V, p.token_elems * f, &v));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Y, p.token_elems * f, &y));
-    iha_ref xf, zf;
+    iha_buffer xf, zf;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, x, p.x_elems, IHA_WS_X, &xf));
     IHA_FORWARD_IF_ERROR(iha__output_float(ctx, &p, z, p.x_elems, IHA_WS_OUT, &zf));
 
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wq, (iha_ref){q, 0}));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wk, (iha_ref){k, 0}));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wv, (iha_ref){v, 0}));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wq, (iha_buffer){q, 0}));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wk, (iha_buffer){k, 0}));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wv, (iha_buffer){v, 0}));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, &mark));
 
     IHA_FORWARD_IF_ERROR(
-        run_core(ctx, &p, w, (iha_ref){q, 0}, (iha_ref){k, 0}, (iha_ref){v, 0}, (iha_ref){y, 0}, saved, &mark));
+        run_core(ctx, &p, w, (iha_buffer){q, 0}, (iha_buffer){k, 0}, (iha_buffer){v, 0}, (iha_buffer){y, 0}, saved, &mark));
 
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, p.D, hd, (iha_ref){y, 0}, w->wo, zf));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, p.D, hd, (iha_buffer){y, 0}, w->wo, zf));
     IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, zf, z, p.x_elems));
     return iha__stage_done(ctx, &ctx->stage_times.output, &mark);
 }
@@ -116,17 +128,15 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
                                  const iha_layer_weights *w, iha_buffer q, iha_buffer k, iha_buffer v, iha_buffer y)
 {
     double mark;
-    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
     iha_plan p;
-    IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
-    IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, &p, w, 0));
+    IHA_FORWARD_IF_ERROR(call_plan_weights(ctx, shape, options, w, 0, &mark, &p));
     const size_t n = p.token_elems, a = p.act_bytes;
     static const char *const names[3] = {"q", "k", "v"};
     IHA_FORWARD_IF_ERROR(iha__check_inputs_output(ctx, (iha_buffer[3]){q, k, v}, names, y, "y", n, a));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 0, y, n, "y"));
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
     IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, p.act_half, 0));
-    iha_ref qf, kf, vf, yf;
+    iha_buffer qf, kf, vf, yf;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, q, n, IHA_WS_Q, &qf));
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, k, n, IHA_WS_K, &kf));
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, v, n, IHA_WS_V, &vf));
@@ -147,11 +157,8 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
                             iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse)
 {
     double mark;
-    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, &mark));
     iha_plan p;
-    IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
-    IHA_RETURN_ERROR_IF(p.rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
-                        "iha_attention takes already rotated inputs: options->rope must be 0");
+    IHA_FORWARD_IF_ERROR(iha__call_plan(ctx, shape, options, 0, "iha_attention", &mark, &p));
     const size_t n = p.virtual_elems, a = p.act_bytes, f = sizeof(float);
     static const char *const names[3] = {"qt", "kt", "vt"};
     IHA_FORWARD_IF_ERROR(iha__check_inputs_output(ctx, (iha_buffer[3]){qt, kt, vt}, names, o, "o", n, a));
@@ -168,16 +175,16 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
     size_t total = SIZE_MAX, copies;
     if (iha__mul(n, p.act_half ? 4 : 0, &copies)) iha__add(copies, p.packed_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
-    iha_ref qf, kf, vf, of;
+    iha_buffer qf, kf, vf, of;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, qt, n, IHA_WS_QT, &qf));
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, kt, n, IHA_WS_X, &kf));
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, vt, n, IHA_WS_VT, &vf));
     IHA_FORWARD_IF_ERROR(iha__output_float(ctx, &p, o, n, IHA_WS_O, &of));
     cl_mem packed;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p.packed_elems * f, &packed));
-    IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &p.dims, kf, (iha_ref){packed, 0}, p.attention.key_block));
-    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p.attention, &p.dims, qf, (iha_ref){packed, 0}, vf, of,
-                                                iha__ref_of(lse), p.mask, p.window, p.scale));
+    IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &p.dims, kf, (iha_buffer){packed, 0}, p.attention.key_block));
+    IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p.attention, &p.dims, qf, (iha_buffer){packed, 0}, vf, of,
+                                                lse, p.mask, p.window, p.scale));
     IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, of, o, n));
     return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
 }

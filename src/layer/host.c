@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "layer/plan.h"
+#include "runtime/error.h"
 
 enum { HOST_X, HOST_Z, HOST_WQ, HOST_WK, HOST_WV, HOST_WO, HOST_AQ, HOST_AK, HOST_AV, HOST_R, HOST_COUNT };
 
@@ -43,8 +44,10 @@ static iha_status download(iha_context *ctx, const iha_plan *p, cl_mem m, float 
     return IHA_OK;
 }
 
-static iha_status run(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                      const iha_host_weights *w, const float *x, float *z, cl_mem *m)
+/* iha_forward_host with its temporary device buffers in m (the caller releases them). */
+static iha_status forward_through_device(iha_context *ctx, const iha_shape *shape,
+                                         const iha_attention_options *options, const iha_host_weights *w,
+                                         const float *x, float *z, cl_mem *m)
 {
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 1, &p));
@@ -83,7 +86,7 @@ iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_
 {
     if (ctx == NULL) return IHA_ERROR_INVALID_ARGUMENT;
     cl_mem m[HOST_COUNT] = {0};
-    iha_status st = run(ctx, shape, options, weights, x, z, m);
+    iha_status st = forward_through_device(ctx, shape, options, weights, x, z, m);
     if (st != IHA_OK) clFinish(ctx->queue); /* the temporaries may still be in use */
     for (int i = 0; i < HOST_COUNT; ++i)
         if (m[i]) clReleaseMemObject(m[i]);

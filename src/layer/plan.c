@@ -1,5 +1,7 @@
 /* Shape, option and buffer validation; the sizes derived from a shape, overflow-checked. */
 #include "layer/plan.h"
+#include "layer/call.h"
+#include "runtime/error.h"
 
 #include <float.h>
 #include <limits.h>
@@ -60,6 +62,16 @@ static iha_status size_packed_keys(iha_context *ctx, iha_plan *p)
     return IHA_OK;
 }
 
+iha_status iha__call_plan(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                          int with_model_dim, const char *rotated_call, double *mark, iha_plan *p)
+{
+    IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, mark));
+    IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, with_model_dim, p));
+    IHA_RETURN_ERROR_IF(rotated_call != NULL && p->rope, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "%s takes already rotated inputs: options->rope must be 0", rotated_call);
+    return IHA_OK;
+}
+
 iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                           int with_model_dim, iha_plan *p)
 {
@@ -109,7 +121,7 @@ iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_at
 iha_status iha__plan_lookup(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             iha_plan *p)
 {
-    IHA_FORWARD_IF_ERROR(iha__tune_choose(ctx, shape, options, &p->attention, &p->rows, 0));
+    IHA_FORWARD_IF_ERROR(iha__tune_choose(ctx, shape, options, &p->attention, &p->mix_collapse, 0));
     return size_packed_keys(ctx, p);
 }
 
@@ -117,7 +129,7 @@ iha_status iha__plan_choose(iha_context *ctx, const iha_shape *shape, const iha_
                             iha_plan *p)
 {
     IHA_FORWARD_IF_ERROR(
-        iha__tune_choose(ctx, shape, options, &p->attention, &p->rows, IHA_CHOOSE_TUNE | IHA_CHOOSE_RECORD));
+        iha__tune_choose(ctx, shape, options, &p->attention, &p->mix_collapse, IHA_CHOOSE_TUNE | IHA_CHOOSE_RECORD));
     return size_packed_keys(ctx, p);
 }
 

@@ -2,7 +2,8 @@
  * check runs before anything is enqueued, so a refused call writes nothing. */
 #ifndef IHA_LAYER_PLAN_H
 #define IHA_LAYER_PLAN_H
-#include "kernels/kernels.h"
+#include "kernels/attention.h"
+#include "kernels/mix.h"
 
 typedef struct iha_plan {
     iha_dims dims;
@@ -19,7 +20,7 @@ typedef struct iha_plan {
     size_t act_bytes;      /* bytes per activation element, 2 or 4 */
     size_t weight_bytes;   /* bytes per weight element, 2 or 4 */
     iha_attention_config attention;
-    iha_rows_config rows; /* mixing and collapse */
+    iha_mix_collapse_config mix_collapse;
     int mask;
     size_t window;         /* tokens; 0 also when the window covers the whole sequence */
     float scale;
@@ -28,9 +29,14 @@ typedef struct iha_plan {
 } iha_plan;
 
 /* Checks shape and options; with_model_dim also checks and sizes D. Chooses no kernel
- * configuration: attention, rows and packed_elems are set by one of the two calls below. */
+ * configuration: attention, mix_collapse and packed_elems are set by one of the two calls below. */
 iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                           int with_model_dim, iha_plan *plan);
+/* The opening of a public layer call: iha__call_begin (which sets *mark), then iha__plan_make.
+ * rotated_call, when not NULL, names an attention call, whose inputs are already rotated:
+ * options->rope must then be 0. */
+iha_status iha__call_plan(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                          int with_model_dim, const char *rotated_call, double *mark, iha_plan *plan);
 /* For work that is not a layer call (a KV cache's layout, the measurements): looks the
  * configurations up (profile, then built-ins), never tunes, records nothing. */
 iha_status iha__plan_lookup(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,

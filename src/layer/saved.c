@@ -1,6 +1,7 @@
 /* iha_saved_elements and the argument checks that iha_forward_save and iha_backward_saved share
  * (layer/saved.h). */
 #include "layer/saved.h"
+#include "runtime/error.h"
 
 iha_status iha_saved_elements(iha_context *ctx, const iha_shape *shape, size_t *elements)
 {

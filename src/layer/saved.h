@@ -7,10 +7,10 @@
 
 /* B*H*T*d + B*H*T; iha__plan_make has bounded both terms, so the sum does not overflow. */
 static inline size_t iha__saved_elements(const iha_plan *p) { return p->virtual_elems + p->lse_elems; }
-static inline iha_ref iha__saved_o(iha_buffer saved) { return (iha_ref){saved.mem, saved.offset}; }
-static inline iha_ref iha__saved_lse(const iha_plan *p, iha_buffer saved)
+static inline iha_buffer iha__saved_o(iha_buffer saved) { return saved; }
+static inline iha_buffer iha__saved_lse(const iha_plan *p, iha_buffer saved)
 {
-    return (iha_ref){saved.mem, saved.offset + p->virtual_elems};
+    return (iha_buffer){saved.mem, saved.offset + p->virtual_elems};
 }
 
 /* The checks both calls share: saved given, large enough (float, whatever the storage of the

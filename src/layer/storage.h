@@ -1,7 +1,7 @@
 /* Half-precision storage at the edges of a layer call (iha_attention_options.storage and
  * weight_storage). The stages between run in float workspace: a half input is converted once
- * on entry, a float result once into its half output on exit, and half weights are read by the
- * half-weight GEMV or converted. With float storage every helper is a pass-through. */
+ * on entry, a float result once into its half output on exit (half weights: layer/project.h).
+ * With float storage every helper is a pass-through. */
 #ifndef IHA_LAYER_STORAGE_H
 #define IHA_LAYER_STORAGE_H
 #include "layer/plan.h"
@@ -9,24 +9,15 @@
 /* The float view of input `in` of `elems` activation elements: `in` itself when activations
  * are float, else workspace `slot` holding its conversion (enqueued here). */
 iha_status iha__input_float(iha_context *ctx, const iha_plan *p, iha_buffer in, size_t elems, iha_workspace_slot slot,
-                            iha_ref *out);
+                            iha_buffer *out);
 
 /* Where a stage should write the float result meant for `out`: `out` itself when activations
  * are float, else workspace `slot`. iha__output_finish then converts it into `out`. */
 iha_status iha__output_float(iha_context *ctx, const iha_plan *p, iha_buffer out, size_t elems,
-                             iha_workspace_slot slot, iha_ref *result);
-iha_status iha__output_finish(iha_context *ctx, const iha_plan *p, iha_ref result, iha_buffer out, size_t elems);
+                             iha_workspace_slot slot, iha_buffer *result);
+iha_status iha__output_finish(iha_context *ctx, const iha_plan *p, iha_buffer result, iha_buffer out, size_t elems);
 
 /* The mixing and collapse weights as float: *w itself, or copies in IHA_WS_MIXING. The
  * projection weights of *out are those of *w, unchanged. */
 iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_layer_weights *out);
-
-/* The float workspace (IHA_WS_WEIGHT, in elements) iha__project needs for `rows` rows: one
- * converted weight matrix with half weights past the GEMV's rows, else 0. Calls that allocate
- * everything before their first enqueue get it first. */
-size_t iha__project_workspace_elements(const iha_plan *p, size_t rows);
-
-/* out [rows][n] = x [rows][k] * w [k][n] with float x and out, and w in the weight storage. */
-iha_status iha__project(iha_context *ctx, const iha_plan *p, size_t rows, size_t n, size_t k, iha_ref x, iha_buffer w,
-                        iha_ref out);
 #endif

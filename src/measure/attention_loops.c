@@ -1,11 +1,12 @@
 /* iha_measure_attention_loops: the register-tile attention kernel's score and P.V loops alone,
  * on blocks that stay in L1 (cl/measure_attention_loops.cl): the ceiling of the kernel's
  * design on the device, next to the device's own (iha_measure_peak_fma). */
-#include "kernels/kernels.h"
-#include "runtime/loop_limit.h"
+#include "kernels/attention.h"
 #include "layer/plan.h"
 #include "measure/measure.h"
+#include "runtime/error.h"
 #include "runtime/launch.h"
+#include "runtime/loop_limit.h"
 
 #define LOOP_RUNS 5
 #define LOOP_MIN_SECONDS 0.1
@@ -44,7 +45,7 @@ static iha_status time_loop(iha_context *ctx, loops_problem *l, double *gflops)
 static iha_status measure(iha_context *ctx, const iha_plan *p, loops_problem *l, double *score, double *pv)
 {
     const iha_attention_config *cfg = &p->attention;
-    IHA_RETURN_ERROR_IF(cfg->variant != 0, ctx, IHA_ERROR_UNSUPPORTED,
+    IHA_RETURN_ERROR_IF(cfg->variant != IHA_ATTENTION_REGISTER_TILES, ctx, IHA_ERROR_UNSUPPORTED,
                         "the attention configuration for this shape is a local-memory variant "
                         "(cl/attention_local.cl or cl/attention_local_tiles.cl), which has no register-tile "
                         "loops to measure");

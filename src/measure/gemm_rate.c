@@ -2,8 +2,9 @@
  * device, through CLBlast or through the library's kernel. */
 #include "common/checked.h"
 #include "gemm/gemm.h"
-#include "gemm/microkernel.h"
+#include "gemm/sgemm.h"
 #include "measure/measure.h"
+#include "runtime/error.h"
 #include "tune/choose.h"
 
 typedef struct gemm_problem {

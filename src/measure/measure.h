@@ -2,12 +2,16 @@
  * timing with a median, and scratch buffers that are checked against the device's limits. */
 #ifndef IHA_MEASURE_MEASURE_H
 #define IHA_MEASURE_MEASURE_H
+#include "iha_measure.h"
 #include "runtime/context.h"
+#include "runtime/error.h" /* every measurement reports through it */
+
+/* The unfused baseline's score matrix of one (b, h), [T][T]. */
+enum { IHA_WS_SCORES = IHA_WS_MEASURE_BASE, IHA_WS_MEASURE_END };
+_Static_assert((int)IHA_WS_MEASURE_END <= (int)IHA_WS_COUNT, "the measurements' slots pass the workspace's end");
 
 /* Validates ctx and clears its last message, as every public call does first. */
 iha_status iha__measure_begin(iha_context *ctx);
-
-double iha__measure_now(void);
 
 /* One run of the thing being measured: enqueues work on ctx's queue. */
 typedef iha_status (*iha_measure_run)(iha_context *ctx, void *arg);

@@ -1,6 +1,7 @@
 /* Repeated timing with clFinish and a monotonic clock, reduced to a median. */
-#include "measure/measure.h"
 #include "common/timing.h"
+#include "measure/measure.h"
+#include "runtime/error.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -12,10 +13,6 @@ iha_status iha__measure_begin(iha_context *ctx)
     ctx->cl_error = 0;
     return IHA_OK;
 }
-
-double iha__measure_now(void) { return iha__now_seconds(); }
-
-
 
 iha_status iha__measure_calibrate(iha_context *ctx, iha_measure_run run, void *arg, int *iterations,
                                   double min_seconds)
@@ -39,10 +36,10 @@ iha_status iha__measure_repeat(iha_context *ctx, size_t reps, iha_measure_run ru
     iha_status st = run(ctx, arg);
     cl_int err = st == IHA_OK ? clFinish(ctx->queue) : CL_SUCCESS;
     for (size_t i = 0; i < reps && st == IHA_OK && err == CL_SUCCESS; ++i) {
-        const double start = iha__measure_now();
+        const double start = iha__now_seconds();
         st = run(ctx, arg);
         if (st == IHA_OK) err = clFinish(ctx->queue);
-        samples[i] = iha__measure_now() - start;
+        samples[i] = iha__now_seconds() - start;
     }
     if (st == IHA_OK && err != CL_SUCCESS) st = iha__fail_cl(ctx, err, "clFinish");
     if (st == IHA_OK) *seconds = iha__median(samples, reps);

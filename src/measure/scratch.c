@@ -1,5 +1,6 @@
 /* Scratch device buffers for the measurements, checked against the device's limits first. */
 #include "measure/measure.h"
+#include "runtime/error.h"
 
 #include "common/checked.h"
 

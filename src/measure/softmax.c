@@ -1,5 +1,6 @@
 /* Host side of cl/measure_softmax.cl: the unfused baseline's in-place masked row softmax. */
 #include "measure/softmax.h"
+#include "runtime/error.h"
 
 #include <stdio.h>
 

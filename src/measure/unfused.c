@@ -1,11 +1,12 @@
 /* iha_attention_unfused: attention as GEMM, softmax, GEMM over a materialised score matrix,
  * the baseline that the fused kernel of iha_attention is measured against. */
 #include "common/checked.h"
-#include "runtime/loop_limit.h"
-#include "gemm/gemm.h"
+#include "gemm/sgemm.h"
 #include "layer/plan.h"
 #include "measure/measure.h"
 #include "measure/softmax.h"
+#include "runtime/error.h"
+#include "runtime/loop_limit.h"
 
 static iha_status check_call(iha_context *ctx, const iha_plan *p, iha_buffer qt, iha_buffer kt, iha_buffer vt,
                              iha_buffer o)

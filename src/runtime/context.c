@@ -1,56 +1,15 @@
-/* Context creation and teardown: the only place that reads the environment. */
+/* The runtime's part of a context: the device and queue, the directories, the loop probe; and
+ * the public calls that read or finish what it holds. */
 #include "runtime/context.h"
+#include "runtime/error.h"
 #include "runtime/loop_limit.h"
-#include "tune/state.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "runtime/disk_cache.h"
-
-void iha_context_options_init(iha_context_options *options)
-{
-    if (options) memset(options, 0, sizeof *options);
-}
-
-static char *dup_or_null(const char *s)
-{
-    if (s == NULL) return NULL;
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
-
-static char *join_path(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    char *p = malloc(na + nb + 2);
-    if (p == NULL) return NULL;
-    memcpy(p, a, na);
-    p[na] = '/';
-    memcpy(p + na + 1, b, nb + 1);
-    return p;
-}
-
-/* Explicit option, else IHA_CACHE_DIR, else $XDG_CACHE_HOME/iha, else ~/.cache/iha;
- * "off" in any case disables. Returns 0 only on allocation failure. */
-static int choose_cache_dir(iha_context *ctx, const char *option)
-{
-    const char *dir = option ? option : getenv("IHA_CACHE_DIR");
-    if (dir != NULL && dir[0] != '\0') {
-        if (strcasecmp(dir, "off") == 0) return 1;
-        return (ctx->cache_dir = dup_or_null(dir)) != NULL;
-    }
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    if (xdg != NULL && xdg[0] == '/') return (ctx->cache_dir = join_path(xdg, "iha")) != NULL;
-    const char *home = getenv("HOME");
-    if (home == NULL || home[0] == '\0') return 1; /* nowhere sensible: run without a disk cache */
-    return (ctx->cache_dir = join_path(home, ".cache/iha")) != NULL;
-}
 
 /* A cache directory whose files' paths would pass PATH_MAX cannot hold the cache: it is
  * turned off here, with the reason kept for the profile to report, rather than failing later
@@ -67,7 +26,7 @@ static void refuse_long_cache_dir(iha_context *ctx)
     ctx->cache_dir = NULL;
 }
 
-static iha_status borrow(iha_context *ctx, const iha_context_options *o)
+static iha_status borrow(iha_context *ctx, const iha_runtime_options *o)
 {
     cl_command_queue_properties props = 0;
     cl_context queue_ctx = NULL;
@@ -92,10 +51,9 @@ static iha_status borrow(iha_context *ctx, const iha_context_options *o)
     return IHA_OK;
 }
 
-static iha_status own(iha_context *ctx, const iha_context_options *o)
+static iha_status own(iha_context *ctx, const iha_runtime_options *o)
 {
-    const char *spec = o->device ? o->device : getenv("IHA_DEVICE");
-    IHA_FORWARD_IF_ERROR(iha__device_select(spec, &ctx->platform, &ctx->device, &ctx->info, &ctx->message));
+    IHA_FORWARD_IF_ERROR(iha__device_select(o->device, &ctx->platform, &ctx->device, &ctx->info, &ctx->message));
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
     cl_int err = CL_SUCCESS;
     ctx->cl_ctx = clCreateContext(props, 1, &ctx->device, NULL, NULL, &err);
@@ -105,7 +63,7 @@ static iha_status own(iha_context *ctx, const iha_context_options *o)
     return IHA_OK;
 }
 
-static iha_status setup(iha_context *ctx, const iha_context_options *o)
+iha_status iha__runtime_setup(iha_context *ctx, const iha_runtime_options *o)
 {
     int borrow_ctx = o->opencl_context != NULL, borrow_queue = o->opencl_queue != NULL;
     IHA_RETURN_ERROR_IF(borrow_ctx != borrow_queue, ctx, IHA_ERROR_INVALID_ARGUMENT,
@@ -113,59 +71,27 @@ static iha_status setup(iha_context *ctx, const iha_context_options *o)
     IHA_FORWARD_IF_ERROR(borrow_ctx ? borrow(ctx, o) : own(ctx, o));
     IHA_RETURN_ERROR_IF(iha__device_identity(ctx->platform, ctx->device, &ctx->identity) != IHA_OK, ctx,
                         IHA_ERROR_HOST_MEMORY, "out of host memory for the device's description");
-    IHA_RETURN_ERROR_IF(!choose_cache_dir(ctx, o->cache_dir), ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    ctx->cache_dir = o->cache_dir ? strdup(o->cache_dir) : NULL;
+    IHA_RETURN_ERROR_IF(o->cache_dir != NULL && ctx->cache_dir == NULL, ctx, IHA_ERROR_HOST_MEMORY,
+                        "out of host memory");
     refuse_long_cache_dir(ctx);
-    const char *kdir = o->kernel_dir ? o->kernel_dir : getenv("IHA_KERNEL_DIR");
-    if (kdir != NULL && kdir[0] != '\0') {
-        ctx->kernel_dir = dup_or_null(kdir);
-        IHA_RETURN_ERROR_IF(ctx->kernel_dir == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
-    }
+    ctx->kernel_dir = o->kernel_dir ? strdup(o->kernel_dir) : NULL;
+    IHA_RETURN_ERROR_IF(o->kernel_dir != NULL && ctx->kernel_dir == NULL, ctx, IHA_ERROR_HOST_MEMORY,
+                        "out of host memory");
     ctx->time_stages = o->time_stages != 0;
-    IHA_FORWARD_IF_ERROR(iha__loop_limit_detect(ctx));
-    const char *profile = o->profile ? o->profile : getenv("IHA_PROFILE");
-    return iha__tune_context_init(ctx, profile, o->tune_on_first_use, o->tune_budget_s);
+    return iha__loop_limit_detect(ctx);
 }
 
-iha_status iha_context_create(iha_context **out, const iha_context_options *options, char *message,
-                              size_t message_size)
+void iha__runtime_finish_pending(iha_context *ctx)
 {
-    if (message && message_size) message[0] = '\0';
-    if (out == NULL) {
-        if (message && message_size)
-            snprintf(message, message_size, "out is NULL: iha_context_create needs a place for the new context");
-        return IHA_ERROR_INVALID_ARGUMENT;
-    }
-    *out = NULL;
-    iha_context_options defaults;
-    iha_context_options_init(&defaults);
-    const iha_context_options *o = options ? options : &defaults;
-
-    iha_context *ctx = calloc(1, sizeof *ctx);
-    if (ctx == NULL) {
-        if (message && message_size) snprintf(message, message_size, "out of host memory");
-        return IHA_ERROR_HOST_MEMORY;
-    }
-    iha_status st = setup(ctx, o);
-    if (st != IHA_OK) {
-        if (message && message_size) snprintf(message, message_size, "%s", iha__message_text(&ctx->message));
-        iha_context_free(ctx);
-        return st;
-    }
-    *out = ctx;
-    return IHA_OK;
+    if (ctx->queue == NULL) return;
+    iha__program_cache_flush(ctx);
+    clFinish(ctx->queue);
 }
 
-void iha_context_free(iha_context *ctx)
+void iha__runtime_release(iha_context *ctx)
 {
-    if (ctx == NULL) return;
-    if (ctx->queue) {
-        iha__program_cache_flush(ctx);
-        clFinish(ctx->queue);
-    }
-    if (ctx->detach_kv_caches) ctx->detach_kv_caches(ctx);
-    if (ctx->release_gemm) ctx->release_gemm(ctx);
     iha__workspace_release(ctx);
-    iha__tune_context_free(ctx);
     iha__program_cache_release(&ctx->programs);
     iha__loop_limit_release(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
@@ -174,7 +100,6 @@ void iha_context_free(iha_context *ctx)
     iha__device_identity_free(&ctx->identity);
     free(ctx->cache_dir);
     free(ctx->kernel_dir);
-    free(ctx);
 }
 
 const char *iha_context_message(const iha_context *ctx) { return ctx ? iha__message_text(&ctx->message) : ""; }

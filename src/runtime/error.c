@@ -1,4 +1,5 @@
 /* Recording failures in the context, and naming OpenCL error codes. */
+#include "runtime/error.h"
 #include "runtime/context.h"
 
 #include <stdarg.h>

@@ -1,5 +1,6 @@
 /* Kernel program text: loading (embedded or from the kernel directory) and include expansion. */
 #include "runtime/kernel_text.h"
+#include "runtime/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>

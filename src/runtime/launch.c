@@ -1,5 +1,6 @@
 /* Kernel launch: argument errors, rounding of the global size, and enqueue errors. */
 #include "runtime/launch.h"
+#include "runtime/error.h"
 
 #include <stdio.h>
 

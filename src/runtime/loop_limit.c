@@ -6,6 +6,7 @@
  * device every kernel carries a probe (cl/loop_probe.clh) and every public call that launched
  * kernels reads it at its end, so a cut loop becomes IHA_ERROR_UNSUPPORTED, never a result. */
 #include "runtime/loop_limit.h"
+#include "runtime/error.h"
 
 #include <string.h>
 

@@ -3,22 +3,15 @@
 #include "common/hash.h"
 #include "runtime/context.h"
 #include "runtime/disk_cache.h"
+#include "runtime/error.h"
 #include "runtime/headroom.h"
 #include "runtime/kernel_text.h"
-#include "runtime/pocl_binary.h"
 #include "runtime/loop_limit.h"
+#include "runtime/pocl_binary.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *dup_string(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
 
 static uint64_t program_key(const iha_context *ctx, const char *source, const char *options)
 {
@@ -145,13 +138,13 @@ static iha_status program_get(iha_context *ctx, const char *file, const char *ke
     e.key = program_key(ctx, source, options);
     e.program = load_cached(ctx, e.key, options);
     e.on_disk = e.program != NULL;
-    e.candidate = ctx->tuning;
+    e.candidate = ctx->programs.candidates;
     iha_status st = IHA_OK;
     if (e.program == NULL) st = build_from_source(ctx, file, source, length, options, &e.program);
     free(source);
     if (st != IHA_OK) return st;
-    e.file = dup_string(file);
-    e.options = dup_string(options);
+    e.file = strdup(file);
+    e.options = strdup(options);
     if (e.file == NULL || e.options == NULL) {
         free(e.file);
         free(e.options);
@@ -179,7 +172,7 @@ iha_status iha__kernel_get(iha_context *ctx, const char *file, const char *optio
     cl_int err = CL_SUCCESS;
     cl_kernel k = clCreateKernel(e->program, name, &err);
     if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clCreateKernel");
-    char *copy = dup_string(name);
+    char *copy = strdup(name);
     if (copy == NULL) {
         clReleaseKernel(k);
         return iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the kernel cache");

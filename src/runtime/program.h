@@ -31,6 +31,7 @@ typedef struct iha_program_entry {
 typedef struct iha_program_cache {
     iha_program_entry *entries;
     size_t count, capacity;
+    int candidates; /* set while a tuning search runs: the programs built meanwhile are candidates */
 } iha_program_cache;
 
 struct iha_context;

@@ -1,6 +1,7 @@
 /* Internal device buffers, one per role, grown on demand and kept for the next call. */
 #define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
 #include "runtime/context.h"
+#include "runtime/error.h"
 
 #include "common/checked.h"
 
@@ -9,8 +10,8 @@
 #include <sys/mman.h>
 
 /* On a CPU device a buffer is host memory, and a call's first write to fresh workspace takes one
- * page fault per 4 KiB: the demo layer's ~40 MB took ~50 ms of CPU in faults on PoCL (BENCHMARKS.md,
- * "Cold start"). Large buffers are therefore host memory of our own, 2 MiB-aligned and marked for
+ * page fault per 4 KiB, which a layer's tens of megabytes make a visible part of a first call.
+ * Large buffers are therefore host memory of our own, 2 MiB-aligned and marked for
  * transparent huge pages, that the device uses in place (CL_MEM_USE_HOST_PTR; PoCL's CPU drivers
  * take the pointer as device memory, no copy). OpenCL frees it through a destructor callback,
  * since the in-order queue may still use a released buffer. */
@@ -62,7 +63,7 @@ iha_status iha__workspace_get(iha_context *ctx, iha_workspace_slot slot, size_t 
         clReleaseMemObject(ctx->workspace[slot]);
         ctx->workspace[slot] = NULL;
         ctx->workspace_bytes[slot] = 0;
-        if (slot == IHA_WS_ROPE) ctx->rope_key.positions = 0;
+        ++ctx->workspace_generation[slot];
     }
     cl_int err = CL_SUCCESS;
     cl_mem m = ctx->info.is_cpu && bytes >= HUGE_PAGE_BYTES ? huge_page_buffer(ctx, bytes) : NULL;
@@ -91,6 +92,11 @@ void iha__workspace_release(iha_context *ctx)
         if (ctx->workspace[i]) clReleaseMemObject(ctx->workspace[i]);
         ctx->workspace[i] = NULL;
         ctx->workspace_bytes[i] = 0;
+        ++ctx->workspace_generation[i];
     }
-    ctx->rope_key.positions = 0;
+}
+
+unsigned long iha__workspace_generation(const iha_context *ctx, iha_workspace_slot slot)
+{
+    return ctx->workspace_generation[slot];
 }

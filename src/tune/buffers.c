@@ -1,5 +1,6 @@
 /* Host data, device buffers and error measure for tuning problems. */
 #include "tune/buffers.h"
+#include "runtime/error.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -66,7 +67,7 @@ double iha__tune_rel_error(const float *out, const double *ref, size_t n)
     return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* SPEC.md's visibility rule for virtual query t and key u (n, m: their tokens). */
+/* doc/spec.md's visibility rule for virtual query t and key u (n, m: their tokens). */
 int iha__tune_visible(long t, long u, long P, int mask, long W)
 {
     const long n = t / P, m = u / P;
@@ -96,4 +97,29 @@ void iha__tune_reference_row(const float *q, const float *k, const float *v, lon
     }
     if (sum > 0.0)
         for (long c = 0; c < d; ++c) out[c] /= sum;
+}
+
+int iha__tune_copy_count(int verify, int asked, int max)
+{
+    if (verify || asked < 1) return 1;
+    return asked > max ? max : asked;
+}
+
+iha_status iha__tune_check_output(iha_context *ctx, void *problem, const iha_tune_config *c, iha_tune_run_fn run,
+                                  cl_mem output, size_t n, void (*reference)(const void *problem, double *ref),
+                                  double *error)
+{
+    float *out = malloc(n * sizeof *out);
+    double *ref = calloc(n, sizeof *ref);
+    iha_status st = out && ref ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    if (st == IHA_OK) st = iha__tune_poison(ctx, output, n);
+    if (st == IHA_OK) st = run(ctx, problem, c, 0);
+    if (st == IHA_OK) st = iha__tune_read(ctx, output, n, out);
+    if (st == IHA_OK) {
+        reference(problem, ref);
+        *error = iha__tune_rel_error(out, ref, n);
+    }
+    free(out);
+    free(ref);
+    return st;
 }

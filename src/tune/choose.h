@@ -1,7 +1,9 @@
 /* The layer's entry into tuning: the configurations of one call's kernels. */
 #ifndef IHA_TUNE_CHOOSE_H
 #define IHA_TUNE_CHOOSE_H
-#include "kernels/kernels.h"
+#include "gemm/gemm.h"
+#include "kernels/decode.h"
+#include "kernels/mix.h"
 
 /* What iha__tune_choose may do beyond looking configurations up. */
 enum {
@@ -13,7 +15,7 @@ enum {
 /* Chooses attention's and the mixing/collapse kernels' configurations for a validated call,
  * through the profile's fallback order; flags are IHA_CHOOSE_* bits. */
 iha_status iha__tune_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
-                            iha_attention_config *attention, iha_rows_config *rows, int flags);
+                            iha_attention_config *attention, iha_mix_collapse_config *mix_collapse, int flags);
 
 /* Sets up the GEMM backend this context's layer calls use (the profile's, or the device type's
  * built-in), once per context, as the first layer call does; for measurements that should see

@@ -3,6 +3,7 @@
 #define _DEFAULT_SOURCE /* flock */
 #include "tune/profile.h"
 #include "common/file.h"
+#include "runtime/error.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
  * and not used; so is a file that does not parse, is truncated, or holds an entry of a known
  * kernel with an incomplete bucket or a configuration outside the kernel's space. The key
  * uses the device's whole strings (context.h, iha_device_identity), however long.
- * Layout (README "Tuning" documents it for users):
+ * Layout (doc/tuning.md documents it for users):
  *   {"format": "iha-tuning-profile", "format_version": 1,
  *    "key": {"vendor_id": ..., "vendor": ..., "name": ..., "driver_version": ...,
  *            "opencl_version": ..., "compute_units": ..., "local_mem_bytes": ...,
@@ -28,6 +28,7 @@
  * and must be regular files (a FIFO there is reported, never waited on). */
 #ifndef IHA_TUNE_PROFILE_H
 #define IHA_TUNE_PROFILE_H
+#include "iha_tune.h"
 #include "tune/tunable.h"
 
 typedef struct iha_profile_entry {

@@ -1,8 +1,9 @@
 /* Budgeted coordinate descent (or exhaustive enumeration) over a tuning space, with
  * verification before timing and event-timed medians. See search.h. */
 #include "tune/search.h"
-#include "runtime/loop_limit.h"
 #include "common/timing.h"
+#include "runtime/error.h"
+#include "runtime/loop_limit.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -283,8 +284,7 @@ static void spread(search_state *s)
  * after all, the built-in (verified like any candidate) wins. Where the built-in is not a
  * configuration (CLBlast's database on a GPU, which no call restores once candidates have
  * overridden it) the first timing of the default decides: a slower winner is not stored, so
- * the built-in stays (on an H200 the descent's best GEMM took 0.54 ms against CLBlast's
- * database's 0.17 ms, and was stored before this rule). */
+ * the built-in stays (a descent from a poor seed can end well behind CLBlast's database). */
 static iha_status confirm(search_state *s)
 {
     const iha_tunable *t = s->task->tunable;

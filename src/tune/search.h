@@ -7,7 +7,7 @@
 #define IHA_TUNE_SEARCH_H
 #include "tune/tunable.h"
 
-/* SPEC.md's float32 contract: the largest relative L2 error a candidate may have. */
+/* doc/spec.md's float32 contract: the largest relative L2 error a candidate may have. */
 #define IHA_TUNE_TOLERANCE 1e-5
 
 typedef struct iha_tune_task {

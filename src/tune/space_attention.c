@@ -1,11 +1,13 @@
 /* The tuning space of cl/attention.cl (iha_attention_config) and its problems: timing on the
  * bucket's sequence length with enough (b, h) rows to fill the device, verification on a
- * ragged 2-head problem against a float64 attention of SPEC.md step 4. */
+ * ragged 2-head problem against a float64 attention of doc/spec.md step 4. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/attention.h"
+#include "kernels/mix.h"
+#include "runtime/error.h"
 #include "tune/buffers.h"
 #include "tune/state.h"
 
@@ -22,7 +24,7 @@ static const iha_tune_param params[] = {
      * 2: local memory with register sub-tiles (attention_local_tiles.cl) */
     {"variant", 3, {0, 1, 2}, NULL},
     {"LOC_KEYS", 3, {16, 32, 64}, NULL},
-    {"ATT_PREFETCH", 2, {0, 1}, NULL}, /* variant 0: prefetch the next key block's values */
+    {"ATT_PREFETCH", 2, {0, 1}, NULL}, /* register tiles: prefetch the next key block's values */
 };
 
 /* Kind keys must match; the rest are compared on a log2 scale. span is the number of keys a
@@ -33,20 +35,20 @@ static const iha_tune_key keys[] = {
 
 /* Private state per work-item: queries and accumulators of ROWS*TILES rows of d floats each,
  * at most 32 KiB of each (32 rows at d = 128). On PoCL that state lives on the stack and
- * 4 x 8 tiles at d = 128 compile to the same 256-bit code as 4 x 4 (BENCHMARKS.md, "Kernel
- * versions"); a configuration this constraint refuses runs the safe fallback instead. Devices
+ * 4 x 8 tiles at d = 128 compile to the same 256-bit code as 4 x 4; a configuration this
+ * constraint refuses runs the safe fallback instead. Devices
  * that keep private memory in registers are steered by measurement, like any other candidate. */
 static int tile_fits(const long *v) { return v[0] * v[1] <= 32 && v[0] * v[1] * v[2] <= 4096; }
 /* A vector wider than the head wastes its lanes. */
 static int vector_fits_head(const long *v) { return v[0] <= (iha__pow2_ceil(v[1]) > 4 ? iha__pow2_ceil(v[1]) : 4); }
 
 /* The local tile holds whole key blocks. */
-static int local_tile_whole_blocks(const long *v) { return v[0] == 0 || v[1] % v[2] == 0; }
-/* Variant 2: group query rows (4 per work-item row) and LOC_KEYS keys (4 per column) make
+static int local_tile_whole_blocks(const long *v) { return v[0] == IHA_ATTENTION_REGISTER_TILES || v[1] % v[2] == 0; }
+/* The local tiles: group query rows (4 per work-item row) and LOC_KEYS keys (4 per column) make
  * group/4 * LOC_KEYS/4 work-items. */
 static int tiles_group_fits(const long *v)
 {
-    return v[0] != 2 || (v[1] >= 4 && v[1] % 4 == 0 && (v[1] / 4) * (v[2] / 4) <= v[3]);
+    return v[0] != IHA_ATTENTION_LOCAL_TILES || (v[1] >= 4 && v[1] % 4 == 0 && (v[1] / 4) * (v[2] / 4) <= v[3]);
 }
 
 static const iha_tune_constraint constraints[] = {
@@ -54,15 +56,15 @@ static const iha_tune_constraint constraints[] = {
     {vector_fits_head, {"ATT_VD", "d", NULL, NULL}, "ATT_VD is wider than the head"},
     {local_tile_whole_blocks, {"variant", "LOC_KEYS", "ATT_KB", NULL}, "LOC_KEYS is not a multiple of ATT_KB"},
     {tiles_group_fits, {"variant", "group", "LOC_KEYS", "max_group"},
-     "variant 2's group/4 x LOC_KEYS/4 work-items exceed the device's work-group"},
+     "the local tiles' group/4 x LOC_KEYS/4 work-items exceed the device's work-group"},
 };
 
-/* Variant 1 stages LOC_KEYS keys and values of d floats each; variant 2 also the query tile,
- * the probabilities and its reductions (iha__attention_tiles_bytes). */
+/* The local rows stage LOC_KEYS keys and values of d floats each; the local tiles also the query
+ * tile, the probabilities and their reductions (iha__attention_tiles_bytes). */
 static long local_bytes(const long *v)
 {
-    if (v[0] == 1) return 2 * v[1] * v[2] * (long)sizeof(float);
-    if (v[0] == 2) return (long)iha__attention_tiles_bytes((size_t)v[2], (int)v[3], (int)v[1]);
+    if (v[0] == IHA_ATTENTION_LOCAL_ROWS) return 2 * v[1] * v[2] * (long)sizeof(float);
+    if (v[0] == IHA_ATTENTION_LOCAL_TILES) return (long)iha__attention_tiles_bytes((size_t)v[2], (int)v[3], (int)v[1]);
     return 0;
 }
 
@@ -78,7 +80,7 @@ void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *
     cfg->key_block = (int)c->v[P_KB];
     cfg->vec = (int)c->v[P_VD];
     cfg->group = (size_t)c->v[P_GROUP];
-    cfg->variant = (int)c->v[P_VARIANT];
+    cfg->variant = (iha_attention_variant)c->v[P_VARIANT];
     cfg->local_keys = (int)c->v[P_LOC_KEYS];
     cfg->prefetch = (int)c->v[P_PREFETCH];
 }
@@ -100,7 +102,7 @@ static void from_kernel_config(const iha_attention_config *cfg, iha_tune_config 
 static void canonical(const void *problem, iha_tune_config *c)
 {
     (void)problem;
-    if (c->v[P_VARIANT] == 0) {
+    if (c->v[P_VARIANT] == IHA_ATTENTION_REGISTER_TILES) {
         c->v[P_LOC_KEYS] = 32;
     } else {
         c->v[P_ROWS] = 1;
@@ -143,7 +145,8 @@ static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_co
 static void safe(const iha_tune_bucket *b, iha_tune_config *c)
 {
     (void)b;
-    const iha_attention_config cfg = {1, 1, 4, 4, 1, 0, 32, 0};
+    const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = 4, .vec = 4, .group = 1,
+                                      .variant = IHA_ATTENTION_REGISTER_TILES, .local_keys = 32, .prefetch = 0};
     from_kernel_config(&cfg, c);
 }
 
@@ -202,7 +205,7 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     pr->mask = o->mask;
     pr->window = effective_window(s, o) ? (verify ? 3 : effective_window(s, o)) : 0;
     pr->scale = (float)(1.0 / sqrt((double)d));
-    pr->copies = verify ? 1 : (copies < 1 ? 1 : copies > MAX_COPIES ? MAX_COPIES : copies);
+    pr->copies = iha__tune_copy_count(verify, copies, MAX_COPIES);
     const size_t n = pr->dims.H * pr->dims.T * d;
     iha_status st = IHA_OK;
     for (int i = 0; i < pr->copies && st == IHA_OK; ++i) {
@@ -233,7 +236,7 @@ static iha_status packed_keys(iha_context *ctx, problem *pr, int copy, long kb, 
     if (*slot == NULL) {
         const size_t n = iha__packed_keys_elements(&pr->dims, (int)kb);
         IHA_FORWARD_IF_ERROR(iha__tune_buffer(ctx, n, NULL, slot));
-        IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &pr->dims, (iha_ref){pr->kt[copy], 0}, (iha_ref){*slot, 0}, (int)kb));
+        IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &pr->dims, (iha_buffer){pr->kt[copy], 0}, (iha_buffer){*slot, 0}, (int)kb));
     }
     *out = *slot;
     return IHA_OK;
@@ -255,8 +258,8 @@ static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, i
     config_of(ctx, pr, c, &cfg);
     cl_mem packed;
     IHA_FORWARD_IF_ERROR(packed_keys(ctx, pr, copy, cfg.key_block, &packed));
-    return iha__attention_enqueue(ctx, &cfg, &pr->dims, (iha_ref){pr->qt[copy], 0}, (iha_ref){packed, 0},
-                                  (iha_ref){pr->vt[copy], 0}, (iha_ref){pr->o[copy], 0}, (iha_ref){NULL, 0}, pr->mask,
+    return iha__attention_enqueue(ctx, &cfg, &pr->dims, (iha_buffer){pr->qt[copy], 0}, (iha_buffer){packed, 0},
+                                  (iha_buffer){pr->vt[copy], 0}, (iha_buffer){pr->o[copy], 0}, (iha_buffer){NULL, 0}, pr->mask,
                                   pr->window, pr->scale);
 }
 
@@ -273,8 +276,9 @@ static iha_status prepare(iha_context *ctx, void *p, const iha_tune_config *c)
     return enqueue(ctx, pr, c, 0);
 }
 
-static void reference(const problem *pr, double *ref)
+static void reference(const void *p, double *ref)
 {
+    const problem *pr = p;
     const long T = (long)pr->dims.T, d = (long)pr->dims.d, P = (long)pr->dims.P, W = (long)pr->window;
     double *s = malloc((size_t)T * sizeof *s);
     if (s == NULL) return;
@@ -290,20 +294,7 @@ static void reference(const problem *pr, double *ref)
 static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, double *error)
 {
     problem *pr = p;
-    const size_t n = pr->dims.H * pr->dims.T * pr->dims.d;
-    float *out = malloc(n * sizeof *out);
-    double *ref = calloc(n, sizeof *ref);
-    iha_status st = out && ref ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
-    if (st == IHA_OK) st = iha__tune_poison(ctx, pr->o[0], n);
-    if (st == IHA_OK) st = enqueue(ctx, pr, c, 0);
-    if (st == IHA_OK) st = iha__tune_read(ctx, pr->o[0], n, out);
-    if (st == IHA_OK) {
-        reference(pr, ref);
-        *error = iha__tune_rel_error(out, ref, n);
-    }
-    free(out);
-    free(ref);
-    return st;
+    return iha__tune_check_output(ctx, pr, c, enqueue, pr->o[0], pr->dims.H * pr->dims.T * pr->dims.d, reference, error);
 }
 
 const iha_tunable iha__tunable_attention = {

@@ -2,14 +2,15 @@
  * width, work-group and key-split policy) and its problems: timing on the bucket's step (k new
  * tokens per sequence) against a full cache of the layer's B, H and N, verification on two ragged
  * sequences (one long enough for several splits at every min_split_keys, one short enough to
- * leave splits empty) against a float64 attention of SPEC.md "Decoding with a cache". The key
+ * leave splits empty) against a float64 attention of doc/spec.md "Decoding with a cache". The key
  * block is not tuned here: the cache's layout fixes it (the attention kernel's ATT_KB for the
  * cache's shape), so the problems use the block a cache of their shape would get. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/decode.h"
+#include "runtime/error.h"
 #include "tune/buffers.h"
 #include "tune/state.h"
 
@@ -271,7 +272,7 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     pr->mask = o->mask;
     pr->window = b->values[K_WINDOWED] ? (verify ? n0 / 3 : (size_t)o->window) : 0;
     pr->scale = (float)(1.0 / sqrt((double)d));
-    pr->copies = verify ? 1 : (copies < 1 ? 1 : copies > MAX_COPIES ? MAX_COPIES : copies);
+    pr->copies = iha__tune_copy_count(verify, copies, MAX_COPIES);
     pr->step[0] = (cl_int)n0, pr->step[1] = (cl_int)k;
     pr->step[2] = (cl_int)n1, pr->step[3] = (cl_int)(verify && k > 1 ? k - 1 : k);
 
@@ -313,16 +314,17 @@ static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, i
         c = &builtin_config;
     }
     iha__tune_decode_config(c, &dd.tune);
-    return iha__decode_attention_enqueue(ctx, &dd, (iha_ref){pr->q, 0}, pr->keys[copy], pr->values[copy], pr->partial,
-                                         (iha_ref){pr->o, 0}, pr->steps, pr->mask, pr->window, pr->scale);
+    return iha__decode_attention_enqueue(ctx, &dd, (iha_buffer){pr->q, 0}, pr->keys[copy], pr->values[copy], pr->partial,
+                                         (iha_buffer){pr->o, 0}, pr->steps, pr->mask, pr->window, pr->scale);
 }
 
 /* One launch builds the program and, on PoCL, the machine code for this work-group size. */
 static iha_status prepare(iha_context *ctx, void *p, const iha_tune_config *c) { return enqueue(ctx, p, c, 0); }
 
 /* Float64 attention of each active query row over its sequence's keys; inactive rows are 0. */
-static void reference(const problem *pr, double *ref)
+static void reference(const void *p, double *ref)
 {
+    const problem *pr = p;
     const iha_decode_dims *dd = &pr->dd;
     const long P = (long)dd->P, d = (long)dd->d, rows = (long)(dd->k * dd->P), W = (long)pr->window;
     double *s = malloc(dd->t_max * sizeof *s);
@@ -345,20 +347,7 @@ static void reference(const problem *pr, double *ref)
 static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, double *error)
 {
     problem *pr = p;
-    const size_t n = pr->dd.B * pr->dd.H * pr->dd.k * pr->dd.P * pr->dd.d;
-    float *out = malloc(n * sizeof *out);
-    double *ref = calloc(n, sizeof *ref);
-    iha_status st = out && ref ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
-    if (st == IHA_OK) st = iha__tune_poison(ctx, pr->o, n);
-    if (st == IHA_OK) st = enqueue(ctx, pr, c, 0);
-    if (st == IHA_OK) st = iha__tune_read(ctx, pr->o, n, out);
-    if (st == IHA_OK) {
-        reference(pr, ref);
-        *error = iha__tune_rel_error(out, ref, n);
-    }
-    free(out);
-    free(ref);
-    return st;
+    return iha__tune_check_output(ctx, pr, c, enqueue, pr->o, pr->dd.B * pr->dd.H * pr->dd.k * pr->dd.P * pr->dd.d, reference, error);
 }
 
 /* Weight 0.5: a layer shape makes two decode tasks (float and half cache), together one share. */

@@ -16,7 +16,8 @@
 
 #include "gemm/gemm.h"
 #include "gemm/gemm_params.h"
-#include "gemm/microkernel.h"
+#include "gemm/sgemm.h"
+#include "runtime/error.h"
 #include "tune/buffers.h"
 #include "tune/tunable.h"
 
@@ -117,13 +118,15 @@ static void set_values(iha_tune_config *c, int first, int count, const long *val
 }
 
 /* Starting points per device type: the indirect kernel with its tiles and the direct one. On a
- * CPU (PoCL, AVX2) one work-item per group with 8-wide vectors on 16x16 tiles ran the demo's
- * projections at 17-22 GFLOP/s where CLBlast's database gives 3; the direct tiles are modest
+ * CPU (PoCL, AVX2) one work-item per group with 8-wide vectors on 16x16 tiles runs the demo's
+ * projections several times faster than CLBlast's database; the direct tiles are modest
  * because every candidate's program compiles all of CLBlast's GEMM kernels. */
-static const long cpu_xgemm[XGEMM_COUNT] = {0, 1, 32, 2, 1, 1, 16, 1, 1, 16, 0, 0, 0, 0, 8, 8};
-static const long cpu_direct[DIRECT_COUNT] = {2, 8, 8, 8, 8, 1, 1, 1, 1, 32};
-static const long gpu_xgemm[XGEMM_COUNT] = {0, 1, 16, 2, 16, 16, 64, 16, 16, 64, 1, 1, 0, 0, 2, 2};
-static const long gpu_direct[DIRECT_COUNT] = {2, 8, 8, 8, 8, 1, 1, 1, 1, 32};
+/*                                          GEMMK KREG KWG KWI MDIMA MDIMC MWG NDIMB NDIMC NWG SA SB STRM STRN VWM VWN */
+static const long cpu_xgemm[XGEMM_COUNT] = {0,    1,   32, 2,  1,    1,    16, 1,    1,    16, 0, 0, 0,   0,   8,  8};
+static const long gpu_xgemm[XGEMM_COUNT] = {0,    1,   16, 2,  16,   16,   64, 16,   16,   64, 1, 1, 0,   0,   2,  2};
+/*                                            KWID MDIMAD MDIMCD NDIMBD NDIMCD PADA PADB VWMD VWND WGD */
+static const long cpu_direct[DIRECT_COUNT] = {2,   8,     8,     8,     8,     1,   1,   1,   1,   32};
+static const long gpu_direct[DIRECT_COUNT] = {2,   8,     8,     8,     8,     1,   1,   1,   1,   32};
 
 static void set_own(iha_tune_config *c, const iha_gemm_config *g)
 {
@@ -147,9 +150,9 @@ static void seed_base(const iha_context *ctx, iha_tune_config *c)
 }
 
 /* The library's kernel, and CLBlast with the layer's GEMMs on its indirect path (smallest
- * switch) and, on a GPU, on its direct one. Each CLBlast seed costs PoCL 15-30 s of compiling on
- * a CPU, where CLBlast's direct kernel never won and its indirect one ran at a third of the
- * library's kernel (BENCHMARKS.md), so a CPU gets the indirect one only. */
+ * switch) and, on a GPU, on its direct one. Each CLBlast seed costs PoCL many seconds of
+ * compiling on a CPU, where CLBlast's direct kernel does not win and its indirect one runs well
+ * behind the library's kernel, so a CPU gets the indirect one only. */
 static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *out, int capacity)
 {
     (void)b;
@@ -158,7 +161,7 @@ static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_conf
     out[0].v[BACKEND_INDEX] = 1;
     seed_base(ctx, &out[1]);
     out[1].v[SWITCH_INDEX] = 64;
-    if (ctx->loop_flag != NULL) return 1; /* CLBlast is refused there (src/gemm/gemm.c) */
+    if (ctx->loop_flag != NULL) return 1; /* CLBlast is refused there (src/gemm/sgemm.c) */
     if (!ctx->info.is_gpu) return 2;
     out[2] = out[1];
     out[2].v[SWITCH_INDEX] = 2048;
@@ -166,9 +169,9 @@ static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_conf
 }
 
 /* On a CPU the library's kernel: it loads from the IHA program cache where CLBlast builds its
- * 133 KB GEMM program from source in every process (~110 ms on PoCL), and CLBlast's database
- * has no entry for PoCL (its defaults ran the demo's four GEMMs in 632 ms against 112 ms tuned;
- * BENCHMARKS.md, "Tuning"). On a GPU, CLBlast's own database, which covers the common ones:
+ * large GEMM program from source in every process, and CLBlast's database has no entry for
+ * PoCL (its defaults run the demo's GEMMs several times slower than tuned parameters). On a
+ * GPU, CLBlast's own database, which covers the common ones:
  * nothing to override. */
 static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *c)
 {
@@ -226,7 +229,7 @@ static iha_status apply(iha_context *ctx, const iha_tune_config *c)
     iha_gemm_config g;
     iha__tune_gemm_own_config(c, &g);
     if (!g.own) IHA_FORWARD_IF_ERROR(iha__tune_gemm_clblast_apply(ctx, c));
-    ctx->gemm = g;
+    ctx->gemm->config = g;
     return IHA_OK;
 }
 
@@ -370,7 +373,7 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     const int verify = purpose == IHA_TUNE_PROBLEM_VERIFY;
     layer_shapes(s, pr->shape);
     seed_base(ctx, &pr->seed);
-    pr->copies = verify ? 1 : (copies < 1 ? 1 : copies > MAX_COPIES ? MAX_COPIES : copies);
+    pr->copies = iha__tune_copy_count(verify, copies, MAX_COPIES);
     iha_status st = IHA_OK;
     for (int i = 0; i < SHAPES && st == IHA_OK; ++i) st = make_shape(ctx, pr, i, verify);
     if (st == IHA_OK && verify) st = make_small(ctx, pr);

@@ -2,11 +2,13 @@
  * configurations the last call chose, and the lookup from specific to general. */
 #ifndef IHA_TUNE_STATE_H
 #define IHA_TUNE_STATE_H
-#include "kernels/kernels.h"
+#include "gemm/sgemm.h"
+#include "kernels/decode.h"
+#include "kernels/mix.h"
 #include "tune/profile.h"
 #include "tune/search.h"
 
-#define IHA_TUNE_CHOICES 3 /* attention, rows and (decode steps) decode; gemm is reported from `gemm` */
+#define IHA_TUNE_CHOICES 3 /* attention, mixing and collapse ("rows"), and (decode steps) decode; gemm from `gemm` */
 
 typedef struct iha_tune_state {
     iha_profile profile;
@@ -32,6 +34,15 @@ void iha__tune_context_free(iha_context *ctx);
 void iha__tune_lookup(const iha_context *ctx, const iha_tunable *t, const iha_tune_bucket *bucket,
                       iha_tune_config *out, int *source, const iha_profile_entry **entry);
 
+/* How a configuration and where it came from are reported (iha_kernel_choice). c NULL: CLBlast's
+ * database; e: the profile entry it came from, if any. */
+void iha__tune_describe(const iha_tunable *t, const iha_tune_bucket *b, const iha_tune_config *c, int source,
+                        const iha_profile_entry *e, iha_kernel_choice *out);
+
+/* The context's GEMM configuration: the profile's device entry, else the built-in of the device
+ * type. Returns 0 when there is none (CLBlast's database). */
+int iha__tune_gemm_config(const iha_context *ctx, iha_tune_config *c, const iha_profile_entry **entry);
+
 /* Makes the profile's GEMM entry (or the device type's built-in) the context's backend, giving
  * CLBlast its parameters when CLBlast is the backend, and records the choice. */
 iha_status iha__tune_apply_gemm(iha_context *ctx);
@@ -55,7 +66,7 @@ iha_status iha__tune_tasks(iha_context *ctx, const iha_tune_run *run);
 
 /* Conversions between a space's configuration and the kernel modules' structs. */
 void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *cfg);
-void iha__tune_rows_config(const iha_tune_config *c, iha_rows_config *cfg);
+void iha__tune_mix_collapse_config(const iha_tune_config *c, iha_mix_collapse_config *cfg);
 void iha__tune_decode_config(const iha_tune_config *c, iha_decode_config *cfg);
 /* The decode bucket of a step (dd's geometry, its mask and window in tokens, 0: global). */
 void iha__tune_decode_bucket(const iha_decode_dims *dd, int mask, size_t window, iha_tune_bucket *b);

@@ -1,22 +1,15 @@
-/* The tuning calls of include/iha.h: iha_tune (tasks from layer calls, a budget shared among
- * them, results into the profile), iha_context_profile and iha_profile_clear. */
+/* iha_tune: tasks from layer calls, a budget shared among them, results into the profile. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-#include "tune/state.h"
+#include "common/timing.h"
+#include "runtime/error.h"
 #include "runtime/loop_limit.h"
+#include "tune/state.h"
 
 #define DEFAULT_BUDGET_S 40.0
 #define DEFAULT_REPS 5
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void iha_tune_options_init(iha_tune_options *options)
 {
@@ -44,7 +37,7 @@ static void relay(void *user, const iha_tune_task *task, const iha_tune_outcome 
     if (o->has_last) iha__space_format(s, &o->last, r->candidate, sizeof r->candidate);
     iha_tune_progress p = {s->kernel, r->bucket, r->index, r->run->count, o->candidates, o->rejected,
                            (double)iha__space_size(s), o->default_s, o->found ? o->best_s : 0.0, r->best,
-                           now_seconds() - r->start, r->run->budget_s, done, r->candidate,
+                           iha__now_seconds() - r->start, r->run->budget_s, done, r->candidate,
                            o->has_last ? o->last_s : 0.0, o->confirming};
     r->run->progress(&p, r->run->user);
 }
@@ -98,14 +91,14 @@ static iha_status run_tasks(iha_context *ctx, const iha_tune_run *run, iha_tune_
 {
     double total_weight = 0.0;
     for (size_t i = 0; i < run->count; ++i) total_weight += run->tasks[i].tunable->budget_weight;
-    progress_relay r = {run, 0, now_seconds(), "", "", ""};
+    progress_relay r = {run, 0, iha__now_seconds(), "", "", ""};
     iha_status st = IHA_OK;
     for (size_t i = 0; i < run->count && st == IHA_OK; ++i) {
         const iha_tune_task *task = &run->tasks[i];
         /* Each task gets its weight's share of what is left, so time a task saves goes on; once
          * the budget is spent the remaining tasks are not started (not even their built-in is
          * timed: on PoCL that alone is a compile). */
-        const double left = run->budget_s - (now_seconds() - r.start);
+        const double left = run->budget_s - (iha__now_seconds() - r.start);
         if (left <= 0.0 && !run->exhaustive) break;
         const double share = left * task->tunable->budget_weight / (total_weight > 0.0 ? total_weight : 1.0);
         total_weight -= task->tunable->budget_weight;
@@ -132,16 +125,16 @@ iha_status iha__tune_tasks(iha_context *ctx, const iha_tune_run *run)
         return iha__fail_cl(ctx, err, "clCreateCommandQueue (profiling, for tuning)");
     }
     cl_command_queue saved = ctx->queue;
-    const iha_gemm_config saved_gemm = ctx->gemm; /* candidates set the context's GEMM backend */
+    const iha_gemm_config saved_gemm = ctx->gemm->config; /* candidates set the context's GEMM backend */
     ctx->queue = timed;
     /* The candidates' programs stay out of the disk cache (program.h); the chosen ones are
      * compiled and cached by the first process that uses them. */
-    ctx->tuning = 1;
+    ctx->programs.candidates = 1;
     iha_status st = run_tasks(ctx, run, outcomes);
-    ctx->tuning = 0;
+    ctx->programs.candidates = 0;
     clFinish(timed);
     ctx->queue = saved;
-    ctx->gemm = saved_gemm;
+    ctx->gemm->config = saved_gemm;
     clReleaseCommandQueue(timed);
 
     for (size_t i = 0; i < run->count && st == IHA_OK && run->results; ++i) {
@@ -256,28 +249,4 @@ iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attenti
     iha_status st = iha__tune_tasks(ctx, &run);
     for (size_t i = 0; st == IHA_OK && i < n && i < capacity; ++i) results[i] = all[i];
     return iha__call_end(ctx, st);
-}
-
-/* ---- The profile ---- */
-
-iha_status iha_context_profile(iha_context *ctx, iha_profile_info *info)
-{
-    if (ctx == NULL || info == NULL) return IHA_ERROR_INVALID_ARGUMENT;
-    const iha_profile *p = &ctx->tune->profile;
-    memset(info, 0, sizeof *info);
-    info->state = p->state;
-    snprintf(info->path, sizeof info->path, "%s", p->path);
-    snprintf(info->message, sizeof info->message, "%s", p->message);
-    info->entries = p->count;
-    if (p->state != IHA_PROFILE_IGNORED) return IHA_OK;
-    return iha__fail(ctx, IHA_ERROR_PROFILE, "%s", p->message);
-}
-
-iha_status iha_profile_clear(iha_context *ctx)
-{
-    if (ctx == NULL) return IHA_ERROR_INVALID_ARGUMENT;
-    iha__message_clear(&ctx->message);
-    IHA_FORWARD_IF_ERROR(iha__profile_clear(ctx, &ctx->tune->profile));
-    /* Back to the built-in GEMM backend (which never overrides CLBlast's parameters). */
-    return iha__tune_apply_gemm(ctx);
 }

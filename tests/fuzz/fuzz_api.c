@@ -245,6 +245,20 @@ static int bad_shape_or_options(const call_case *c)
 static size_t act_bytes(const call_case *c) { return c->options.storage == IHA_STORAGE_F16 ? 2 : 4; }
 static size_t weight_bytes(const call_case *c) { return c->options.weight_storage == IHA_STORAGE_F16 ? 2 : 4; }
 
+/* Whether a call whose three inputs sit in X, WQ and WK and whose output in Z, n elements of
+ * elem_bytes each, must refuse them: one does not fit its buffer, or the output overlaps an input. */
+static int inputs_and_output_refused(const tensor *t, size_t n, size_t elem_bytes)
+{
+    const int io[4] = {X, WQ, WK, Z};
+    for (int i = 0; i < 4; i++)
+        if (!fits(t[io[i]], n, elem_bytes))
+            return 1;
+    for (int i = 0; i < 3; i++)
+        if (overlap(t[Z], n, elem_bytes, t[io[i]], n, elem_bytes))
+            return 1;
+    return 0;
+}
+
 /* iha_attention_backward: activations in the storage's size (weight_storage is ignored: no
  * weights), lse float; every input and output fits (lse, in WO, is required), and no output
  * overlaps an input or another output. */
@@ -346,13 +360,9 @@ static int must_refuse(const call_case *c, int *cheap)
     if (c->call == CALL_BACKWARD)
         return backward_must_refuse(c, virt, lse);
     if (c->call == CALL_ATTENTION) { /* qt, kt, vt in X, WQ, WK; o in Z; the optional LSE in WO */
+        if (inputs_and_output_refused(t, virt, a))
+            return 1;
         const int io[4] = {X, WQ, WK, Z};
-        for (int i = 0; i < 4; i++)
-            if (!fits(t[io[i]], virt, a))
-                return 1;
-        for (int i = 0; i < 3; i++)
-            if (overlap(t[Z], virt, a, t[io[i]], virt, a))
-                return 1;
         if (t[WO].which != POOL) { /* the LSE is float whatever the storage */
             if (!fits(t[WO], lse, 4))
                 return 1;
@@ -369,13 +379,8 @@ static int must_refuse(const call_case *c, int *cheap)
         if (!fits(t[i], mix, wb))
             return 1;
     if (c->call == CALL_CORE) {
-        const int io[4] = {X, WQ, WK, Z}; /* q, k, v, y */
-        for (int i = 0; i < 4; i++)
-            if (!fits(t[io[i]], tok, a))
-                return 1;
-        for (int i = 0; i < 3; i++)
-            if (overlap(t[Z], tok, a, t[io[i]], tok, a))
-                return 1;
+        if (inputs_and_output_refused(t, tok, a)) /* q, k, v, y */
+            return 1;
         for (int i = AQ; i <= R && nulls == 0; i++)
             if (overlap(t[Z], tok, a, t[i], mix, wb))
                 return 1;

@@ -1,5 +1,5 @@
 /*
- * fuzz_npy.c - libFuzzer target for the .npy reader of the iha tool (tools/npy.c).
+ * fuzz_npy.c - libFuzzer target for the .npy reader of the iha tool (tools/common/npy.c).
  * Each input is a whole file. The in-memory parser and the file reader (which reads the header
  * in pieces and the data in chunks) must give the same verdict, and on success the same header
  * and the same floats bit for bit; every failure has a printable message and owns no memory.
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "common/npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,0 +1,325 @@
+"""run_peers.py - iha and its peers on the same problems in one run (bench/peers/README.md):
+for each problem it runs `iha bench --json` for iha's time and FLOP count, then each peer on the
+same shapes, checked against a float64 reference or iha's own output before it is timed, and
+prints one Markdown table. Run it through run.sh, which sets up the environment."""
+
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+import attention
+import layer
+from iha_tool import IhaTool
+from timing import THREADS, Mismatch, check, median_seconds
+
+HEADS, PSEUDO = 8, 4  # B*H = 8 with B = 1; P = 4 as in the demo layer
+DEMO = {"n": 1024, "dim": 512, "d": 64}  # the demo layer: B=1 N=1024 D=512 H=8 d=64 P=4
+CACHED_TOKENS = 4096
+DECODE_REPS_FACTOR = 4
+
+# Columns: the peers in the order the table shows them.
+PEERS = ("PyTorch", "FlexAttention (compiled)", "OpenVINO")
+
+
+class Row:
+    """One problem: iha's value and each peer's, all in `unit` (GFLOP/s: higher is better;
+    ms: lower is better); a peer's cell is a number or the reason it has none."""
+
+    def __init__(self, problem, unit, iha_value):
+        self.problem, self.unit, self.iha = problem, unit, iha_value
+        self.cells = {name: "-" for name in PEERS}
+
+    def best(self):
+        numbers = {k: v for k, v in self.cells.items() if isinstance(v, float)}
+        if not numbers:
+            return None, None
+        pick = max if self.unit == "GFLOP/s" else min
+        name = pick(numbers, key=numbers.get)
+        return name, numbers[name]
+
+    def merge(self, other):
+        """Keeps the better value of each cell from another round of the same problem: on a
+        shared machine a neighbour only slows a round down, so the faster round is nearer to what
+        the code can do; iha and every peer get the same number of rounds."""
+        better = max if self.unit == "GFLOP/s" else min
+        if other.iha is not None:
+            self.iha = other.iha if self.iha is None else better(self.iha, other.iha)
+        for name, value in other.cells.items():
+            mine = self.cells[name]
+            if isinstance(value, float):
+                self.cells[name] = better(mine, value) if isinstance(mine, float) else value
+
+    def speedup(self):
+        """iha's speed over the best peer's: above 1, iha is faster."""
+        _, best = self.best()
+        if best is None or self.iha is None:
+            return None
+        return self.iha / best if self.unit == "GFLOP/s" else best / self.iha
+
+
+def measure_peer(row, column, prepare, verify, reps, value_of, log, warmup=1):
+    """Prepares a peer, runs it once and checks its output (a Mismatch is reported, never timed),
+    then times it. Every failure becomes the cell's text: a peer that does not run here is
+    reported as failed, not left out."""
+    try:
+        run = prepare()
+        verify(run())
+        seconds = median_seconds(run, reps, warmup)
+        row.cells[column] = value_of(seconds)
+        log(f"  {column}: {row.cells[column]:.4g} {row.unit}")
+    except Mismatch as e:
+        row.cells[column] = f"wrong ({e})"
+        log(f"  {column}: {row.cells[column]}")
+    except Exception as e:  # noqa: BLE001 - any failure of a peer is a result to report
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        row.cells[column] = f"failed ({type(e).__name__}: {first[:120]})"
+        log(f"  {column}: {row.cells[column]}")
+
+
+def core_rows(iha, reps, log, flex, openvino):
+    problems = [  # (virtual tokens T, head width d, window in virtual keys, unit)
+        (8192, 64, 0, "GFLOP/s"),
+        (4096, 128, 0, "GFLOP/s"),
+        (8192, 128, 0, "GFLOP/s"),
+        (4096, 64, 128, "ms"),
+    ]
+    rows = []
+    for t, d, window_keys, unit in problems:
+        what = f"causal core, T = {t}, d = {d}" if window_keys == 0 else (
+            f"sliding-window core, T = {t}, d = {d}, {window_keys} virtual keys")
+        log(what)
+        report = iha.core(HEADS, t // PSEUDO, PSEUDO, d, window_keys // PSEUDO, reps)
+        flops = report["attention"]["flops"]
+        expected = 4 * HEADS * d * attention.visible_pairs(t, window_keys)
+        if flops != expected:
+            raise SystemExit(f"iha bench counts {flops} FLOPs for {what}, the peers {expected}")
+        seconds = report["attention"]["seconds"]
+
+        def value_of(s):
+            return flops / s * 1e-9 if unit == "GFLOP/s" else s * 1e3
+
+        row = Row(what, unit, value_of(seconds))
+        log(f"  iha: {row.iha:.4g} {unit}")
+        q, k, v = attention.inputs(HEADS, t, d, seed=t + d + window_keys)
+        rows_checked = attention.check_rows(t, window_keys)
+        ref = attention.reference_rows(q, k, v, window_keys, rows_checked)
+
+        def verify(out, name):
+            check(f"{name}, {what}", out[:, :, rows_checked], ref)
+
+        peers = [("PyTorch", lambda: attention.TorchSdpa())]
+        if flex:
+            peers.append(("FlexAttention (compiled)", attention.FlexAttention))
+        else:
+            row.cells["FlexAttention (compiled)"] = "skipped (--no-flex)"
+        if openvino:
+            peers.append(("OpenVINO", lambda: attention.OpenVinoSdpa(THREADS)))
+        else:
+            row.cells["OpenVINO"] = "skipped (--no-openvino)"
+        for column, make in peers:
+            measure_peer(row, column, lambda m=make: m().prepare(q, k, v, window_keys),
+                         lambda out, c=column: verify(out, c), reps, value_of, log)
+        rows.append(row)
+    return rows
+
+
+def layer_rows(iha, reps, log, openvino):
+    """The demo layer, forward and forward plus backward, against iha's saved pair."""
+    log("demo layer")
+    n, dim, d = DEMO["n"], DEMO["dim"], DEMO["d"]
+    report = iha.layer(HEADS, n, dim, PSEUDO, d, reps)["layer"]
+    saved = report["backward"]["saved_pair"]
+    forward = Row(f"demo layer forward (B=1 N={n} D={dim} H={HEADS} d={d} P={PSEUDO})", "ms",
+                  report["seconds"] * 1e3)
+    training = Row("demo layer forward + backward (iha: the saved pair)", "ms",
+                   (saved["forward_save_seconds"] + saved["backward_saved_seconds"]) * 1e3)
+    log(f"  iha: forward {forward.iha:.4g} ms, forward + backward {training.iha:.4g} ms")
+
+    x, w = layer.random_layer(1, n, dim, HEADS, d, PSEUDO, seed=5)
+    dz = torch.randn(1, n, dim, generator=torch.Generator().manual_seed(6))
+    with tempfile.TemporaryDirectory() as tmp:
+        layer.save_npy_layer(tmp, x, w)
+        iha_z = iha.forward(tmp)
+    x64, w64 = x.double(), {k: v.double() for k, v in w.items()}
+    with torch.no_grad():
+        z64 = layer.forward(x64, w64, HEADS, d)
+    check("iha forward on the demo layer", iha_z, z64.numpy())
+
+    def verify_forward(z):
+        check("PyTorch layer forward", z, z64.numpy())
+        check("PyTorch layer forward against iha forward", z, iha_z)
+
+    def run_forward():
+        with torch.inference_mode():
+            return layer.forward(x, w, HEADS, d)
+
+    grads64 = layer.gradients(x64, w64, dz.double(), HEADS, d)
+
+    def verify_backward(grads):
+        for name, g, g64 in zip(("dx",) + tuple("d" + k for k in layer.WEIGHT_NAMES), grads, grads64):
+            check(f"PyTorch layer backward, {name}", g, g64.numpy())
+
+    measure_peer(forward, "PyTorch", lambda: run_forward, verify_forward, reps, lambda s: s * 1e3, log)
+    if openvino:
+        measure_peer(forward, "OpenVINO", lambda: layer.openvino_forward(x, w, HEADS, d, THREADS), verify_forward,
+                     reps, lambda s: s * 1e3, log)
+    else:
+        forward.cells["OpenVINO"] = "skipped (--no-openvino)"
+    measure_peer(training, "PyTorch", lambda: lambda: layer.gradients(x, w, dz, HEADS, d), verify_backward,
+                 reps, lambda s: s * 1e3, log)
+    return [forward, training]
+
+
+def decode_row(iha, reps, log):
+    """One generated token per sequence against CACHED_TOKENS cached tokens of the demo layer.
+    A step takes milliseconds, so both sides take DECODE_REPS_FACTOR times the repeats."""
+    log("decoding step")
+    dim, d = DEMO["dim"], DEMO["d"]
+    reps *= DECODE_REPS_FACTOR
+    report = iha.decode(HEADS, dim, PSEUDO, d, CACHED_TOKENS, reps)["decode"]
+    row = Row(f"decoding step, {CACHED_TOKENS} cached tokens (demo layer)", "ms", report["step_seconds"] * 1e3)
+    log(f"  iha: {row.iha:.4g} ms")
+
+    # The step must give the last row of a full forward pass over the same tokens.
+    xs, ws = layer.random_layer(1, 65, dim, HEADS, d, PSEUDO, seed=7)
+    with torch.no_grad():
+        z_full = layer.forward(xs, ws, HEADS, d)[:, -1:]
+        small = layer.DecodeState(*layer.cache_of(xs[:, :64], ws, HEADS, d), t_max=65 * PSEUDO)
+    check_target = z_full.numpy()
+
+    x, w = layer.random_layer(1, CACHED_TOKENS + 1, dim, HEADS, d, PSEUDO, seed=8)
+    with torch.no_grad():
+        state = layer.DecodeState(*layer.cache_of(x[:, :CACHED_TOKENS], w, HEADS, d),
+                                  t_max=(CACHED_TOKENS + 1) * PSEUDO)
+    x_new = x[:, CACHED_TOKENS:]
+
+    def run():
+        with torch.inference_mode():
+            state.rewind(CACHED_TOKENS * PSEUDO)
+            return layer.decode_step(state, x_new, w, HEADS, d)
+
+    def verify(_):
+        with torch.inference_mode():
+            check("PyTorch decoding step against its full forward", layer.decode_step(small, xs[:, 64:], ws, HEADS, d),
+                  check_target)
+
+    measure_peer(row, "PyTorch", lambda: run, verify, reps, lambda s: s * 1e3, log, warmup=3)
+    return row
+
+
+def sh(*cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def machine_line(iha):
+    model = re.search(r"Model name:\s*(.+)", sh("lscpu"))
+    pocl = re.search(r"PoCL [^ ,]+", iha.devices())
+    return (f"{model.group(1).strip() if model else 'unknown CPU'}, {os.cpu_count()} cores online, "
+            f"{pocl.group(0) if pocl else 'PoCL: not found'}")
+
+
+def commit_line(repo):
+    head = sh("git", "-C", repo, "rev-parse", "--short", "HEAD") or "unknown"
+    dirty = sh("git", "-C", repo, "status", "--porcelain", "--untracked-files=no")
+    return head + (" (working tree differs from it)" if dirty else "")
+
+
+def fmt(value, unit):
+    if not isinstance(value, float):
+        return value
+    return f"{value:.1f}" if unit == "GFLOP/s" or value >= 10 else f"{value:.2f}"
+
+
+def table(rows, header):
+    out = list(header)
+    out.append("")
+    out.append("| problem (B·H = 8) | unit | iha | " + " | ".join(PEERS) + " | best peer | iha / best |")
+    out.append("| --- | --- | --- |" + " --- |" * len(PEERS) + " --- | --- |")
+    for r in rows:
+        name, best = r.best()
+        ratio = r.speedup()
+        out.append(f"| {r.problem} | {r.unit} | {fmt(r.iha, r.unit)} | "
+                   + " | ".join(fmt(r.cells[p], r.unit) for p in PEERS)
+                   + f" | {name + ' ' + fmt(best, r.unit) if name else '-'} | "
+                   + (f"{ratio:.2f}" if ratio is not None else "-") + " |")
+    out.append("")
+    out.append("iha / best is iha's speed over the best peer's (above 1: iha is faster): the ratio of the rates "
+               "for GFLOP/s, of the peer's time to iha's for ms. GFLOP/s count the visible pairs only, 4·d FLOPs "
+               "each (doc/spec.md's cost model), the same count for every column. PyTorch is "
+               "scaled_dot_product_attention for the cores (a dense boolean mask for the window) and the layer "
+               "written the paper's way (einsum mixing, SDPA over the interleaved sequence, einsum collapse; "
+               "autograd for the backward; SDPA against a preallocated cache for the decoding step); OpenVINO is its "
+               "ScaledDotProductAttention op for the cores and the PyTorch layer converted by openvino.convert_model "
+               "for the layer. iha's "
+               "forward + backward is iha_forward_save then iha_backward_saved. Each cell is the median of the "
+               "repeats after a warm-up, in the better of the rounds; \"-\" means the peer has no such operation.")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--iha", required=True, help="the iha command-line tool")
+    ap.add_argument("--repo", required=True, help="the repository, for the commit")
+    ap.add_argument("--out", required=True, help="where to write the table")
+    ap.add_argument("--reps", type=int, default=5, help="timed repeats after the warm-up (default 5)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds over every problem; each cell keeps its best round's median (default 3)")
+    ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles take minutes)")
+    ap.add_argument("--no-openvino", action="store_true", help="skip OpenVINO")
+    args = ap.parse_args()
+
+    torch.set_num_threads(THREADS)
+    iha = IhaTool(args.iha)
+
+    def log(line):
+        print(line, file=sys.stderr, flush=True)
+
+    start = datetime.datetime.now(datetime.timezone.utc)
+    load_start = sh("uptime")
+    rows = None
+    for r in range(args.rounds):
+        log(f"round {r + 1} of {args.rounds}")
+        this = core_rows(iha, args.reps, log, not args.no_flex, not args.no_openvino)
+        this += layer_rows(iha, args.reps, log, not args.no_openvino)
+        this.append(decode_row(iha, args.reps, log))
+        if rows is None:
+            rows = this
+        else:
+            for mine, other in zip(rows, this):
+                mine.merge(other)
+    load_end = sh("uptime")
+    import openvino
+
+    header = [
+        f"Peers side by side, {start:%Y-%m-%d %H:%M} UTC, commit {commit_line(args.repo)}",
+        "",
+        f"- machine: {machine_line(iha)}; {THREADS} threads for every peer",
+        f"- versions: iha {iha.version()}, PyTorch {torch.__version__}, OpenVINO {openvino.__version__}, "
+        f"NumPy {np.__version__}",
+        f"- load (uptime): before `{load_start}`; after `{load_end}`",
+        f"- command: `bench/peers/run.sh --reps {args.reps} --rounds {args.rounds}"
+        f"{' --no-flex' if args.no_flex else ''}{' --no-openvino' if args.no_openvino else ''}` (medians of "
+        f"{args.reps} after a warm-up, {args.reps * DECODE_REPS_FACTOR} for the decoding step; the better of "
+        f"{args.rounds} rounds)",
+    ]
+    text = table(rows, header)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, args.out)
+    print(text)
+    log(f"table written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

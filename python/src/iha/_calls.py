@@ -1,0 +1,192 @@
+"""The library's layer and attention calls on host arrays: shape checks against doc/spec.md's
+layouts, options, device buffers, the call, and the outputs back in host arrays. The NumPy API
+(layer.py) and the PyTorch API (torch.py) both go through here."""
+
+import ctypes
+import math
+
+import numpy as np
+
+from . import _lib, _opencl
+from ._lib import lib
+
+WEIGHT_NAMES = ("wq", "wk", "wv", "wo", "alpha_q", "alpha_k", "alpha_v", "r")
+# Host arrays handed to a device in place are allocated on this boundary (a cache line or
+# more on every device PoCL and the GPUs' drivers know), so a driver never needs a copy for
+# alignment's sake.
+_ALIGNMENT = 128
+
+
+def empty(shape, dtype):
+    """An uninitialised C-contiguous array aligned to _ALIGNMENT bytes."""
+    dtype = np.dtype(dtype)
+    count = math.prod(shape)
+    raw = np.empty(count * dtype.itemsize + _ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % _ALIGNMENT
+    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def dtype_of(storage):
+    if storage not in _lib.STORAGES:
+        raise ValueError(f"storage must be one of {sorted(_lib.STORAGES)}, not {storage!r}")
+    return np.float16 if storage == "float16" else np.float32
+
+
+def host(array, dtype, name):
+    """A C-contiguous array of dtype with `array`'s values (the array itself when it already is)."""
+    result = np.ascontiguousarray(array, dtype=dtype)
+    if result.size == 0:
+        raise ValueError(f"{name} is empty (shape {result.shape}): every dimension must be at least 1")
+    return result
+
+
+def options(mask="causal", window=0, rope_base=None, scale=None, storage="float32"):
+    """An iha_attention_options; rope_base None leaves rotary off, scale None is 1/sqrt(d).
+    storage applies to the activations and the weights alike."""
+    result = _lib.AttentionOptions()
+    lib.iha_attention_options_init(ctypes.byref(result))
+    if mask not in _lib.MASKS:
+        raise ValueError(f"mask must be one of {sorted(_lib.MASKS)}, not {mask!r}")
+    if int(window) != window:
+        raise ValueError(f"window must be an integer number of tokens, not {window!r}")
+    dtype_of(storage)
+    result.mask = _lib.MASKS[mask]
+    result.window = int(window)
+    result.scale = 0.0 if scale is None else float(scale)
+    result.rope = 0 if rope_base is None else 1
+    result.rope_base = 0.0 if rope_base is None else float(rope_base)
+    result.storage = result.weight_storage = _lib.STORAGES[storage]
+    return result
+
+
+def _dims(array, rank, name):
+    if array.ndim != rank:
+        raise ValueError(f"{name} must have {rank} dimensions, not shape {tuple(array.shape)}")
+    return array.shape
+
+
+def layer_shape(x, weights):
+    """The iha_shape of a layer from x [B,N,D] and the eight weights (checked against each other)."""
+    batch, tokens, model_dim = _dims(x, 3, "x")
+    heads, heads2, pseudo = _dims(weights[4], 3, "alpha_q")
+    if heads != heads2:
+        raise ValueError(f"alpha_q must be [H,H,P], not {tuple(weights[4].shape)}")
+    _, columns = _dims(weights[0], 2, "wq")
+    if columns % heads:
+        raise ValueError(f"wq has {columns} columns, not a multiple of H = {heads}")
+    head_dim = columns // heads
+    expected = {"wq": (model_dim, heads * head_dim), "wk": (model_dim, heads * head_dim),
+                "wv": (model_dim, heads * head_dim), "wo": (heads * head_dim, model_dim),
+                "alpha_q": (heads, heads, pseudo), "alpha_k": (heads, heads, pseudo),
+                "alpha_v": (heads, heads, pseudo), "r": (heads, heads, pseudo)}
+    for name, array in zip(WEIGHT_NAMES, weights):
+        if tuple(array.shape) != expected[name]:
+            raise ValueError(f"{name} must have shape {expected[name]} for x {tuple(x.shape)} and "
+                             f"H = {heads}, d = {head_dim}, P = {pseudo}; it has {tuple(array.shape)}")
+    return _lib.Shape(batch, tokens, model_dim, heads, head_dim, pseudo)
+
+
+def attention_shape(qt, kt, vt, pseudo):
+    """The iha_shape of an attention call from qt, kt, vt [B,H,T,d] with T = N*P."""
+    shape = _dims(qt, 4, "qt")
+    for name, array in (("kt", kt), ("vt", vt)):
+        if tuple(array.shape) != tuple(shape):
+            raise ValueError(f"{name} must have qt's shape {tuple(shape)}, not {tuple(array.shape)}")
+    batch, heads, length, head_dim = shape
+    if pseudo < 1 or length % pseudo:
+        raise ValueError(f"the virtual length T = {length} must be a multiple of pseudo = {pseudo}")
+    return _lib.Shape(batch, length // pseudo, 1, heads, head_dim, pseudo)
+
+
+def upload_weights(context, weights):
+    """Device buffers of the eight weights (host arrays of the weight storage type) and the
+    iha_layer_weights that names them."""
+    buffers = [_opencl.input_buffer(context, array) for array in weights]
+    return buffers, _lib.LayerWeights(*(b.buffer() for b in buffers))
+
+
+def _null():
+    return _lib.Buffer(None, 0)
+
+
+def forward(context, shape, opts, uploaded, x, save=False):
+    """iha_forward (save=False) or iha_forward_save with the weights of upload_weights: returns
+    z in the activation storage type and, when saving, the device buffer of the saved state."""
+    z = empty((shape.batch, shape.tokens, shape.model_dim), x.dtype)
+    _, weight_struct = uploaded
+    with context.lock:
+        x_buffer = _opencl.input_buffer(context, x)
+        z_buffer = _opencl.output_buffer(context, z)
+        saved = None
+        if save:
+            elements = ctypes.c_size_t(0)
+            context.check(lib.iha_saved_elements(context.handle, ctypes.byref(shape), ctypes.byref(elements)))
+            saved = _opencl.scratch_buffer(context, elements.value * 4)
+            context.check(lib.iha_forward_save(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                               ctypes.byref(weight_struct), x_buffer.buffer(), z_buffer.buffer(),
+                                               saved.buffer()))
+        else:
+            context.check(lib.iha_forward(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                          ctypes.byref(weight_struct), x_buffer.buffer(), z_buffer.buffer()))
+        context.finish()
+        _opencl.finish_output(context, z_buffer)
+    return z, saved
+
+
+def backward_saved(context, shape, opts, uploaded, x, saved, dz, wanted):
+    """iha_backward_saved with the forward's uploaded weights and saved state: wanted[0] asks
+    for dx, wanted[1:9] for the weights' gradients (in WEIGHT_NAMES order). Returns nine arrays
+    or None, in the storage types of x and the weights."""
+    outputs = [None] * 9
+    buffers, weight_struct = uploaded
+    with context.lock:
+        x_buffer = _opencl.input_buffer(context, x)
+        dz_buffer = _opencl.input_buffer(context, dz)
+        out_buffers = [None] * 9
+        for i, want in enumerate(wanted):
+            if want:
+                like = x if i == 0 else buffers[i - 1].array
+                outputs[i] = empty(like.shape, like.dtype)
+                out_buffers[i] = _opencl.output_buffer(context, outputs[i])
+        grads = _lib.LayerGrads(*((b.buffer() if b else _null()) for b in out_buffers[1:]))
+        dx = out_buffers[0].buffer() if out_buffers[0] else _null()
+        context.check(lib.iha_backward_saved(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                             ctypes.byref(weight_struct), x_buffer.buffer(), saved.buffer(),
+                                             dz_buffer.buffer(), dx, ctypes.byref(grads)))
+        context.finish()
+        for b in out_buffers:
+            if b:
+                _opencl.finish_output(context, b)
+    return outputs
+
+
+def attention(context, shape, opts, qt, kt, vt, want_lse):
+    """iha_attention: returns o (qt's storage type) and lse (float32) or None."""
+    o = empty(qt.shape, qt.dtype)
+    lse = empty(qt.shape[:3], np.float32) if want_lse else None
+    with context.lock:
+        ins = [_opencl.input_buffer(context, a) for a in (qt, kt, vt)]
+        o_buffer = _opencl.output_buffer(context, o)
+        lse_buffer = _opencl.output_buffer(context, lse) if want_lse else None
+        context.check(lib.iha_attention(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                        *(b.buffer() for b in ins), o_buffer.buffer(),
+                                        lse_buffer.buffer() if lse_buffer else _null()))
+        context.finish()
+        _opencl.finish_output(context, o_buffer)
+        if lse_buffer:
+            _opencl.finish_output(context, lse_buffer)
+    return o, lse
+
+
+def attention_backward(context, shape, opts, qt, kt, vt, o, lse, dout):
+    """iha_attention_backward: returns dqt, dkt, dvt in qt's storage type."""
+    grads = [empty(qt.shape, qt.dtype) for _ in range(3)]
+    with context.lock:
+        ins = [_opencl.input_buffer(context, a) for a in (qt, kt, vt, o, lse, dout)]
+        outs = [_opencl.output_buffer(context, g) for g in grads]
+        context.check(lib.iha_attention_backward(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                                 *(b.buffer() for b in ins), *(b.buffer() for b in outs)))
+        context.finish()
+        for b in outs:
+            _opencl.finish_output(context, b)
+    return grads

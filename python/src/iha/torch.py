@@ -1,0 +1,160 @@
+"""The PyTorch API: iha_layer and attention as differentiable functions, and
+InterleavedHeadAttention as an nn.Module. CPU tensors in and out; the library computes on the
+context's OpenCL device (PoCL on a CPU reads the tensors' memory in place, see doc/python.md).
+
+Layouts are doc/spec.md's (see iha.layer). Inputs may be non-contiguous and of any floating
+dtype: each is made a dense array of the storage type (no copy when it already is one), and
+outputs and gradients come back in their inputs' dtypes.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+from . import _calls
+from .context import default_context
+
+__all__ = ["InterleavedHeadAttention", "attention", "iha_layer"]
+
+
+def _host(tensor, dtype, name):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, not {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        raise ValueError(f"{name} is on {tensor.device}: iha.torch takes CPU tensors")
+    if not tensor.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, not {tensor.dtype}")
+    tensor = tensor.detach()
+    if tensor.dtype not in (torch.float16, torch.float32, torch.float64):
+        tensor = tensor.float()
+    return _calls.host(tensor.numpy(), dtype, name)
+
+
+def _tensor(array, like):
+    return torch.from_numpy(np.ascontiguousarray(array)).to(like.dtype)
+
+
+def _wants_graph(tensors):
+    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
+
+
+class _Layer(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, config, x, *weights):
+        context, opts, dtype, save = config
+        xh = _host(x, dtype, "x")
+        hosts = [_host(w, dtype, name) for name, w in zip(_calls.WEIGHT_NAMES, weights)]
+        shape = _calls.layer_shape(xh, hosts)
+        uploaded = _calls.upload_weights(context, hosts)
+        z, saved = _calls.forward(context, shape, opts, uploaded, xh, save=save)
+        if save:
+            ctx.save_for_backward(x, *weights)
+            ctx.state = (context, shape, opts, uploaded, xh, saved)
+        return _tensor(z, x)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dz):
+        inputs = ctx.saved_tensors  # checks that nothing was modified in place since the forward
+        context, shape, opts, uploaded, xh, saved = ctx.state
+        dzh = _host(dz, xh.dtype, "dz")
+        wanted = list(ctx.needs_input_grad[1:])
+        grads = _calls.backward_saved(context, shape, opts, uploaded, xh, saved, dzh, wanted)
+        return (None, *(None if g is None else _tensor(g, t) for g, t in zip(grads, inputs)))
+
+
+def iha_layer(x, wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r, *, mask="causal", window=0, rope_base=None,
+              scale=None, storage="float32", context=None):
+    """One IHA layer, differentiable in all nine tensors: z [B,N,D] for x [B,N,D].
+
+    The forward runs iha_forward_save (iha_forward when no gradient is needed), the backward
+    iha_backward_saved, which reads the attention output and log-sum-exp the forward kept on
+    the device. Options as iha.Layer."""
+    tensors = (x, wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r)
+    context = context if context is not None else default_context()
+    opts = _calls.options(mask, window, rope_base, scale, storage)
+    config = (context, opts, _calls.dtype_of(storage), _wants_graph(tensors))
+    return _Layer.apply(config, *tensors)
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, config, qt, kt, vt):
+        context, opts, dtype, pseudo, save = config
+        hosts = [_host(t, dtype, name) for name, t in (("qt", qt), ("kt", kt), ("vt", vt))]
+        shape = _calls.attention_shape(*hosts, pseudo)
+        o, lse = _calls.attention(context, shape, opts, *hosts, want_lse=save)
+        if save:
+            ctx.save_for_backward(qt, kt, vt)
+            ctx.state = (context, shape, opts, hosts, o, lse)
+        return _tensor(o, qt)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):
+        inputs = ctx.saved_tensors
+        context, shape, opts, hosts, o, lse = ctx.state
+        douth = _host(dout, o.dtype, "dout")
+        grads = _calls.attention_backward(context, shape, opts, *hosts, o, lse, douth)
+        return (None, *(_tensor(g, t) if need else None
+                        for g, t, need in zip(grads, inputs, ctx.needs_input_grad[1:])))
+
+
+def attention(qt, kt, vt, *, pseudo=1, mask="causal", window=0, scale=None, storage="float32", context=None):
+    """The attention core over interleaved sequences, differentiable in qt, kt and vt
+    (iha_attention, iha_attention_backward): qt, kt, vt [B,H,T,d] with T = N*P, already mixed
+    (and rotated); returns o [B,H,T,d]. `pseudo` (P) gives the masks and windows their token
+    structure: virtual position t belongs to token t // P."""
+    context = context if context is not None else default_context()
+    opts = _calls.options(mask, window, None, scale, storage)
+    config = (context, opts, _calls.dtype_of(storage), int(pseudo), _wants_graph((qt, kt, vt)))
+    return _Attention.apply(config, qt, kt, vt)
+
+
+class InterleavedHeadAttention(torch.nn.Module):
+    """One IHA layer as a module: z = module(x) for x [B,N,model_dim].
+
+    Parameters (doc/spec.md's layouts): wq, wk, wv [model_dim, heads*head_dim], wo
+    [heads*head_dim, model_dim], alpha_q, alpha_k, alpha_v [heads, heads, pseudo] indexed
+    [m][h][p], r [heads, heads, pseudo] indexed [h][m][p]. The projections start as
+    nn.Linear's do (uniform within 1/sqrt(fan_in)); mixing and collapse start identity-like:
+    alpha[m][h][0] = 1 when m = h (every other entry 0) and r[h][h][p] = 1/P, so with P = 1 the
+    layer starts as multi-head attention exactly.
+    """
+
+    def __init__(self, model_dim, heads, head_dim, pseudo, *, mask="causal", window=0, rope_base=None, scale=None,
+                 storage="float32", context=None):
+        super().__init__()
+        self.model_dim, self.heads, self.head_dim, self.pseudo = model_dim, heads, head_dim, pseudo
+        self.mask, self.window, self.rope_base, self.scale, self.storage = mask, window, rope_base, scale, storage
+        self.context = context
+        _calls.options(mask, window, rope_base, scale, storage)
+        inner = heads * head_dim
+        for name in ("wq", "wk", "wv"):
+            setattr(self, name, torch.nn.Parameter(torch.empty(model_dim, inner)))
+        self.wo = torch.nn.Parameter(torch.empty(inner, model_dim))
+        for name in ("alpha_q", "alpha_k", "alpha_v", "r"):
+            setattr(self, name, torch.nn.Parameter(torch.empty(heads, heads, pseudo)))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        for weight, fan_in in ((self.wq, self.model_dim), (self.wk, self.model_dim), (self.wv, self.model_dim),
+                               (self.wo, self.heads * self.head_dim)):
+            bound = 1.0 / math.sqrt(fan_in)
+            weight.uniform_(-bound, bound)
+        eye = torch.eye(self.heads)
+        for alpha in (self.alpha_q, self.alpha_k, self.alpha_v):
+            alpha.zero_()
+            alpha[:, :, 0] = eye
+        self.r.copy_(eye[:, :, None].expand(-1, -1, self.pseudo) / self.pseudo)
+
+    def forward(self, x):
+        return iha_layer(x, self.wq, self.wk, self.wv, self.wo, self.alpha_q, self.alpha_k, self.alpha_v, self.r,
+                         mask=self.mask, window=self.window, rope_base=self.rope_base, scale=self.scale,
+                         storage=self.storage, context=self.context)
+
+    def extra_repr(self):
+        return (f"model_dim={self.model_dim}, heads={self.heads}, head_dim={self.head_dim}, pseudo={self.pseudo}, "
+                f"mask={self.mask!r}, window={self.window}, rope_base={self.rope_base}, storage={self.storage!r}")

@@ -1,0 +1,71 @@
+/* The attention kernels over the interleaved virtual sequence: register tiles (cl/attention.cl)
+ * and the local-memory variants for GPUs (cl/attention_local.cl, cl/attention_local_tiles.cl). */
+#ifndef IHA_KERNELS_ATTENTION_H
+#define IHA_KERNELS_ATTENTION_H
+#include "kernels/tensor.h"
+
+struct iha_args; /* runtime/launch.h */
+
+/* The attention kernel's three forms; the numbers are those of the tuning parameter "variant"
+ * that profiles store. */
+typedef enum iha_attention_variant {
+    /* cl/attention.cl's register tiles (CPUs): rows, tiles and vec shape a work-item's tile */
+    IHA_ATTENTION_REGISTER_TILES = 0,
+    /* cl/attention_local.cl's local-memory tiles (GPUs): `group` work-items, one query row each,
+     * stream tiles of local_keys keys through local memory */
+    IHA_ATTENTION_LOCAL_ROWS = 1,
+    /* cl/attention_local_tiles.cl (GPUs): `group` query rows and tiles of local_keys keys in local
+     * memory, each work-item a 4 x 4 register sub-tile of the scores (group/4 * local_keys/4
+     * work-items) */
+    IHA_ATTENTION_LOCAL_TILES = 2
+} iha_attention_variant;
+
+/* Configuration of the attention kernel, chosen per device and bucket. key_block is the packed
+ * key layout's block for every variant. */
+typedef struct iha_attention_config {
+    int rows;       /* ATT_ROWS: query rows per register tile */
+    int tiles;      /* ATT_TILES: register tiles per work-item, sharing each key block */
+    int key_block;  /* ATT_KB: keys per block, 4, 8 or 16 */
+    int vec;        /* ATT_VD: vector width over d in P.V, 4, 8 or 16 */
+    size_t group;   /* work-items per work-group (local rows: LOC_ROWS; local tiles: TILE_ROWS, query rows) */
+    iha_attention_variant variant;
+    int local_keys; /* local variants: keys per local tile (LOC_KEYS, TILE_KEYS), a multiple of key_block */
+    int prefetch;   /* ATT_PREFETCH of the register tiles: 1 prefetches the next key block's values */
+} iha_attention_config;
+
+void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg);
+
+/* Kernel `name` of cl/<file> built with the options of the register-tile configuration cfg
+ * (register tiles) and head_dim: attention_fwd_f32 of attention.cl, or attention_loops_f32 of
+ * measure_attention_loops.cl (iha_measure_attention_loops), which includes attention.cl and must
+ * compile its loops exactly as attention_fwd_f32 does. */
+iha_status iha__attention_kernel_get(iha_context *ctx, const iha_attention_config *cfg, size_t head_dim,
+                                     const char *file, const char *name, cl_kernel *out);
+/* Attention (cl/attention.cl) over rows qt, vt, o and packed keys; lse.mem may be NULL.
+ * window is in tokens (0: global) and already clamped below N. */
+iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *cfg, const iha_dims *dims,
+                                  iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
+                                  size_t window, float scale);
+
+/* The local-memory variant (cl/attention_local.cl, for GPUs): `rows` work-items per group, one
+ * query row each, and tiles of `keys` keys (a multiple of key_block) staged in local memory.
+ * Same inputs and outputs as iha__attention_enqueue. IHA_ERROR_UNSUPPORTED when the group or
+ * its 2*keys*d floats of local memory do not fit the device (iha__attention_local_fits). */
+size_t iha__attention_local_bytes(size_t head_dim, int keys);
+int iha__attention_local_fits(const iha_context *ctx, size_t head_dim, int rows, int keys, int key_block);
+iha_status iha__attention_local_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
+                                        iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
+                                        size_t window, float scale);
+/* The local tiles with register sub-tiles (cl/attention_local_tiles.cl, for GPUs): `rows` query
+ * rows per group (a multiple of 4), tiles of `keys` keys (a multiple of 4 and of key_block),
+ * rows/4 * keys/4 work-items. Same inputs and outputs as iha__attention_enqueue;
+ * IHA_ERROR_UNSUPPORTED when the group or its local memory does not fit the device. */
+size_t iha__attention_tiles_bytes(size_t head_dim, int rows, int keys);
+int iha__attention_tiles_fits(const iha_context *ctx, size_t head_dim, int rows, int keys, int key_block);
+iha_status iha__attention_tiles_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
+                                        iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
+                                        size_t window, float scale);
+/* The arguments every attention variant takes, in their order. */
+void iha__attention_args(struct iha_args *a, const iha_dims *dims, iha_buffer qt, iha_buffer kt_packed, iha_buffer vt,
+                         iha_buffer o, iha_buffer lse, int mask, size_t window, float scale);
+#endif

@@ -1,0 +1,26 @@
+/* The attention backward (cl/attention_backward.cl, cl/attention_backward_tiles.cl). */
+#ifndef IHA_KERNELS_ATTENTION_BACKWARD_H
+#define IHA_KERNELS_ATTENTION_BACKWARD_H
+#include "kernels/tensor.h"
+
+/* The backward pass of attention: its tensors (see iha_attention_backward) and workspace. */
+typedef struct iha_backward_refs {
+    iha_buffer qt, kt, vt, o, lse, dout; /* inputs; lse is the natural log */
+    iha_buffer dqt, dkt, dvt;            /* outputs */
+    cl_mem delta;                     /* B*H*T floats */
+    cl_mem packed[2]; /* Q and dO in 16-column blocks: given, the tile kernel runs (any head
+                         width); NULL, the row kernels */
+    cl_mem partial;   /* with packed: the tile kernel's partial dq sums */
+} iha_backward_refs;
+/* Nonzero when the backward should run the register-tile kernel (cl/attention_backward_tiles.cl)
+ * on this device, which needs two packed copies of iha__packed_keys_elements(dims, 16) floats
+ * each and iha__attention_backward_partial_elements floats of partial sums. */
+int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim);
+/* The tile kernel's partial sums, in floats, into *elements; returns 0 when the count overflows size_t. */
+int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_dims *dims, size_t *elements);
+/* Dt = dO . O per row, then the gradients: with packed buffers one pass for dkt, dvt and the
+ * partial sums of dqt, then their sum into dqt; without, dqt, then dkt and dvt. Every output
+ * element is written. */
+iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *refs,
+                                           int mask, size_t window, float scale);
+#endif

@@ -1,0 +1,11 @@
+/* Half-precision storage (cl/convert.cl): conversions and the half-weight GEMV. */
+#ifndef IHA_KERNELS_CONVERT_H
+#define IHA_KERNELS_CONVERT_H
+#include "kernels/tensor.h"
+
+/* n elements from half to float or back (round to nearest even). */
+iha_status iha__convert_enqueue(iha_context *ctx, int to_half, iha_buffer src, iha_buffer dst, size_t n);
+/* y [m][C] = x [m][K] * w [K][C] with float x and y and half w, read directly. */
+iha_status iha__gemv_half_weights_enqueue(iha_context *ctx, size_t m, size_t C, size_t K, iha_buffer x, iha_buffer w,
+                                          iha_buffer y);
+#endif

@@ -1,0 +1,32 @@
+/* The rotary embedding's cos/sin table, kept in the context's workspace between calls. */
+#ifndef IHA_KERNELS_ROPE_H
+#define IHA_KERNELS_ROPE_H
+#include "kernels/tensor.h"
+
+/* The rotary table's workspace slot. */
+enum { IHA_WS_ROPE = IHA_WS_KERNELS_BASE, IHA_WS_KERNELS_END };
+_Static_assert((int)IHA_WS_KERNELS_END <= (int)IHA_WS_GEMM_BASE, "the kernels' slots overlap the next module's");
+
+/* What the rotary table's slot holds: valid while the slot's generation is the one seen when it
+ * was written. */
+typedef struct iha_rope_cache {
+    size_t positions, head_dim;
+    float base;
+    unsigned long generation;
+} iha_rope_cache;
+
+/* Called by iha_context_create and iha_context_free. */
+iha_status iha__rope_cache_init(iha_context *ctx);
+void iha__rope_cache_free(iha_context *ctx);
+
+/* The rotary cos/sin table [T][2][d/2] for positions 0..T-1 and head width d (computed in double on the
+ * host, cached in the context while T, d and base stay the same). */
+iha_status iha__rope_table(iha_context *ctx, size_t T, size_t d, float base, cl_mem *out);
+
+/* The rows of that table for a decoding step's new tokens, into dst as [B][k*P][2][d/2]:
+ * row (b, j*P + p) is position (n0 + j)*P + p for step[b] = (n0, count), j < count (other rows
+ * are 0). Blocks until dst is written. For caches whose positions outgrow any
+ * table (rings). */
+iha_status iha__rope_rows(iha_context *ctx, const cl_int *step, size_t B, size_t k, size_t P, size_t d, float base,
+                          cl_mem dst);
+#endif

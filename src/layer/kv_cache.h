@@ -1,0 +1,28 @@
+/* The pseudo-token KV cache of incremental decoding (doc/spec.md, "Decoding with a cache"): its
+ * layout, and the context's list of live caches. kv_cache.c creates and frees caches; decode.c
+ * runs the decoding step on one. */
+#ifndef IHA_LAYER_KV_CACHE_H
+#define IHA_LAYER_KV_CACHE_H
+#include "runtime/context.h"
+
+struct iha_kv_cache {
+    iha_context *ctx;    /* NULL once the context is freed (iha__kv_caches_detach) */
+    iha_kv_cache *prev, *next; /* the context's list of live caches */
+    size_t B, max_tokens, H, d, P, t_max;
+    iha_storage storage;
+    int key_block;       /* keys per block of the keys' layout */
+    cl_mem keys, values; /* keys [B][H][ceil(t_max/KB)][d][KB] (attention.cl), values [B][H][t_max][d] */
+    size_t bytes;
+    /* A ring (iha_kv_cache_create_with): the last ring_tokens tokens of each sequence in t_max
+     * rows (a multiple of the key block), virtual position u at row u mod t_max; 0: every
+     * position at its own row. window: the layer's window the ring is sized for. */
+    size_t ring_tokens, window;
+    size_t *length;      /* tokens per sequence */
+    size_t *reach;       /* a ring's longest length per sequence since the last reset */
+    cl_int *step;        /* staging of the per-sequence (n0, count) pairs */
+};
+
+/* Called by iha_context_free after its queue has finished: the caches keep their buffers (and
+ * through them the cl_context) until iha_kv_cache_free, and forget the context. */
+void iha__kv_caches_detach(iha_context *ctx);
+#endif

@@ -1,0 +1,249 @@
+/*
+ * cmd_bench.c - "iha bench": the attention core, a whole layer, the device's ceilings, the
+ * unfused baseline and cold-start costs, measured in one run and printed as a table or as
+ * JSON. The measuring lives in bench_*.c and cold_start.c, the printing in bench_report.c.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "commands/cli.h"
+#include "common/layer_options.h"
+#include "iha.h"
+
+static cli_option options[] = {
+    CLI_OPTION_DEVICE,
+    CLI_OPTION_BATCH("1"),
+    CLI_OPTION_HEADS("8"),
+    CLI_OPTION_TOKENS("tokens per sequence of the attention core (default 2048)"),
+    CLI_OPTION_PSEUDO("4; T = N*P"),
+    CLI_OPTION_HEAD_DIM("64"),
+    CLI_OPTION_MASK("causal, token_causal or none (default causal)"),
+    CLI_OPTION_WINDOW("sliding window in tokens, 0 = global (default 0)"),
+    {"layer-n", "N", "tokens per sequence of the whole layer (default 1024)", NULL},
+    CLI_OPTION_MODEL_DIM("model width of the whole layer (default 512)"),
+    {"reps", "R", "timed runs after one warm-up run; medians are shown (default 3)", NULL},
+    {"baseline-reps", "R", "timed one-sequence runs of the unfused baseline, scaled by B*H (default: reps)", NULL},
+    {"json", NULL, "print one JSON object instead of the table (keys: doc/benchmarking.md)", NULL},
+    {"no-layer", NULL, "skip the whole-layer section", NULL},
+    {"no-ceilings", NULL, "skip the ceilings (copy, CLBlast/library/host SGEMM, peak FMA, attention loops)", NULL},
+    {"no-baseline", NULL, "skip the unfused baseline", NULL},
+    {"no-cold-start", NULL, "skip the cold-start child processes", NULL},
+    {"backward", NULL, "also time iha_attention_backward on the core's problem and iha_backward on the layer", NULL},
+    {"decode", NULL, "measure a decoding step (one new token per sequence) instead of core, layer, cold start", NULL},
+    {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
+    {"half", NULL, "with --decode: store the cache in half precision", NULL},
+    {"half-weights", NULL, "store the layer's (or with --decode the step's) weights, x and z in half precision", NULL},
+    {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
+    {NULL, NULL, NULL, NULL},
+};
+
+static cli_spec spec = {
+    "bench",
+    "[options]",
+    "Measures, in one run: the attention core (iha_attention, default B*H=8, T=N*P=8192, d=64,\n"
+    "causal) with GFLOP/s over visible pairs (doc/spec.md's cost model) and bytes moved; a whole layer\n"
+    "(iha_forward, default B=1 N=1024 D=512) per stage; the device's ceilings (copy bandwidth,\n"
+    "CLBlast SGEMM, the library's own SGEMM kernel, a peak-FMA kernel, the attention kernel's\n"
+    "score and P.V loops alone, and on a CPU device the host's CBLAS SGEMM) with each result as\n"
+    "a fraction of them; the unfused baseline (GEMM, softmax, GEMM) for T <= 8192, timed on\n"
+    "single (b, h) sequences and scaled by B*H, and the fused speed-up over it; and cold-start\n"
+    "costs in child processes with fresh program caches.\n"
+    "With --backward, also the core's gradients (iha_attention_backward, from one iha_attention\n"
+    "call's o and lse; off by default, as the first backward kernel is slow): GFLOP/s counting\n"
+    "10*d FLOPs per visible pair (FlashAttention-2's five products, 2.5x the forward's 4*d) and\n"
+    "the ratio of its time to the core's in the same run; and, unless --no-layer, the layer's\n"
+    "backward pass (iha_backward: dx and every weight's gradient) per stage, against the layer.\n"
+    "With --decode, instead of the core, baseline, layer and cold start: a decoding step (one\n"
+    "token per sequence; B, H, d, P, --model-dim, mask and window as given) against a cache of\n"
+    "--cache-tokens tokens, its cache-read bandwidth next to the copy bandwidth, tokens/s;\n"
+    "--cache-tokens and --half need --decode; --n, --baseline-reps and --backward refuse it.\n"
+    "--half-weights stores the weights, x and z in half (IHA_STORAGE_F16 activations and weights):\n"
+    "the layer's, and with --backward also dz, dx and every gradient; with --decode the step's.\n"
+    "The attention core stays float.\n"
+    "Exit status: 0 success, 1 failure, 2 usage.",
+    options,
+};
+
+int bench_fail(iha_context *ctx, iha_status status, const char *what)
+{
+    cli_error(&spec, "%s: %s: %s", what, iha_status_name(status), iha_context_message(ctx));
+    return -1;
+}
+
+void bench_choice_get(const iha_context *ctx, const char *kernel, bench_choice *out)
+{
+    memset(out, 0, sizeof *out);
+    iha_kernel_choice choices[8];
+    size_t n = 0;
+    if (iha_context_last_choices(ctx, choices, 8, &n) != IHA_OK) return;
+    for (size_t i = 0; i < n && i < 8; i++) {
+        if (strcmp(choices[i].kernel, kernel) != 0) continue;
+        out->found = 1;
+        snprintf(out->config, sizeof out->config, "%s", choices[i].config);
+        out->source = choices[i].source;
+        snprintf(out->source_bucket, sizeof out->source_bucket, "%s", choices[i].source_bucket);
+        return;
+    }
+}
+
+/* Parses the command line into the configuration: -1 when the command should go on, else the exit code to
+ * return at once (cli_parse's, or CLI_EXIT_USAGE after a usage message). */
+static int read_options(int argc, char **argv, bench_config *c)
+{
+    const int code = cli_parse(&spec, argc, argv);
+    if (code >= 0)
+        return code;
+    memset(c, 0, sizeof *c);
+    /* The core and the layer share B, H, d and P; --n is the core's tokens, --layer-n and
+     * --model-dim the layer's. */
+    iha_shape s = {.batch = 1, .tokens = 2048, .model_dim = 512, .heads = 8, .head_dim = 64, .pseudo = 4};
+    size_t layer_n = 1024;
+    c->reps = 3;
+    iha_attention_options_init(&c->options);
+    if (cli_get_shape(&spec, 1 << 24, &s) || cli_get_attention(&spec, 0, 1 << 24, &c->options) ||
+        cli_get_size(&spec, "layer-n", 1, 1 << 24, &layer_n) || cli_get_size(&spec, "reps", 1, 1000, &c->reps))
+        return CLI_EXIT_USAGE;
+    c->baseline_reps = c->reps;
+    if (cli_get_size(&spec, "baseline-reps", 1, 1000, &c->baseline_reps))
+        return CLI_EXIT_USAGE;
+    c->core = s;
+    c->core.model_dim = 1;
+    c->layer = s;
+    c->layer.tokens = layer_n;
+    c->device = cli_get(&spec, "device");
+    c->json = cli_get(&spec, "json") != NULL;
+    c->run_layer = !cli_get(&spec, "no-layer");
+    c->run_ceilings = !cli_get(&spec, "no-ceilings");
+    c->run_baseline = !cli_get(&spec, "no-baseline");
+    c->run_cold_start = !cli_get(&spec, "no-cold-start");
+    c->run_decode = cli_get(&spec, "decode") != NULL;
+    c->run_backward = cli_get(&spec, "backward") != NULL;
+    c->decode_half = cli_get(&spec, "half") != NULL;
+    c->half_weights = cli_get(&spec, "half-weights") != NULL;
+    c->decode_tokens = 4096;
+    if (cli_get_size(&spec, "cache-tokens", 1, 1 << 22, &c->decode_tokens))
+        return CLI_EXIT_USAGE;
+    /* An option that the chosen measurement would not use is refused rather than ignored: a run
+     * with --half but without --decode would otherwise look like a half-precision result. */
+    static const char *const decode_only[] = {"cache-tokens", "half", NULL};
+    static const char *const core_only[] = {"n", "baseline-reps", "backward", NULL};
+    const char *const *unused = c->run_decode ? core_only : decode_only;
+    for (size_t i = 0; unused[i]; i++) {
+        if (!cli_get(&spec, unused[i]))
+            continue;
+        if (c->run_decode)
+            cli_error(&spec, "--%s applies to the attention core, which --decode does not run (--cache-tokens "
+                             "sets the decoding step's cache)", unused[i]);
+        else
+            cli_error(&spec, "--%s sets the decoding step and needs --decode (see 'iha bench --help')", unused[i]);
+        return CLI_EXIT_USAGE;
+    }
+    if (c->half_weights && !c->run_decode && !c->run_layer) {
+        cli_error(&spec, "--half-weights applies to the layer (or with --decode the decoding step), which "
+                         "--no-layer skips");
+        return CLI_EXIT_USAGE;
+    }
+    if (c->run_decode)
+        c->run_layer = c->run_baseline = c->run_cold_start = 0;
+    /* The decoding step's cache holds the cached tokens and the new one. */
+    iha_shape decode = c->core;
+    decode.tokens = c->decode_tokens + 1;
+    decode.model_dim = c->layer.model_dim;
+    if (c->run_decode ? cli_check_layer(&spec, &decode, NULL, "the decoding step")
+                      : cli_check_layer(&spec, &c->core, NULL, "the attention core") ||
+                            (c->run_layer && cli_check_layer(&spec, &c->layer, NULL, "the layer")))
+        return CLI_EXIT_USAGE;
+    return -1;
+}
+
+/* Progress on stderr, only for a person watching: the whole run takes a minute or so. */
+static void progress(const char *what)
+{
+    if (isatty(STDERR_FILENO))
+        fprintf(stderr, "iha bench: %s ...\n", what);
+}
+
+static int device_is_cpu(iha_context *ctx)
+{
+    cl_device_type type = 0;
+    return clGetDeviceInfo(iha_context_cl_device(ctx), CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS &&
+           (type & CL_DEVICE_TYPE_CPU);
+}
+
+/* The 1-minute load average, or -1 where /proc/loadavg cannot be read (not Linux). */
+static double load_average(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double load = -1.0;
+    if (f == NULL)
+        return load;
+    if (fscanf(f, "%lf", &load) != 1)
+        load = -1.0;
+    fclose(f);
+    return load;
+}
+
+/* Everything that runs in this process, on one context with stage timing on. */
+static int measure(const bench_config *c, bench_results *r)
+{
+    iha_context *ctx;
+    if (cli_open_timed_context(&spec, &ctx)) return -1;
+    snprintf(r->device, sizeof r->device, "%s", iha_context_device_name(ctx));
+    r->device_is_cpu = device_is_cpu(ctx);
+    int failed = 0;
+    if (c->run_ceilings) {
+        progress("ceilings (copy, CLBlast SGEMM, peak FMA, attention loops, host SGEMM)");
+        failed = bench_ceilings_run(ctx, c, r->device_is_cpu, &r->ceilings);
+    }
+    if (!failed && c->run_decode) {
+        progress("decoding step");
+        failed = bench_decode_run(ctx, c, &r->decode);
+    } else if (!failed) {
+        char what[64];
+        snprintf(what, sizeof what, "attention core%s%s", c->run_baseline ? ", unfused baseline" : "",
+                 c->run_backward ? ", backward pass" : "");
+        progress(what);
+        failed = bench_core_run(ctx, c, &r->core, &r->baseline, &r->backward);
+    }
+    if (!failed && c->run_layer) {
+        progress("whole layer");
+        failed = bench_layer_run(ctx, c, &r->layer);
+    }
+    if (!failed && c->run_ceilings) {
+        progress("compute ceilings again");
+        failed = bench_ceilings_recheck(ctx, c, &r->ceilings);
+    }
+    iha_context_free(ctx);
+    return failed;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_config c;
+    const int code = read_options(argc, argv, &c);
+    if (code >= 0)
+        return code;
+    const char *child_dir = cli_get(&spec, "cold-start-child");
+    if (child_dir)
+        return bench_cold_start_child(&c, child_dir) ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+
+    bench_results r;
+    memset(&r, 0, sizeof r);
+    r.load.start = load_average();
+    r.load.cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (measure(&c, &r))
+        return CLI_EXIT_FAILURE;
+    if (c.run_cold_start) {
+        progress("cold start in child processes");
+        bench_cold_start_run(argc, argv, &r.cold);
+    }
+    r.load.end = load_average();
+    r.load.known = r.load.start >= 0.0 && r.load.end >= 0.0;
+    if (c.json)
+        bench_print_json(&c, &r);
+    else
+        bench_print_table(&c, &r);
+    return CLI_EXIT_OK;
+}

@@ -1,0 +1,135 @@
+/*
+ * cmd_forward.c - "iha forward": one IHA layer on NumPy files, for checking the library
+ * against other implementations and for using it without writing C.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "commands/cli.h"
+#include "common/layer_files.h"
+#include "common/layer_options.h"
+#include "iha.h"
+#include "common/mask_names.h"
+#include "common/npy.h"
+#include "common/timer.h"
+
+static cli_option options[] = {
+    {"in", "DIR", "directory with x.npy, wq/wk/wv/wo.npy, alpha_q/k/v.npy, r.npy (required)", NULL},
+    {"out", "FILE", "where to write Z as float32 .npy [B, N, D]: a regular file or a new path (required)", NULL},
+    CLI_OPTION_MASK("causal (default), token_causal or none"),
+    CLI_OPTION_WINDOW("sliding window in tokens; 0 (default) is global"),
+    CLI_OPTION_ROPE_BASE("apply rotary embedding at virtual positions with this base (d even)"),
+    {"scale", "S", "attention score scale (default 1/sqrt(d))", NULL},
+    {"half", NULL, "store activations and weights on the device in half precision (float arithmetic)", NULL},
+    CLI_OPTION_DEVICE,
+    {NULL, NULL, NULL, NULL},
+};
+
+static cli_spec spec = {
+    "forward",
+    "--in DIR --out FILE [options]",
+    "Runs one Interleaved Head Attention layer Z = IHA(X) on the NumPy files in DIR and writes\n"
+    "Z. Files are little-endian float32 or float64 in C order; shapes: x [B,N,D], wq wk wv\n"
+    "[D,H*d], wo [H*d,D], alpha_q alpha_k alpha_v r [H,H,P]. H and P come from alpha_q.npy,\n"
+    "d = columns of wq.npy / H. With --half the tensors are rounded to half precision on the\n"
+    "device (doc/spec.md's contract: relative L2 error at most 2e-3); Z is still written as float32.\n"
+    "FILE is replaced whole, through a temporary file beside it, keeping its permissions; a\n"
+    "symbolic link is followed to its target and stays a link; a FIFO, a device, a socket or a\n"
+    "directory is refused before the run (exit status 1).\n"
+    "Exit status: 0 success, 1 failure, 2 usage error.",
+    options,
+};
+
+/* Parses the command line into the attention options: -1 when the command should go on, else the exit code to
+ * return at once (cli_parse's, or CLI_EXIT_USAGE after a usage message). */
+static int read_options(int argc, char **argv, iha_attention_options *attention)
+{
+    const int code = cli_parse(&spec, argc, argv);
+    if (code >= 0)
+        return code;
+    if (!cli_get(&spec, "in") || !cli_get(&spec, "out")) {
+        cli_error(&spec, "--in DIR and --out FILE are required (see 'iha forward --help')");
+        return CLI_EXIT_USAGE;
+    }
+    iha_attention_options_init(attention);
+    if (cli_get_attention(&spec, 0, INT64_MAX, attention) || cli_get_positive_float(&spec, "scale", &attention->scale))
+        return CLI_EXIT_USAGE;
+    const int half = cli_get(&spec, "half") != NULL;
+    attention->storage = half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    attention->weight_storage = attention->storage;
+    return -1;
+}
+
+/* Finding out that the output cannot be written after a long run would waste it. */
+static int check_output(const char *out)
+{
+    char err[1024];
+    if (npy_check_output(out, err, sizeof err)) {
+        cli_error(&spec, "--out: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs the layer; on success prints the device and time after the layer's description. */
+static int run(const layer_files *files, const iha_attention_options *attention, float *z, char *summary,
+               size_t summary_size)
+{
+    iha_context *ctx;
+    if (cli_open_context(&spec, NULL, &ctx)) return -1;
+    iha_host_weights weights = layer_files_weights(files);
+    double start = timer_seconds();
+    iha_status status = iha_forward_host(ctx, &files->shape, attention, &weights, files->x.data, z);
+    double seconds = timer_seconds() - start;
+    if (status != IHA_OK)
+        cli_error(&spec, "%s: %s", iha_status_name(status), iha_context_message(ctx));
+    else
+        snprintf(summary, summary_size, "device %s, %.3f s including kernel builds and copies",
+                 iha_context_device_name(ctx), seconds);
+    iha_context_free(ctx);
+    return status == IHA_OK ? 0 : -1;
+}
+
+int cmd_forward(int argc, char **argv)
+{
+    iha_attention_options attention;
+    const int code = read_options(argc, argv, &attention);
+    if (code >= 0)
+        return code;
+    if (check_output(cli_get(&spec, "out")))
+        return CLI_EXIT_FAILURE;
+    layer_files files;
+    char err[1024];
+    if (layer_files_load(cli_get(&spec, "in"), &files, err, sizeof err)) {
+        cli_error(&spec, "%s", err);
+        return CLI_EXIT_FAILURE;
+    }
+    const iha_shape *s = &files.shape;
+    /* Same count as x.npy, which the reader already sized without overflow. */
+    float *z = malloc(files.x.header.count * sizeof *z);
+    int rc = CLI_EXIT_FAILURE;
+    if (!z) {
+        cli_error(&spec, "out of memory for the output");
+        goto done;
+    }
+    char summary[512];
+    if (run(&files, &attention, z, summary, sizeof summary))
+        goto done;
+    const size_t shape[3] = {s->batch, s->tokens, s->model_dim};
+    if (npy_write_f32(cli_get(&spec, "out"), shape, 3, z, err, sizeof err)) {
+        cli_error(&spec, "%s", err);
+        goto done;
+    }
+    printf("layer B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, mask %s, window %lld, rotary %s, storage %s\n", s->batch,
+           s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask_names[attention.mask],
+           (long long)attention.window, attention.rope ? "on" : "off",
+           attention.storage == IHA_STORAGE_F16 ? "half" : "float");
+    printf("%s\n", summary);
+    printf("wrote %s, float32 (%zu, %zu, %zu)\n", cli_get(&spec, "out"), shape[0], shape[1], shape[2]);
+    rc = CLI_EXIT_OK;
+done:
+    free(z);
+    layer_files_free(&files);
+    return rc;
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages iha needs (only those missing), builds it, then runs the
+# demo or the test suite. Usage: tools/scripts/bootstrap.sh demo|test|build|ci-deps
+# ci-deps installs the packages and CI's own tools (.ci/run) and builds nothing.
+# As root it installs directly; otherwise through sudo. CI and the README call it.
+set -euo pipefail
+
+mode=${1:-demo}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${IHA_BUILD_DIR:-$root/build}
+
+# libopenblas-dev is optional for the build: it gives "iha bench" the host's SGEMM ceiling. Without
+# it CMake may find Debian's untuned reference libblas, a meaningless ceiling. python3-venv: the
+# test mode's Python suite makes a virtual environment (PyTorch, NumPy, pytest come from PyPI).
+packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd
+          libcmocka-dev libcjson-dev libopenblas-dev python3-venv)
+# CI's reliability stages: the OpenCL simulator, Mesa's OpenCL drivers (rusticl on llvmpipe,
+# a second implementation), clang with libFuzzer and the sanitizer runtimes (a recommendation
+# of clang, so named here), llvm-symbolizer, shellcheck; for the package stage clang++ (in
+# clang), dpkg-shlibdeps (dpkg-dev, with file) and lintian.
+[ "$mode" = ci-deps ] && packages+=(oclgrind mesa-opencl-icd clang libclang-rt-dev llvm shellcheck
+                                   dpkg-dev file lintian)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "bootstrap: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+[ "$mode" = ci-deps ] && exit 0
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build" -j"$(nproc)"
+
+case "$mode" in
+  demo)  exec "$build/tools/iha" demo ;;
+  # Both suites run; the status is a failure if either fails.
+  test)  status=0
+         ctest --test-dir "$build" --output-on-failure -j"$(nproc)" || status=$?
+         IHA_BUILD_DIR=$build "$root/python/run_tests.sh" || status=$?
+         exit "$status" ;;
+  build) ;;
+  *) echo "usage: $0 demo|test|build|ci-deps" >&2; exit 2 ;;
+esac
