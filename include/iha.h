@@ -287,7 +287,7 @@ typedef enum iha_mask { IHA_MASK_CAUSAL = 0, IHA_MASK_TOKEN_CAUSAL = 1, IHA_MASK
  * device. It halves the bytes of what it stores; results meet doc/spec.md's half-storage contract
  * (relative L2 error at most 2e-3 against float64 on the same float inputs).
  * iha_half_from_float and iha_half_to_float below convert host arrays. */
-typedef enum iha_storage { IHA_STORAGE_F32 = 0, IHA_STORAGE_F16 = 1 } iha_storage;
+typedef enum iha_storage { IHA_STORAGE_F32 = 0, IHA_STORAGE_F16 = 1, IHA_STORAGE_BF16 = 2 } iha_storage;
 
 typedef struct iha_attention_options {
     int mask;           /* an iha_mask value; anything else is IHA_ERROR_INVALID_ARGUMENT */
@@ -310,6 +310,16 @@ typedef struct iha_attention_options {
      * convert each weight matrix into float workspace (D*H*d floats) and run the context's
      * GEMM backend. */
     int weight_storage;
+    /* Packed sequences: seq_count lengths in tokens, in order over the call's B*N tokens
+     * (batch row 0 first), each at least 1, together B*N, none crossing a batch row; NULL with
+     * seq_count 0 (the default) makes each batch row one sequence. Attention never crosses a
+     * sequence, masks and windows apply inside each, and rotary positions restart at each
+     * sequence's first token. The array is read during the call and not kept. */
+    const size_t *seq_lens;
+    size_t seq_count;
+    /* Backward calls: nonzero adds every gradient into its output buffer (accumulation over
+     * micro-batches) instead of overwriting it. Forward calls ignore it. */
+    int accumulate;
 } iha_attention_options;
 
 /* Defaults: causal, global, scale 1/sqrt(d), no rotary, float32 storage. */

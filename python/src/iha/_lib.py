@@ -70,6 +70,9 @@ class AttentionOptions(ctypes.Structure):
         ("rope_base", c_float),
         ("storage", c_int),
         ("weight_storage", c_int),
+        ("seq_lens", ctypes.POINTER(c_size_t)),
+        ("seq_count", c_size_t),
+        ("accumulate", c_int),
     ]
 
 
