@@ -20,6 +20,7 @@ C_TYPES = {
     "size_t": ctypes.c_size_t, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64,
     "const char *": ctypes.c_char_p, "cl_context": ctypes.c_void_p, "cl_command_queue": ctypes.c_void_p,
     "cl_mem": ctypes.c_void_p, "iha_buffer": _lib.Buffer, "char": ctypes.c_char,
+    "const size_t *": ctypes.POINTER(ctypes.c_size_t),
 }
 STRUCTS = {
     "iha_device_info": _lib.DeviceInfo,
