@@ -19,14 +19,16 @@ def relative_l2(out, ref):
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
-@pytest.mark.parametrize("mask,storage,tolerance", [
-    ("causal", "float32", 1e-5),
-    ("token_causal", "float16", 2e-3),
+@pytest.mark.parametrize("mask,storage,layer_storage,tolerance", [
+    ("causal", "float32", "float32", 1e-5),
+    ("token_causal", "float16", "float32", 2e-3),
+    ("causal", "float32", "float16", 2e-3),  # half x, z and weights through the sub-steps
 ])
-def test_ring_decodes_far_past_its_tokens(context, mask, storage, tolerance):
+def test_ring_decodes_far_past_its_tokens(context, mask, storage, layer_storage, tolerance):
     B, N, D, H, d, P, W, L = 2, 48, 16, 2, 8, 2, 3, 6
     x = np.random.default_rng(3).standard_normal((B, N, D)).astype(np.float32)
-    layer = iha.Layer(*random_layer(D, H, d, P, 4), mask=mask, window=W, rope_base=10000.0, context=context)
+    layer = iha.Layer(*random_layer(D, H, d, P, 4), mask=mask, window=W, rope_base=10000.0, storage=layer_storage,
+                      context=context)
     full = layer(x)
     cache = layer.kv_cache(B, N, storage, cache_tokens=L)
     assert cache.is_ring and cache.window == W
