@@ -558,7 +558,15 @@ IHA_API void iha_kv_cache_options_init(iha_kv_cache_options *options);
  *   - serves steps whose window w has 1 <= w <= W (else IHA_ERROR_INVALID_ARGUMENT), and runs
  *     one of more than L - w + 1 tokens for some sequence as consecutive steps of at most that
  *     many (a prompt longer than L leaves its last L tokens) with one step's results; under
- *     IHA_MASK_NONE, whose queries read the step's later keys, such a step is refused instead;
+ *     IHA_MASK_NONE, whose queries read the step's later keys, such a step is refused instead.
+ *     Such a step checks every sub-step and allocates the workspace of all of them (the chunk
+ *     copies of x and z included, counted in the memory check) before enqueueing the first, so
+ *     every refusal changes nothing. Only the device or the OpenCL implementation can then fail
+ *     it between sub-steps (IHA_ERROR_OPENCL, IHA_ERROR_DEVICE_MEMORY, IHA_ERROR_BUILD,
+ *     IHA_ERROR_GEMM); if it does, sequence b holds its tokens up to the last sub-step that
+ *     completed (iha_kv_cache_length tells; a next step with the same window appends there and
+ *     decodes right), z is unspecified, and the failed sub-step's tokens may count toward n_max
+ *     below (as if appended: the ring's rows they would overwrite are treated as gone);
  *   - rewinds sequence b (iha_kv_cache_truncate) to n tokens only when n_max <= L or
  *     n >= n_max - L + W - 1, n_max its longest length since the last reset (so by at least
  *     L - W + 1 tokens), else IHA_ERROR_INVALID_ARGUMENT, nothing changed. */
@@ -588,8 +596,10 @@ IHA_API size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
  * pseudo-heads (rotary at virtual positions n*P+p), appends their keys and values to the cache
  * and attends under options' mask and window. shape->batch, heads, head_dim and pseudo must
  * equal the cache's. A step that would grow any sequence past the cache's max_tokens returns
- * IHA_ERROR_INVALID_ARGUMENT and writes nothing (cache and z untouched). On a ring the
- * attention reads only the ring: its cost follows the window, not the sequence's length. */
+ * IHA_ERROR_INVALID_ARGUMENT and writes nothing (cache and z untouched). A step that the device
+ * fails after it was checked leaves every length as it was (on a ring its tokens may count
+ * toward n_max; a ring's long step: see iha_kv_cache_create_with). On a ring the attention reads
+ * only the ring: its cost follows the window, not the sequence's length. */
 IHA_API iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shape *shape,
                                    const iha_attention_options *options, const iha_layer_weights *weights,
                                    const uint32_t *counts, iha_buffer x, iha_buffer z);

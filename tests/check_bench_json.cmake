@@ -161,6 +161,32 @@ expect_equal(4096 decode cache_bytes_read)
 expect_type(NULL decode fraction_of_copy_bandwidth)
 expect_type(STRING decode config)
 expect_type(STRING decode config_source)
+expect_type(NULL decode ring) # only with --ring
+
+# A ring KV cache of 8 tokens beside a full cache at 8, 32 and 128 cached tokens: the ring's
+# bytes stay those of L*P + P - 1 rows (15, rounded up to the key block), the full one's grow.
+execute_process(
+  COMMAND "${IHA}" bench --decode --ring 8 --cache-tokens 8 --d 16 --heads 2 --p 2 --model-dim 64 --window 4
+          --reps 1 --no-ceilings --json
+  RESULT_VARIABLE status OUTPUT_VARIABLE report ERROR_VARIABLE errors)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "iha bench --decode --ring exited with ${status}:\n${errors}")
+endif()
+expect_equal(ran decode ring state)
+expect_equal(8 decode ring cache_tokens)
+member(ring_bytes decode ring positions 0 ring_cache_bytes)
+member(full_bytes decode ring positions 2 full_cache_bytes)
+foreach(i 0 1 2)
+  foreach(key ring_step_seconds full_step_seconds ring_cache_bytes full_cache_bytes)
+    expect_positive(decode ring positions ${i} ${key})
+  endforeach()
+  expect_equal(${ring_bytes} decode ring positions ${i} ring_cache_bytes)
+endforeach()
+expect_equal(8 decode ring positions 0 cached_tokens)
+expect_equal(128 decode ring positions 2 cached_tokens)
+if(NOT full_bytes GREATER ring_bytes)
+  message(FATAL_ERROR "a full cache of 129 tokens (${full_bytes} bytes) is not larger than a ring of 8 (${ring_bytes})")
+endif()
 
 # The backward pass on the core's problem and inputs, beside the core it is compared with.
 execute_process(
@@ -215,7 +241,8 @@ expect_positive(layer backward seconds)
 expect_positive(layer backward saved_pair backward_saved_seconds)
 
 # Options the chosen measurement would ignore are usage errors, not silently dropped.
-foreach(arguments "--half" "--half-weights;--no-layer" "--cache-tokens;64" "--decode;--n;64"
+foreach(arguments "--half" "--half-weights;--no-layer" "--cache-tokens;64" "--ring;8;--window;4"
+                  "--decode;--ring;8" "--decode;--ring;4;--window;8" "--decode;--n;64"
                   "--decode;--baseline-reps;2" "--backward;--decode")
   execute_process(COMMAND "${IHA}" bench ${arguments} --json RESULT_VARIABLE status OUTPUT_VARIABLE report
                   ERROR_VARIABLE errors)

@@ -30,6 +30,7 @@ STRUCTS = {
     "iha_buffer": _lib.Buffer,
     "iha_layer_weights": _lib.LayerWeights,
     "iha_layer_grads": _lib.LayerGrads,
+    "iha_kv_cache_options": _lib.KVCacheOptions,
 }
 
 

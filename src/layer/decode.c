@@ -1,6 +1,9 @@
 /* The decoding step (doc/spec.md, "Decoding with a cache"): projections of the new tokens,
- * their mixing into the cache, split-key attention, collapse and output projection. */
+ * their mixing into the cache, split-key attention, collapse and output projection. A step is
+ * planned (every check), its workspace counted and allocated, and only then enqueued; a ring's
+ * long step plans and allocates all its sub-steps before enqueueing the first. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/checked.h"
 #include "kernels/collapse.h"
@@ -16,10 +19,10 @@
 #include "runtime/loop_limit.h"
 #include "tune/choose.h"
 
-/* Checks the step against the cache and fills the (n0, count) staging; *t_cur gets the longest
- * virtual length after the step. Nothing is changed on failure. */
+/* Checks the step against the cache, sequence b starting at n0[b] tokens; *t_cur gets the
+ * longest virtual length after the step. Nothing is changed. */
 static iha_status check_step(iha_context *ctx, iha_kv_cache *c, const iha_plan *p, const uint32_t *counts,
-                             size_t *t_cur)
+                             const size_t *n0, size_t *t_cur)
 {
     IHA_RETURN_ERROR_IF(c->ctx == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "the cache's context was freed: a cache serves only the context that created it");
@@ -38,67 +41,120 @@ static iha_status check_step(iha_context *ctx, iha_kv_cache *c, const iha_plan *
         const size_t count = counts ? counts[b] : p->dims.N;
         IHA_RETURN_ERROR_IF(count > p->dims.N, ctx, IHA_ERROR_INVALID_ARGUMENT,
                             "counts[%zu] = %zu exceeds the step's %zu tokens", b, count, p->dims.N);
-        IHA_RETURN_ERROR_IF(c->length[b] + count > c->max_tokens, ctx, IHA_ERROR_INVALID_ARGUMENT,
-                            "sequence %zu holds %zu tokens; %zu more exceed the cache's %zu", b, c->length[b], count,
+        IHA_RETURN_ERROR_IF(n0[b] + count > c->max_tokens, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                            "sequence %zu holds %zu tokens; %zu more exceed the cache's %zu", b, n0[b], count,
                             c->max_tokens);
-        if (c->length[b] + count > longest) longest = c->length[b] + count;
-    }
-    for (size_t b = 0; b < c->B; ++b) {
-        c->step[2 * b] = (cl_int)c->length[b];
-        c->step[2 * b + 1] = (cl_int)(counts ? counts[b] : p->dims.N);
+        if (n0[b] + count > longest) longest = n0[b] + count;
     }
     *t_cur = longest * c->P;
     return IHA_OK;
 }
 
-/* Refuses, before any allocation, a step whose float workspace exceeds the device's memory:
- * Q, K, V and Y of the new tokens, their pseudo-queries and pseudo-outputs, the split-key
- * partial results and a ring's rotary rows. */
-static iha_status check_workspace(iha_context *ctx, const iha_plan *p, const iha_decode_dims *dd, size_t rope_rows)
-{
-    size_t tokens = 0, pseudo = 0, sum = 0, total = SIZE_MAX;
-    if (iha__mul(p->token_elems, 4, &tokens) && iha__mul(p->virtual_elems, 2, &pseudo) &&
-        iha__add(tokens, pseudo, &sum) && iha__add(sum, iha__decode_partial_elements(ctx, dd), &sum) &&
-        iha__add(sum, rope_rows, &sum))
-        total = sum;
-    return iha__workspace_check_total(ctx, total, sizeof(float));
-}
-
-/* The step's plan and every check of its arguments against the cache (staging filled, *t_cur
- * set as check_step does). */
+/* The step's plan and every check of its arguments against the cache (sequences starting at
+ * n0; x and z NULL: buffers of the library's own, not checked); *t_cur as check_step sets it. */
 static iha_status check_call(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
                              const iha_attention_options *options, const iha_layer_weights *w, const uint32_t *counts,
-                             iha_buffer x, iha_buffer z, iha_plan *p, size_t *t_cur)
+                             const size_t *n0, const iha_buffer *x, const iha_buffer *z, iha_plan *p, size_t *t_cur)
 {
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 1, p));
     /* The window is relative to the whole sequence, not to the step's k tokens. */
     p->window = (uint64_t)options->window >= c->max_tokens ? 0 : (size_t)options->window;
     IHA_FORWARD_IF_ERROR(iha__check_weights(ctx, p, w, 1));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, x, p->x_elems, p->act_bytes, "x"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, z, p->x_elems, p->act_bytes, "z"));
-    IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, z, p->x_elems, x, p->x_elems, p->act_bytes, "z", "x"));
-    IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, p, w, 1, z, p->x_elems, "z"));
-    return check_step(ctx, c, p, counts, t_cur);
+    if (x && z) {
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, *x, p->x_elems, p->act_bytes, "x"));
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, *z, p->x_elems, p->act_bytes, "z"));
+        IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, *z, p->x_elems, *x, p->x_elems, p->act_bytes, "z", "x"));
+        IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, p, w, 1, *z, p->x_elems, "z"));
+    }
+    return check_step(ctx, c, p, counts, n0, t_cur);
 }
 
-static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
-                              const iha_attention_options *options, const iha_layer_weights *w,
-                              const uint32_t *counts, iha_buffer x, iha_buffer z, double *timer)
-{
-    double mark = *timer;
+/* A checked step with its kernels chosen: the plan, the decode dimensions and the rows of a
+ * ring's rotary staging. */
+typedef struct step_plan {
     iha_plan p;
+    iha_decode_dims dd;
+    size_t rope_rows;
+} step_plan;
+
+static iha_status plan_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
+                            const iha_attention_options *options, const iha_layer_weights *w, const uint32_t *counts,
+                            const size_t *n0, const iha_buffer *x, const iha_buffer *z, step_plan *s)
+{
+    iha_plan *p = &s->p;
     size_t t_cur = 0;
-    IHA_FORWARD_IF_ERROR(check_call(ctx, c, shape, options, w, counts, x, z, &p, &t_cur));
-    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
+    IHA_FORWARD_IF_ERROR(check_call(ctx, c, shape, options, w, counts, n0, x, z, p, &t_cur));
+    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, p));
     const size_t kb = (size_t)c->key_block;
     if (c->ring_tokens && t_cur > c->t_max + kb) t_cur = c->t_max + kb; /* the blocks a ring's splits cover */
-    iha_decode_dims dd = {c->B, p.dims.N, c->H, c->d, c->P, c->t_max, t_cur, c->storage == IHA_STORAGE_F16,
-                          c->ring_tokens != 0, p.attention, {0}};
-    dd.cfg.key_block = c->key_block; /* fixed by the cache's layout */
-    IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &dd, p.mask, p.window));
-    const size_t rope_rows = p.rope && dd.ring ? c->B * p.dims.N * c->P * c->d : 0;
-    IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, &dd, rope_rows));
+    s->dd = (iha_decode_dims){c->B, p->dims.N, c->H, c->d, c->P, c->t_max, t_cur, c->storage == IHA_STORAGE_F16,
+                              c->ring_tokens != 0, p->attention, {0}};
+    s->dd.cfg.key_block = c->key_block; /* fixed by the cache's layout */
+    IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &s->dd, p->mask, p->window));
+    s->rope_rows = p->rope && s->dd.ring ? c->B * p->dims.N * c->P * c->d : 0;
+    return IHA_OK;
+}
 
+/* The workspace slots a step uses, and their bytes (step_space). */
+static const iha_workspace_slot kSlots[] = {IHA_WS_Q,    IHA_WS_K,         IHA_WS_V,      IHA_WS_QT,
+                                            IHA_WS_O,    IHA_WS_Y,         IHA_WS_PARTIAL, IHA_WS_STEP,
+                                            IHA_WS_ROPE_ROWS, IHA_WS_X,    IHA_WS_OUT,    IHA_WS_MIXING,
+                                            IHA_WS_WEIGHT};
+#define SLOTS (sizeof kSlots / sizeof kSlots[0])
+
+/* Bytes of each of kSlots the step needs (0: unused): Q, K, V and Y of the new tokens, their
+ * pseudo-queries and pseudo-outputs, the split-key partial results, the (n0, count) staging, a
+ * ring's rotary rows, float copies of half x and z, and half weights converted to float. 0 if a
+ * size overflows. */
+static int step_space(const iha_context *ctx, const step_plan *s, size_t bytes[SLOTS])
+{
+    const iha_plan *p = &s->p;
+    const size_t rows = p->dims.B * p->dims.N;
+    const size_t elems[SLOTS] = {p->token_elems,
+                                 p->token_elems,
+                                 p->token_elems,
+                                 p->virtual_elems,
+                                 p->virtual_elems,
+                                 p->token_elems,
+                                 iha__decode_partial_elements(ctx, &s->dd),
+                                 2 * s->dd.B, /* cl_int, the size of a float */
+                                 s->rope_rows,
+                                 p->act_half ? p->x_elems : 0,
+                                 p->act_half ? p->x_elems : 0,
+                                 p->weight_half ? 4 * p->mix_elems : 0,
+                                 iha__project_workspace_elements(p, rows)};
+    for (size_t i = 0; i < SLOTS; ++i)
+        if (!iha__mul(elems[i], sizeof(float), &bytes[i])) return 0;
+    return 1;
+}
+
+/* Refuses, before any allocation, workspace of need[] plus `extra` bytes that exceeds the
+ * device's memory, then allocates need[]: the slots keep their buffers, so every later
+ * iha__workspace_get of at most those bytes allocates nothing. */
+static iha_status reserve_space(iha_context *ctx, const size_t need[SLOTS], size_t extra)
+{
+    size_t total = extra;
+    for (size_t i = 0; i < SLOTS && total != SIZE_MAX; ++i)
+        if (!iha__add(total, need[i], &total)) total = SIZE_MAX;
+    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total == SIZE_MAX ? SIZE_MAX : (total + 3) / 4, sizeof(float)));
+    cl_mem m;
+    for (size_t i = 0; i < SLOTS; ++i)
+        if (need[i]) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, kSlots[i], need[i], &m));
+    return IHA_OK;
+}
+
+/* Enqueues a planned step whose workspace is reserved: sequence b appends counts[b] tokens
+ * (NULL: k each) at its current length. */
+static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s, const iha_layer_weights *w,
+                           const uint32_t *counts, iha_buffer x, iha_buffer z, double *timer)
+{
+    double mark = *timer;
+    const iha_plan p = s->p;
+    const iha_decode_dims dd = s->dd;
+    for (size_t b = 0; b < c->B; ++b) {
+        c->step[2 * b] = (cl_int)c->length[b];
+        c->step[2 * b + 1] = (cl_int)(counts ? counts[b] : p.dims.N);
+    }
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
     cl_mem q, k, v, qt, o, y, partial, step, rope = NULL;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Q, p.token_elems * f, &q));
@@ -110,8 +166,8 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     IHA_FORWARD_IF_ERROR(
         iha__workspace_get(ctx, IHA_WS_PARTIAL, iha__decode_partial_elements(ctx, &dd) * f, &partial));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_STEP, 2 * c->B * sizeof(cl_int), &step));
-    if (rope_rows) {
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_ROPE_ROWS, rope_rows * f, &rope));
+    if (s->rope_rows) {
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_ROPE_ROWS, s->rope_rows * f, &rope));
         IHA_FORWARD_IF_ERROR(iha__rope_rows(ctx, c->step, c->B, p.dims.N, c->P, c->d, p.rope_base, rope));
     } else if (p.rope) {
         IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, c->max_tokens * c->P, c->d, p.rope_base, &rope));
@@ -130,6 +186,13 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wv, (iha_buffer){v, 0}));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, &mark));
 
+    /* From here the cache's rows past each length may be overwritten: a ring then no longer
+     * holds what a rewind below the new tokens' reach would read, so reach counts them at once
+     * (a step that fails later leaves the lengths and such a rewind refused). */
+    for (size_t b = 0; b < c->B; ++b) {
+        const size_t end = c->length[b] + (size_t)c->step[2 * b + 1];
+        if (end > c->reach[b]) c->reach[b] = end;
+    }
     IHA_FORWARD_IF_ERROR(
         iha__decode_mix_queries_enqueue(ctx, &dd, (iha_buffer){q, 0}, mw.alpha_q, (iha_buffer){qt, 0}, rope, step));
     IHA_FORWARD_IF_ERROR(
@@ -149,12 +212,21 @@ static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, zf, z, p.x_elems));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.output, &mark));
 
-    for (size_t b = 0; b < c->B; ++b) {
-        c->length[b] += (size_t)c->step[2 * b + 1];
-        if (c->length[b] > c->reach[b]) c->reach[b] = c->length[b];
-    }
+    for (size_t b = 0; b < c->B; ++b) c->length[b] += (size_t)c->step[2 * b + 1];
     *timer = mark;
     return IHA_OK;
+}
+
+static iha_status decode_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
+                              const iha_attention_options *options, const iha_layer_weights *w,
+                              const uint32_t *counts, iha_buffer x, iha_buffer z, double *timer)
+{
+    step_plan s;
+    size_t need[SLOTS];
+    IHA_FORWARD_IF_ERROR(plan_step(ctx, c, shape, options, w, counts, c->length, &x, &z, &s));
+    const int sizes_fit = step_space(ctx, &s, need);
+    IHA_FORWARD_IF_ERROR(reserve_space(ctx, need, sizes_fit ? 0 : SIZE_MAX));
+    return run_step(ctx, c, &s, w, counts, x, z, timer);
 }
 
 /* Copies rows first .. first+rows-1 of each sequence's `from_k` rows of D elements between x-like
@@ -171,10 +243,54 @@ static iha_status copy_rows(iha_context *ctx, const iha_plan *p, iha_buffer src,
     return IHA_OK;
 }
 
+/* Sub-step j of a long ring step: its tokens per row (*tokens) and per sequence (part). */
+static void sub_counts(const iha_kv_cache *c, const uint32_t *counts, size_t k, size_t chunk, size_t j,
+                       size_t *tokens, uint32_t *part)
+{
+    const size_t first = j * chunk;
+    *tokens = k - first < chunk ? k - first : chunk;
+    for (size_t b = 0; b < c->B; ++b) {
+        const size_t count = counts ? counts[b] : k;
+        part[b] = (uint32_t)(count <= first ? 0 : (count - first < chunk ? count - first : chunk));
+    }
+}
+
+/* Plans every sub-step of a long ring step on the lengths it starts from, and reserves the
+ * workspace they need together with the chunk buffers (*xc, *zc of chunk_bytes). */
+static iha_status plan_sub_steps(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
+                                 const iha_attention_options *options, const iha_layer_weights *w,
+                                 const uint32_t *counts, size_t chunk, size_t steps, size_t chunk_bytes, cl_mem *xc,
+                                 cl_mem *zc)
+{
+    uint32_t *part = malloc(c->B * sizeof *part);
+    size_t *n0 = malloc(c->B * sizeof *n0);
+    step_plan s;
+    size_t need[SLOTS] = {0}, bytes[SLOTS];
+    iha_status st = part && n0 ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    if (st == IHA_OK) memcpy(n0, c->length, c->B * sizeof *n0);
+    iha_shape sub = *shape;
+    int sizes_fit = 1;
+    for (size_t j = 0; j < steps && st == IHA_OK; ++j) {
+        sub_counts(c, counts, shape->tokens, chunk, j, &sub.tokens, part);
+        st = plan_step(ctx, c, &sub, options, w, part, n0, NULL, NULL, &s);
+        if (st != IHA_OK) break;
+        sizes_fit = sizes_fit && step_space(ctx, &s, bytes);
+        for (size_t i = 0; i < SLOTS; ++i)
+            if (bytes[i] > need[i]) need[i] = bytes[i];
+        for (size_t b = 0; b < c->B; ++b) n0[b] += part[b];
+    }
+    free(part);
+    free(n0);
+    IHA_FORWARD_IF_ERROR(st);
+    IHA_FORWARD_IF_ERROR(reserve_space(ctx, need, sizes_fit ? 2 * chunk_bytes : SIZE_MAX));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_CHUNK_X, chunk_bytes, xc));
+    return iha__workspace_get(ctx, IHA_WS_CHUNK_Z, chunk_bytes, zc);
+}
+
 /* A ring's step whose counts exceed what the ring holds at once besides the window (L - w + 1
  * tokens): run as consecutive steps of at most that many tokens per sequence, through chunk
- * copies of x and z. Every check of the whole step runs first, so a refused step changes
- * nothing. */
+ * copies of x and z. Every check and allocation of every sub-step comes first, so a refused
+ * step changes nothing, and only the device (an OpenCL call) can fail between sub-steps. */
 static iha_status ring_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
                             const iha_attention_options *options, const iha_layer_weights *w,
                             const uint32_t *counts, iha_buffer x, iha_buffer z, double *mark)
@@ -191,32 +307,31 @@ static iha_status ring_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *
     if (most <= chunk) return decode_step(ctx, c, shape, options, w, counts, x, z, mark);
     iha_plan p;
     size_t t_cur = 0;
-    IHA_FORWARD_IF_ERROR(check_call(ctx, c, shape, options, w, counts, x, z, &p, &t_cur));
+    IHA_FORWARD_IF_ERROR(check_call(ctx, c, shape, options, w, counts, c->length, &x, &z, &p, &t_cur));
     IHA_RETURN_ERROR_IF(p.mask == IHA_MASK_NONE, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "a bidirectional step reads all its keys at once: on a ring cache of %zu tokens with a window "
                         "of %zu it appends at most %zu tokens per sequence, not %zu",
                         c->ring_tokens, p.window, chunk, most);
+    const size_t steps = (most + chunk - 1) / chunk;
     const size_t chunk_bytes = p.dims.B * chunk * p.D * p.act_bytes; /* below x's bytes */
     cl_mem xc, zc;
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_CHUNK_X, chunk_bytes, &xc));
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_CHUNK_Z, chunk_bytes, &zc));
+    IHA_FORWARD_IF_ERROR(plan_sub_steps(ctx, c, shape, options, w, counts, chunk, steps, chunk_bytes, &xc, &zc));
     uint32_t *part = malloc(c->B * sizeof *part);
     IHA_RETURN_ERROR_IF(part == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     iha_shape sub = *shape;
+    step_plan s;
     iha_status st = IHA_OK;
-    size_t end = 0; /* the rows of z written */
-    for (size_t first = 0; first < most && st == IHA_OK; first += chunk) {
-        sub.tokens = k - first < chunk ? k - first : chunk;
-        end = first + sub.tokens;
-        for (size_t b = 0; b < c->B; ++b) {
-            const size_t count = counts ? counts[b] : k;
-            part[b] = (uint32_t)(count <= first ? 0 : (count - first < chunk ? count - first : chunk));
-        }
-        st = copy_rows(ctx, &p, x, k, first, (iha_buffer){xc, 0}, sub.tokens, 0, sub.tokens);
-        if (st == IHA_OK) st = decode_step(ctx, c, &sub, options, w, part, (iha_buffer){xc, 0}, (iha_buffer){zc, 0}, mark);
+    for (size_t j = 0; j < steps && st == IHA_OK; ++j) {
+        const size_t first = j * chunk;
+        sub_counts(c, counts, k, chunk, j, &sub.tokens, part);
+        /* The same plan as plan_sub_steps made: it passes the same checks on the same state. */
+        st = plan_step(ctx, c, &sub, options, w, part, c->length, NULL, NULL, &s);
+        if (st == IHA_OK) st = copy_rows(ctx, &p, x, k, first, (iha_buffer){xc, 0}, sub.tokens, 0, sub.tokens);
+        if (st == IHA_OK) st = run_step(ctx, c, &s, w, part, (iha_buffer){xc, 0}, (iha_buffer){zc, 0}, mark);
         if (st == IHA_OK) st = copy_rows(ctx, &p, (iha_buffer){zc, 0}, sub.tokens, 0, z, k, first, sub.tokens);
     }
     free(part);
+    const size_t end = steps * chunk < k ? steps * chunk : k; /* the rows of z written */
     if (st != IHA_OK || end == k) return st;
     /* The rows past every count are 0, as in one step. */
     const cl_float zero = 0.0f;

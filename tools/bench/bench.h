@@ -31,6 +31,7 @@ typedef struct bench_config {
     int run_decode;                /* --decode: only the decoding step (and the ceilings), not the core */
     size_t decode_tokens;          /* tokens already in the cache, per sequence */
     int decode_half;               /* the cache stores half */
+    size_t ring_tokens;            /* --ring L: also a ring cache of L tokens against a full one (0: not run) */
     int half_weights;              /* --half-weights: the weights and x, z (the layer's, with --backward
                                       also dz, dx and the gradients; or the decoding step's) are
                                       stored half */
@@ -163,6 +164,23 @@ typedef struct bench_decode {
     bench_choice choice; /* the decode kernel's */
 } bench_decode;
 
+/* --decode --ring L (bench_ring.c): one generated token per sequence at L, 4L and 16L cached
+ * tokens, on a ring cache of L tokens (the layer's window) and on a cache keeping every token. */
+#define BENCH_RING_POSITIONS 3
+typedef struct bench_ring_position {
+    size_t tokens;                   /* tokens cached per sequence before the timed step */
+    double ring_step_seconds, full_step_seconds;
+    size_t ring_cache_bytes;         /* iha_kv_cache_bytes of the ring */
+    size_t full_cache_bytes;         /* of a cache keeping every one of tokens + 1 tokens */
+} bench_ring_position;
+
+typedef struct bench_ring {
+    bench_state state;
+    char note[256];
+    size_t cache_tokens; /* L */
+    bench_ring_position at[BENCH_RING_POSITIONS];
+} bench_ring;
+
 /* The host's 1-minute load average (/proc/loadavg) when the run started and when it ended, and
  * its online CPUs: on a shared machine the figures depend on what else runs. known is 0 where
  * the host has no /proc/loadavg. */
@@ -183,6 +201,7 @@ typedef struct bench_results {
     bench_layer layer;
     bench_cold_start cold;
     bench_decode decode;
+    bench_ring ring;
 } bench_results;
 
 /* Prints "iha bench: <what>: <status name>: <context message>" to stderr; returns -1. */
@@ -201,6 +220,7 @@ int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, be
                    bench_backward *backward);
 int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out);
 int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out);
+int bench_ring_run(iha_context *ctx, const bench_config *c, bench_ring *out);
 
 /* Cold start (cold_start.c): the parent spawns "iha bench <args> --cold-start-child DIR" twice
  * with a fresh POCL_CACHE_DIR in its environment; the child measures and prints one line. */

@@ -231,6 +231,36 @@ static void json_cold_run(json_writer *w, const char *key, const bench_cold_run 
     json_end_object(w);
 }
 
+/* --ring: null without it; else its L and, per position, both caches' step time and bytes. */
+static void json_ring(json_writer *w, const bench_config *cfg, const bench_results *r)
+{
+    const bench_ring *g = &r->ring;
+    if (cfg->ring_tokens == 0) {
+        json_null(w, "ring");
+        return;
+    }
+    json_begin_object(w, "ring");
+    json_string(w, "state", report_state_name(g->state));
+    json_size(w, "cache_tokens", cfg->ring_tokens);
+    if (g->state == BENCH_RAN) {
+        json_begin_array(w, "positions");
+        for (size_t i = 0; i < BENCH_RING_POSITIONS; ++i) {
+            const bench_ring_position *at = &g->at[i];
+            json_begin_object(w, NULL);
+            json_size(w, "cached_tokens", at->tokens);
+            json_number(w, "ring_step_seconds", at->ring_step_seconds);
+            json_size(w, "ring_cache_bytes", at->ring_cache_bytes);
+            json_number(w, "full_step_seconds", at->full_step_seconds);
+            json_size(w, "full_cache_bytes", at->full_cache_bytes);
+            json_end_object(w);
+        }
+        json_end_array(w);
+    } else if (g->state == BENCH_NOT_RUN) {
+        json_string(w, "note", g->note);
+    }
+    json_end_object(w);
+}
+
 /* The decoding step's own shape: the core's B, H, d, P, mask and window with the layer's D; its
  * sequence length is cached_tokens (+ 1 new token), not the core's N. */
 static void json_decode(json_writer *w, const bench_config *cfg, const bench_results *r)
@@ -265,6 +295,7 @@ static void json_decode(json_writer *w, const bench_config *cfg, const bench_res
     } else if (d->state == BENCH_NOT_RUN) {
         json_string(w, "note", d->note);
     }
+    if (d->state != BENCH_SKIPPED) json_ring(w, cfg, r);
     json_end_object(w);
 }
 

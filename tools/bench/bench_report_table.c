@@ -265,6 +265,25 @@ static void print_decode(const bench_config *cfg, const bench_results *r)
     print_choice(&d->choice);
 }
 
+static void print_ring(const bench_config *cfg, const bench_results *r)
+{
+    const bench_ring *g = &r->ring;
+    printf("\ndecoding on a ring cache of %zu tokens (window %lld) beside a cache of every token, one token per "
+           "sequence\n",
+           cfg->ring_tokens, (long long)cfg->options.window);
+    if (g->state != BENCH_RAN) {
+        printf("  %s\n", g->note);
+        return;
+    }
+    printf("  %14s  %14s  %14s  %14s  %14s\n", "cached tokens", "ring step ms", "ring bytes", "full step ms",
+           "full bytes");
+    for (size_t i = 0; i < BENCH_RING_POSITIONS; ++i) {
+        const bench_ring_position *at = &g->at[i];
+        printf("  %14zu  %14.3f  %14zu  %14.3f  %14zu\n", at->tokens, 1e3 * at->ring_step_seconds,
+               at->ring_cache_bytes, 1e3 * at->full_step_seconds, at->full_cache_bytes);
+    }
+}
+
 void bench_print_table(const bench_config *c, const bench_results *r)
 {
     printf("iha bench (library %s)\n", iha_version_string());
@@ -279,6 +298,7 @@ void bench_print_table(const bench_config *c, const bench_results *r)
         printf("\nceilings\n  skipped (--no-ceilings)\n");
     if (c->run_decode) {
         print_decode(c, r);
+        if (c->ring_tokens) print_ring(c, r);
         printf("\nattention core, unfused baseline, layer, cold start: skipped (--decode)\n");
         return;
     }

@@ -34,6 +34,9 @@ static cli_option options[] = {
     {"decode", NULL, "measure a decoding step (one new token per sequence) instead of core, layer, cold start", NULL},
     {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
     {"half", NULL, "with --decode: store the cache in half precision", NULL},
+    {"ring", "L", "with --decode: also steps at L, 4L and 16L cached tokens on a ring cache of L tokens (needs "
+                  "--window W <= L) beside a full cache",
+     NULL},
     {"half-weights", NULL, "store the layer's (or with --decode the step's) weights, x and z in half precision", NULL},
     {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
     {NULL, NULL, NULL, NULL},
@@ -58,7 +61,10 @@ static cli_spec spec = {
     "With --decode, instead of the core, baseline, layer and cold start: a decoding step (one\n"
     "token per sequence; B, H, d, P, --model-dim, mask and window as given) against a cache of\n"
     "--cache-tokens tokens, its cache-read bandwidth next to the copy bandwidth, tokens/s;\n"
-    "--cache-tokens and --half need --decode; --n, --baseline-reps and --backward refuse it.\n"
+    "With --decode --ring L, also generation far past a ring KV cache: one token per sequence at\n"
+    "L, 4L and 16L cached tokens on a ring of L tokens for the layer's --window, beside a cache that\n"
+    "keeps every token: step times and cache bytes.\n"
+    "--cache-tokens, --half and --ring need --decode; --n, --baseline-reps and --backward refuse it.\n"
     "--half-weights stores the weights, x and z in half (IHA_STORAGE_F16 activations and weights):\n"
     "the layer's, and with --backward also dz, dx and every gradient; with --decode the step's.\n"
     "The attention core stays float.\n"
@@ -123,11 +129,13 @@ static int read_options(int argc, char **argv, bench_config *c)
     c->decode_half = cli_get(&spec, "half") != NULL;
     c->half_weights = cli_get(&spec, "half-weights") != NULL;
     c->decode_tokens = 4096;
-    if (cli_get_size(&spec, "cache-tokens", 1, 1 << 22, &c->decode_tokens))
+    c->ring_tokens = 0;
+    if (cli_get_size(&spec, "cache-tokens", 1, 1 << 22, &c->decode_tokens) ||
+        cli_get_size(&spec, "ring", 1, 1 << 18, &c->ring_tokens))
         return CLI_EXIT_USAGE;
     /* An option that the chosen measurement would not use is refused rather than ignored: a run
      * with --half but without --decode would otherwise look like a half-precision result. */
-    static const char *const decode_only[] = {"cache-tokens", "half", NULL};
+    static const char *const decode_only[] = {"cache-tokens", "half", "ring", NULL};
     static const char *const core_only[] = {"n", "baseline-reps", "backward", NULL};
     const char *const *unused = c->run_decode ? core_only : decode_only;
     for (size_t i = 0; unused[i]; i++) {
@@ -143,6 +151,12 @@ static int read_options(int argc, char **argv, bench_config *c)
     if (c->half_weights && !c->run_decode && !c->run_layer) {
         cli_error(&spec, "--half-weights applies to the layer (or with --decode the decoding step), which "
                          "--no-layer skips");
+        return CLI_EXIT_USAGE;
+    }
+    if (c->ring_tokens && (c->options.window < 1 || (uint64_t)c->options.window > c->ring_tokens ||
+                           c->options.mask == IHA_MASK_NONE)) {
+        cli_error(&spec, "--ring %zu needs a causal or token_causal layer with --window W, 1 <= W <= %zu (a ring "
+                         "keeps the tokens a window reads)", c->ring_tokens, c->ring_tokens);
         return CLI_EXIT_USAGE;
     }
     if (c->run_decode)
@@ -200,6 +214,10 @@ static int measure(const bench_config *c, bench_results *r)
     if (!failed && c->run_decode) {
         progress("decoding step");
         failed = bench_decode_run(ctx, c, &r->decode);
+        if (!failed && c->ring_tokens) {
+            progress("decoding on a ring cache and a full one");
+            failed = bench_ring_run(ctx, c, &r->ring);
+        }
     } else if (!failed) {
         char what[64];
         snprintf(what, sizeof what, "attention core%s%s", c->run_baseline ? ", unfused baseline" : "",

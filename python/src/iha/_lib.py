@@ -80,6 +80,10 @@ class Shape(ctypes.Structure):
     _fields_ = [(name, c_size_t) for name in ("batch", "tokens", "model_dim", "heads", "head_dim", "pseudo")]
 
 
+class KVCacheOptions(ctypes.Structure):
+    _fields_ = [("storage", c_int), ("window", c_int64), ("cache_tokens", c_size_t)]
+
+
 class Buffer(ctypes.Structure):
     _fields_ = [("mem", c_void_p), ("offset", c_size_t)]
 
@@ -201,6 +205,8 @@ def _declare(lib):
         "iha_forward_save": (c_int, [P, S, O, W, B, B, B]),
         "iha_backward_saved": (c_int, [P, S, O, W, B, B, B, B, W]),
         "iha_kv_cache_create": (c_int, [P, S, c_int, ctypes.POINTER(P)]),
+        "iha_kv_cache_options_init": (None, [ctypes.POINTER(KVCacheOptions)]),
+        "iha_kv_cache_create_with": (c_int, [P, S, ctypes.POINTER(KVCacheOptions), ctypes.POINTER(P)]),
         "iha_kv_cache_free": (None, [P]),
         "iha_kv_cache_reset": (None, [P]),
         "iha_kv_cache_truncate": (c_int, [P, c_size_t, c_size_t]),

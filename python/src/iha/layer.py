@@ -55,10 +55,13 @@ class Layer:
 
     __call__ = forward
 
-    def kv_cache(self, batch, max_tokens, storage=None):
+    def kv_cache(self, batch, max_tokens, storage=None, *, cache_tokens=0, window=None):
         """An empty KVCache for `batch` sequences of up to max_tokens tokens each (storage None:
-        the layer's)."""
-        return KVCache(self, batch, max_tokens, storage or self.storage)
+        the layer's). cache_tokens L below max_tokens makes it a ring of each sequence's last L
+        tokens for a windowed layer (window None: the layer's; L at least the window): memory
+        that does not grow with the sequence (iha_kv_cache_create_with)."""
+        return KVCache(self, batch, max_tokens, storage or self.storage, cache_tokens=cache_tokens,
+                       window=self.options.window if window is None else window)
 
 
 def forward(x, wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r, *, mask="causal", window=0, rope_base=None, scale=None,
@@ -74,19 +77,38 @@ class KVCache:
     """The pseudo-key and pseudo-value cache of one layer for incremental decoding
     (iha_kv_cache_*, iha_decode_step): prefill() appends a chunk of tokens per sequence, step()
     one token per sequence, and both return the new tokens' outputs, equal (within rounding) to
-    the rows of a full forward over everything appended so far."""
+    the rows of a full forward over everything appended so far.
 
-    def __init__(self, layer, batch, max_tokens, storage="float32"):
+    storage: "float32" or "float16" for the keys and values. cache_tokens: 0 (or at least
+    max_tokens) keeps every token; L below max_tokens keeps a ring of each sequence's last L
+    tokens, for steps with a window of 1 to `window` tokens (window <= L), so sequences grow to
+    max_tokens in memory that depends only on L (nbytes); truncate() then rewinds only within
+    what the ring holds (include/iha.h, iha_kv_cache_create_with)."""
+
+    def __init__(self, layer, batch, max_tokens, storage="float32", *, cache_tokens=0, window=0):
         self.layer = layer
         self.context = layer.context
         self.batch, self.max_tokens = int(batch), int(max_tokens)
+        self.cache_tokens, self.window = int(cache_tokens), int(window)
         _calls.dtype_of(storage)
+        if self.cache_tokens < 0:
+            raise ValueError(f"cache_tokens must be at least 0, not {self.cache_tokens}")
         shape = _lib.Shape(self.batch, self.max_tokens, layer.model_dim, layer.heads, layer.head_dim, layer.pseudo)
+        options = _lib.KVCacheOptions()
+        lib.iha_kv_cache_options_init(ctypes.byref(options))
+        options.storage = _lib.STORAGES[storage]
+        options.window = self.window
+        options.cache_tokens = self.cache_tokens
         handle = ctypes.c_void_p()
         with self.context.lock:
-            self.context.check(lib.iha_kv_cache_create(self.context.handle, ctypes.byref(shape),
-                                                       _lib.STORAGES[storage], ctypes.byref(handle)))
+            self.context.check(lib.iha_kv_cache_create_with(self.context.handle, ctypes.byref(shape),
+                                                            ctypes.byref(options), ctypes.byref(handle)))
         self._handle = handle
+
+    @property
+    def is_ring(self):
+        """True when the cache keeps only each sequence's last cache_tokens tokens."""
+        return 0 < self.cache_tokens < self.max_tokens
 
     def _run(self, x, counts):
         layer = self.layer
@@ -137,7 +159,8 @@ class KVCache:
             lib.iha_kv_cache_reset(self._handle)
 
     def truncate(self, b, tokens):
-        """Rewinds sequence b to its first `tokens` tokens."""
+        """Rewinds sequence b to its first `tokens` tokens (a ring: within what it holds, else
+        InvalidArgumentError and nothing changed)."""
         with self.context.lock:
             self.context.check(lib.iha_kv_cache_truncate(self._handle, b, tokens))
 
