@@ -60,7 +60,7 @@ size_t ref_position(const ref_problem *p, size_t b, size_t t)
     return t - first * p->P;
 }
 
-/* doc/spec.md step 4's table inside the sequence of query t ("Packed documents"): keys of other
+/* doc/spec.md step 4's table inside the sequence of query t ("Packed sequences"): keys of other
  * sequences are hidden, and positions count from the sequence's first token. */
 int ref_visible(const ref_problem *p, size_t b, size_t t, size_t u)
 {

@@ -17,7 +17,7 @@ typedef struct ref_problem {
     double rope_base;    /* 0 = 10000 */
     const float *x, *wq, *wk, *wv, *wo;           /* doc/spec.md's shapes */
     const float *alpha_q, *alpha_k, *alpha_v, *r; /* NULL = identity (only valid with P = 1) */
-    /* Packed documents (doc/spec.md): seq_count lengths in tokens over the B*N tokens, batch row 0
+    /* Packed sequences (doc/spec.md): seq_count lengths in tokens over the B*N tokens, batch row 0
      * first, each at least 1, none crossing a row, together B*N; NULL (and 0) = one per row.
      * Attention runs per sequence, rotary positions restart at each sequence's first token. */
     const size_t *seq_lens;

@@ -14,7 +14,7 @@
 #define IHA_MAX_HEAD_DIM 256
 #define IHA_LOG2E 1.4426950408889634
 
-/* options->seq_lens (doc/spec.md, "Packed documents"): lengths of at least 1 token, in order over
+/* options->seq_lens (doc/spec.md, "Packed sequences"): lengths of at least 1 token, in order over
  * the B*N tokens, each within one batch row, together B*N. */
 static iha_status check_sequences(iha_context *ctx, const iha_attention_options *o, iha_plan *p)
 {

@@ -1,4 +1,4 @@
-/* Packed sequences on the device (doc/spec.md, "Packed documents"): each token's sequence bounds
+/* Packed sequences on the device (doc/spec.md, "Packed sequences"): each token's sequence bounds
  * for the attention kernels (cl/masks.clh), and the rotary table whose positions restart at each
  * sequence. iha__plan_make has checked the lengths (layer/plan.c). */
 #include <stdlib.h>
