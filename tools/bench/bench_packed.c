@@ -2,8 +2,9 @@
  * bench_packed.c - "iha bench --seq-lens": the attention core (iha_attention) on one batch row
  * packing the given sequences (options->seq_lens), against the same sequences run one by one,
  * and against one sequence of their total length (what packing saves). Every time is a median
- * of reps runs after a warm-up run; the sequences alone are timed as consecutive calls, each
- * with its own buffers, as an application without packing would run them.
+ * of reps runs after a warm-up run, the three taking turns; the sequences alone are timed as
+ * consecutive calls, each with its own buffers, as an application without packing would run
+ * them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,20 +52,37 @@ static iha_status run_once(iha_context *ctx, const iha_shape *shape, const iha_a
     return st == IHA_OK ? iha_context_finish(ctx) : st;
 }
 
-/* The median of reps timed runs of `calls` calls (call i: shapes[i] on b[i]), after a warm-up. */
-static iha_status time_calls(iha_context *ctx, const bench_config *c, const iha_shape *shapes,
-                             const iha_attention_options *o, const packed_buffers *b, size_t calls, double *seconds)
+/* One way of running the problem: `calls` calls, call i on shapes[i] with buffers b[i]. */
+typedef struct packed_way {
+    const iha_shape *shapes;
+    const iha_attention_options *options;
+    const packed_buffers *b;
+    size_t calls;
+} packed_way;
+
+static iha_status run_way(iha_context *ctx, const packed_way *w)
 {
-    double *samples = malloc(c->reps * sizeof *samples);
+    iha_status st = IHA_OK;
+    for (size_t i = 0; i < w->calls && st == IHA_OK; i++) st = run_once(ctx, &w->shapes[i], w->options, &w->b[i]);
+    return st;
+}
+
+/* The median of reps timed runs of each of the three ways, after a warm-up of each. The ways
+ * take turns within each rep, so a shared machine's load, which drifts over seconds, weighs on
+ * all three alike. */
+static iha_status time_ways(iha_context *ctx, const bench_config *c, const packed_way ways[3], double seconds[3])
+{
+    double *samples = malloc(3 * c->reps * sizeof *samples);
     if (!samples) return IHA_ERROR_HOST_MEMORY;
     iha_status st = IHA_OK;
-    for (size_t i = 0; i < calls && st == IHA_OK; i++) st = run_once(ctx, &shapes[i], o, &b[i]);
-    for (size_t r = 0; r < c->reps && st == IHA_OK; r++) {
-        const double start = timer_seconds();
-        for (size_t i = 0; i < calls && st == IHA_OK; i++) st = run_once(ctx, &shapes[i], o, &b[i]);
-        samples[r] = timer_seconds() - start;
-    }
-    if (st == IHA_OK) *seconds = timer_median(samples, c->reps);
+    for (int k = 0; k < 3 && st == IHA_OK; k++) st = run_way(ctx, &ways[k]);
+    for (size_t r = 0; r < c->reps && st == IHA_OK; r++)
+        for (int k = 0; k < 3 && st == IHA_OK; k++) {
+            const double start = timer_seconds();
+            st = run_way(ctx, &ways[k]);
+            samples[k * c->reps + r] = timer_seconds() - start;
+        }
+    for (int k = 0; k < 3 && st == IHA_OK; k++) seconds[k] = timer_median(samples + k * c->reps, c->reps);
     free(samples);
     return st;
 }
@@ -98,10 +116,12 @@ int bench_packed_run(iha_context *ctx, const bench_config *c, bench_packed *out)
     iha_attention_options packed = c->options;
     packed.seq_lens = c->seq_lens;
     packed.seq_count = n;
-    iha_status st = time_calls(ctx, c, &row, &packed, &b[0], 1, &out->packed_seconds);
-    if (st == IHA_OK) bench_choice_get(ctx, "attention", &out->choice);
-    if (st == IHA_OK) st = time_calls(ctx, c, shapes, &c->options, &b[1], n, &out->separate_seconds);
-    if (st == IHA_OK) st = time_calls(ctx, c, &row, &c->options, &b[0], 1, &out->unpacked_seconds);
+    const packed_way ways[3] = {{&row, &packed, &b[0], 1}, {shapes, &c->options, &b[1], n}, {&row, &c->options, &b[0], 1}};
+    double seconds[3] = {0, 0, 0};
+    iha_status st = run_way(ctx, &ways[0]);
+    if (st == IHA_OK) bench_choice_get(ctx, "attention", &out->choice); /* the packed call's */
+    if (st == IHA_OK) st = time_ways(ctx, c, ways, seconds);
+    out->packed_seconds = seconds[0], out->separate_seconds = seconds[1], out->unpacked_seconds = seconds[2];
     release(b, n + 1);
     free(b), free(shapes);
     if (st != IHA_OK) return bench_fail(ctx, st, "packed sequences");
