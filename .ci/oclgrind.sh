@@ -71,6 +71,7 @@ run nonfinite -- "$tests/test_nonfinite"
 run gemm_races --data-races -- "$tests/test_gemm"
 run backward_races --data-races -- "$tests/test_backward"
 run layer_backward_races --data-races -- "$tests/test_layer_backward"
+run packed_races --data-races -- "$tests/test_packed"
 IHA_SMALL_SHAPES_FILTER='unfused*' run unfused_uninitialized --uninitialized -- "$tests/test_small_shapes"
 [ $failed -eq 0 ] && echo "oclgrind: all clean; logs in $logs"
 exit $failed

@@ -53,4 +53,5 @@ run test_nonfinite
 run test_decode IHA_TEST_SKIP='long_*'
 run test_backward
 run test_half IHA_TEST_ONLY='*_backward_half'
+run test_packed
 exit $failed

@@ -148,7 +148,7 @@ IHA_DEFINE_EXP2_BOUNDED(exp2_bounded, floatK, intK)
 #define EXP2_SCORES exp2
 #endif
 
-/* MASK_* and visible_range(t, T, P, mask, window) -> [lo, hi]. */
+/* MASK_*, visible_keys(t, T, P, mask, window, seq) -> [lo, hi] and the packed sequences' arguments. */
 #include "masks.clh"
 
 /* Elements in the last chunk of a row when ATT_VD does not divide HEAD_DIM (0 when it does). */
@@ -206,7 +206,7 @@ typedef struct tile_state {
 /* Query row r of the tile is rows[min(r, valid - 1)] at virtual position pos0 + min(r, valid - 1):
  * rows past `valid` (a tail) repeat the last valid one and are not stored. */
 static inline void tile_init(tile_state *ts, const __global float *rows, int pos0, int valid, int T, int P, int mask,
-                             int window, float scale_log2)
+                             int window, float scale_log2, const __global int2 *seq)
 {
     ts->lo_min = T;
     ts->lo_max = 0;
@@ -216,7 +216,7 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         const int i = min(r, valid - 1);
-        const int2 range = visible_range(pos0 + i, T, P, mask, window);
+        const int2 range = visible_keys(pos0 + i, T, P, mask, window, seq);
         ts->lo[r] = range.x;
         ts->hi[r] = range.y;
         ts->lo_min = min(ts->lo_min, range.x);
@@ -341,7 +341,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
                                 __global float *o, ulong o_off,         /* [B*H][T][HEAD_DIM] */
                                 __global float *lse, ulong lse_off,     /* [B*H][T] natural log */
                                 int want_lse, int T, int P, int mask, int window,
-                                float scale_log2 IHA_PROBE_PARAMS) /* score scale * log2(e) */
+                                float scale_log2 /* score scale * log2(e) */ IHA_SEQ_PARAMS IHA_PROBE_PARAMS)
 {
     const int t0 = get_global_id(0) * (ATT_ROWS * ATT_TILES);
     const int bh = get_global_id(1);
@@ -350,12 +350,13 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
     const __global float *qb = q + q_off + (size_t)bh * T * HEAD_DIM;
     const __global kv_t *kb = kp + k_off + (size_t)bh * blocks * HEAD_DIM * ATT_KB;
     const __global kv_t *vb = v + v_off + (size_t)bh * T * HEAD_DIM;
+    const __global int2 *seq = seq_row(seq_bounds, seq_heads, bh, T, P);
 
     tile_state tiles[ATT_TILES];
     int lo_min = T, hi_max = 0;
     for (int i = 0; i < ATT_TILES; ++i) {
         const int first = min(t0 + i * ATT_ROWS, T - 1);
-        tile_init(&tiles[i], qb + (size_t)first * HEAD_DIM, first, T - first, T, P, mask, window, scale_log2);
+        tile_init(&tiles[i], qb + (size_t)first * HEAD_DIM, first, T - first, T, P, mask, window, scale_log2, seq);
         lo_min = min(lo_min, tiles[i].lo_min);
         hi_max = max(hi_max, tiles[i].hi_max);
     }

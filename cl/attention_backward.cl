@@ -18,7 +18,8 @@
 #error "HEAD_DIM must be defined by the host"
 #endif
 
-/* MASK_*, visible_range(t, ...) -> visible keys, seeing_queries(u, ...) -> queries that see u. */
+/* MASK_*, visible_keys(t, ...) -> visible keys, seeing_queries_in(u, ...) -> queries that see u,
+ * both within packed sequences. */
 #include "masks.clh"
 
 /* Head-dimension chunks of 4; the last one zero-padded when 4 does not divide HEAD_DIM. */
@@ -106,7 +107,7 @@ __kernel void attention_bwd_dq_f32(__global const float *q, ulong q_off,       /
                                    __global const float *lse, ulong lse_off,   /* [B*H][T] natural log */
                                    __global const float *delta,                /* [B*H][T] */
                                    __global float *dq, ulong dq_off,           /* [B*H][T][HEAD_DIM] */
-                                   int T, int P, int mask, int window, float scale IHA_PROBE_PARAMS)
+                                   int T, int P, int mask, int window, float scale IHA_SEQ_PARAMS IHA_PROBE_PARAMS)
 {
     const int t = get_global_id(0), bh = get_global_id(1);
     if (t >= T) return;
@@ -119,7 +120,7 @@ __kernel void attention_bwd_dq_f32(__global const float *q, ulong q_off,       /
     const float l = lse[lse_off + (size_t)bh * T + t], dt = delta[(size_t)bh * T + t];
     /* A row that saw no key has LSE = -inf and no gradient. */
     if (l != -INFINITY) {
-        const int2 r = visible_range(t, T, P, mask, window);
+        const int2 r = visible_keys(t, T, P, mask, window, seq_row(seq_bounds, seq_heads, bh, T, P));
         int u = r.x;
         for (; u <= r.y + IHA_PROBE_PAST; ++u) {
             IHA_PROBE_SKIP_PAST(u > r.y);
@@ -142,7 +143,7 @@ __kernel void attention_bwd_dkv_f32(__global const float *q, ulong q_off,     /*
                                     __global const float *delta,              /* [B*H][T] */
                                     __global float *dk, ulong dk_off,         /* [B*H][T][HEAD_DIM] */
                                     __global float *dv, ulong dv_off,         /* [B*H][T][HEAD_DIM] */
-                                    int T, int P, int mask, int window, float scale IHA_PROBE_PARAMS)
+                                    int T, int P, int mask, int window, float scale IHA_SEQ_PARAMS IHA_PROBE_PARAMS)
 {
     const int u = get_global_id(0), bh = get_global_id(1);
     if (u >= T) return;
@@ -152,7 +153,7 @@ __kernel void attention_bwd_dkv_f32(__global const float *q, ulong q_off,     /*
     for (int c = 0; c < CHUNKS; ++c) ks[c] *= scale;
     load_row(v + v_off + row, vs);
     for (int c = 0; c < CHUNKS; ++c) dk_acc[c] = dv_acc[c] = (float4)(0.0f);
-    const int2 r = seeing_queries(u, T, P, mask, window);
+    const int2 r = seeing_queries_in(u, T, P, mask, window, seq_row(seq_bounds, seq_heads, bh, T, P));
     int t = r.x;
     for (; t <= r.y + IHA_PROBE_PAST; ++t) {
         IHA_PROBE_SKIP_PAST(t > r.y);

@@ -44,7 +44,8 @@
 #include "exp2_bounded.clh"
 IHA_DEFINE_EXP2_BOUNDED(exp2_bounded16, float16, int16)
 
-/* MASK_*, visible_range(t, ...) -> visible keys, seeing_queries(u, ...) -> queries that see u. */
+/* MASK_*, visible_keys(t, ...) -> visible keys, seeing_queries_in(u, ...) -> queries that see u,
+ * both within packed sequences. */
 #include "masks.clh"
 
 #define LANE_IOTA ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
@@ -233,7 +234,7 @@ static void key_group(const __global float *qpb, const __global float *gpb, cons
                       const __global float *kb, const __global float *vb, const __global float *gb,
                       const __global float *lse_bh, const __global float *delta_bh, __global float *dkb,
                       __global float *dvb, __global float *part, int u0, int T, int P, int mask, int window,
-                      float scale)
+                      float scale, const __global int2 *seq)
 {
     const float scale_log2 = scale * LOG2E;
     key_tile tiles[BW_TILES];
@@ -246,7 +247,7 @@ static void key_group(const __global float *qpb, const __global float *gpb, cons
              * dq): zeroing their key rows instead would make 2^(0 - lse) of a very negative lse
              * overflow, and select is what keeps any such value out. */
             const int u = min(u0 + i * BW_ROWS + r, T - 1);
-            span_add(&tl->span, r, u0 + i * BW_ROWS + r < T ? seeing_queries(u, T, P, mask, window) : (int2)(T, -1));
+            span_add(&tl->span, r, u0 + i * BW_ROWS + r < T ? seeing_queries_in(u, T, P, mask, window, seq) : (int2)(T, -1));
             for (int c = 0; c < ROWPAD; ++c) {
                 tl->ks[r][c] = c < HEAD_DIM ? kb[(size_t)u * HEAD_DIM + c] * scale_log2 : 0.0f;
                 tl->vs[r][c] = c < HEAD_DIM ? vb[(size_t)u * HEAD_DIM + c] : 0.0f;
@@ -331,7 +332,7 @@ __kernel void attention_bwd_tiles_f32(__global const float *qp, ulong qp_off,   
                                       __global float *dk, ulong dk_off,         /* [B*H][T][HEAD_DIM] */
                                       __global float *dv, ulong dv_off,         /* [B*H][T][HEAD_DIM] */
                                       __global float *part,                     /* see above */
-                                      int segments, int T, int P, int mask, int window, float scale IHA_PROBE_PARAMS)
+                                      int segments, int T, int P, int mask, int window, float scale IHA_SEQ_PARAMS IHA_PROBE_PARAMS)
 {
     const int s = get_global_id(0), bh = get_global_id(1), bhs = get_global_size(1);
     if (s >= segments) return;
@@ -348,7 +349,7 @@ __kernel void attention_bwd_tiles_f32(__global const float *qp, ulong qp_off,   
         key_group(qp + qp_off + packed_base, gp + gp_off + packed_base, q + q_off + rows_base, k + k_off + rows_base,
                   v + v_off + rows_base, dout + d_off + rows_base, lse + lse_off + (size_t)bh * T,
                   delta + (size_t)bh * T, dk + dk_off + rows_base, dv + dv_off + rows_base, pb, u0, T, P, mask,
-                  window, scale);
+                  window, scale, seq_row(seq_bounds, seq_heads, bh, T, P));
     }
     IHA_PROBE_EXPECT(u0 >= T + IHA_PROBE_PAST * stride);
     IHA_PROBE_CHECK();

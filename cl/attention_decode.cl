@@ -86,8 +86,9 @@ __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off,
     tile_state ts;
     int first = T, last = -1; /* key blocks to visit */
     if (r0 < active) {
+        /* A decoding step's sequences are the cache's rows (a packed step is a ragged one). */
         tile_init(&ts, q + q_off + ((size_t)bh * rows + r0) * HEAD_DIM, n0 * P + r0, active - r0, T, P, mask, window,
-                  scale_log2);
+                  scale_log2, 0);
         first = max(base + s * split_blocks, ts.lo_min / ATT_KB);
         last = min(base + (s + 1) * split_blocks - 1, ts.hi_max / ATT_KB);
     } else {

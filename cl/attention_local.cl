@@ -51,16 +51,17 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
     const __global float *qb = q + q_off + (size_t)bh * T * HEAD_DIM;
     const __global float *kb = kp + k_off + (size_t)bh * blocks * HEAD_DIM * ATT_KB;
     const __global float *vb = v + v_off + (size_t)bh * T * HEAD_DIM;
+    const __global int2 *seq = seq_row(seq_bounds, seq_heads, bh, T, P);
 
     float qr[HEAD_DIM], acc[HEAD_DIM];
     for (int c = 0; c < HEAD_DIM; ++c) {
         qr[c] = qb[(size_t)row * HEAD_DIM + c] * scale_log2;
         acc[c] = 0.0f;
     }
-    const int2 range = visible_range(row, T, P, mask, window);
+    const int2 range = visible_keys(row, T, P, mask, window, seq);
     /* The same for every work-item of the group, so the barriers below are reached uniformly. */
-    const int lo_min = visible_range(t0, T, P, mask, window).x;
-    const int hi_max = visible_range(min(t0 + LOC_ROWS - 1, T - 1), T, P, mask, window).y;
+    const int lo_min = visible_keys(t0, T, P, mask, window, seq).x;
+    const int hi_max = visible_keys(min(t0 + LOC_ROWS - 1, T - 1), T, P, mask, window, seq).y;
     float m = -INFINITY, l = 0.0f;
 
     int j0 = lo_min / LOC_KEYS * LOC_KEYS;

@@ -53,6 +53,7 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
     const __global float *qb = q + q_off + (size_t)bh * T * HEAD_DIM;
     const __global float *kb = kp + k_off + (size_t)bh * blocks * HEAD_DIM * ATT_KB;
     const __global float *vb = v + v_off + (size_t)bh * T * HEAD_DIM;
+    const __global int2 *seq = seq_row(seq_bounds, seq_heads, bh, T, P);
 
     /* The query tile, zeros past T and in the padding columns. The tile loads below write only
      * columns under HEAD_DIM, so the padding of ks and vs is zeroed here once: padded columns
@@ -71,14 +72,14 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
     int2 range[4];
     float m[4], l[4], acc[4][CW];
     for (int r = 0; r < 4; ++r) {
-        range[r] = visible_range(min(t0 + 4 * ty + r, T - 1), T, P, mask, window);
+        range[r] = visible_keys(min(t0 + 4 * ty + r, T - 1), T, P, mask, window, seq);
         m[r] = -INFINITY;
         l[r] = 0.0f;
         for (int i = 0; i < CW; ++i) acc[r][i] = 0.0f;
     }
     /* The same for every work-item of the group, so the barriers below are reached uniformly. */
-    const int lo_min = visible_range(t0, T, P, mask, window).x;
-    const int hi_max = visible_range(min(t0 + TILE_ROWS - 1, T - 1), T, P, mask, window).y;
+    const int lo_min = visible_keys(t0, T, P, mask, window, seq).x;
+    const int hi_max = visible_keys(min(t0 + TILE_ROWS - 1, T - 1), T, P, mask, window, seq).y;
 
     int j0 = lo_min / TILE_KEYS * TILE_KEYS;
     for (; j0 <= hi_max + IHA_PROBE_PAST * TILE_KEYS; j0 += TILE_KEYS) {

@@ -29,14 +29,16 @@ __kernel void transpose_f32(int rows, int cols, __global const float *src, ulong
 /* The gradient through doc/spec.md's step 3 rotation, in place on rows x [rows][d] (row index
  * bh * T + t, virtual position t): the rotation is orthogonal, so its gradient is the inverse
  * rotation, (g_i, g_{i+d/2}) -> (g_i cos + g_{i+d/2} sin, g_{i+d/2} cos - g_i sin). table is
- * the forward's [T][2][d/2] (cosines, then sines). A work-item per (pair i, row). */
-__kernel void rope_inverse_f32(__global float *x, ulong x_off, ulong rows, __global const float *table, int T, int d IHA_PROBE_PARAMS)
+ * the forward's [T][2][d/2] (cosines, then sines), or with heads = H > 0 (packed sequences) one
+ * table per batch row, [B][T][2][d/2]. A work-item per (pair i, row). */
+__kernel void rope_inverse_f32(__global float *x, ulong x_off, ulong rows, __global const float *table, int T, int d,
+                               int heads IHA_PROBE_PARAMS)
 {
     const int pairs = d / 2, i = (int)get_global_id(0);
     const ulong row = get_global_id(1);
     if (i >= pairs || row >= rows) return; /* the launch rounds both up to whole work-groups */
-    const int t = (int)(row % (ulong)T);
-    const float c = table[(ulong)t * d + i], s = table[(ulong)t * d + pairs + i];
+    const ulong t = (heads > 0 ? row / ((ulong)heads * T) * T : 0) + row % (ulong)T;
+    const float c = table[t * d + i], s = table[t * d + pairs + i];
     __global float *g = x + x_off + row * (ulong)d;
     const float g0 = g[i], g1 = g[i + pairs];
     g[i] = g0 * c + g1 * s;

@@ -2,7 +2,9 @@
  *   dst[b][h][t][c] = sum_m alpha[m][h][p] * src[b][n][m][c],  t = n*P + p
  * then, when asked, the rotate-half rotation of the pair (c, c + d/2) at position t, from a
  * cos/sin table [T][2][d/2] (cos row, then sin row) that the host computed in double precision:
- * a float angle t*theta loses ~1e-3 at t = 32768, far outside the contract.
+ * a float angle t*theta loses ~1e-3 at t = 32768, far outside the contract. use_rope 2 takes a
+ * table per batch row, [B][T][2][d/2], for packed sequences, whose positions restart at each
+ * sequence (see rope_batch_row in mix_common.clh).
  * Output layout: key_block == 0 gives rows [B*H][T][d]; key_block = KB > 0 gives the key-block
  * layout of attention.cl, [B*H][ceil(T/KB)][d][KB], with the padding rows written as zeros.
  * Two variants of one contract, chosen per device:
@@ -59,7 +61,7 @@ __kernel void mix_heads_f32(__global const float *src, ulong src_off,     /* [B]
             }
         }
         if (use_rope) {
-            const __global float *cs = rope + (size_t)t * d;
+            const __global float *cs = rope + (rope_batch_row(use_rope, b, T) + t) * d;
             const float y0 = x0 * cs[i] - x1 * cs[pairs + i];
             const float y1 = x1 * cs[i] + x0 * cs[pairs + i];
             x0 = y0;
@@ -100,7 +102,7 @@ __kernel void mix_heads_rows_f32(__global const float *src, ulong src_off, __glo
         const __global float *a = alpha + alpha_off + (size_t)h * P + p;
         if (use_rope) {
             const int hd = d / 2;
-            const __global float *cs = rope + (size_t)t * d;
+            const __global float *cs = rope + (rope_batch_row(use_rope, b, T) + t) * d;
             const size_t cs_avail = (size_t)(T - t) * d; /* the table has T rows */
             const int whole = whole_cols(H, d, hd, avail), whole1 = whole_cols(H, d, hd, avail - hd);
             const int cs_whole = whole_cols(1, d, hd, cs_avail), sn_whole = whole_cols(1, d, hd, cs_avail - hd);

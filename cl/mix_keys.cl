@@ -112,7 +112,7 @@ __kernel void mix_keys_blocks_f32(__global const float *src, ulong src_off, __gl
                 x0 = mix_cols(row, a, identity, h, H, P, d, c0, cols, whole_cols(H, d, cols, avail));
                 if (use_rope) {
                     x1 = mix_cols(row + cols, a, identity, h, H, P, d, c0, cols, whole_cols(H, d, cols, avail - cols));
-                    const __global float *cs = rope + (size_t)t * d;
+                    const __global float *cs = rope + (rope_batch_row(use_rope, b, T) + t) * d;
                     const size_t cs_avail = (size_t)(T - t) * d; /* the table has T rows */
                     const floatM cv = load_cols(cs, c0, cols, whole_cols(1, d, cols, cs_avail));
                     const floatM sv = load_cols(cs + cols, c0, cols, whole_cols(1, d, cols, cs_avail - cols));

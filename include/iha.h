@@ -310,11 +310,21 @@ typedef struct iha_attention_options {
      * convert each weight matrix into float workspace (D*H*d floats) and run the context's
      * GEMM backend. */
     int weight_storage;
-    /* Packed sequences: seq_count lengths in tokens, in order over the call's B*N tokens
-     * (batch row 0 first), each at least 1, together B*N, none crossing a batch row; NULL with
-     * seq_count 0 (the default) makes each batch row one sequence. Attention never crosses a
-     * sequence, masks and windows apply inside each, and rotary positions restart at each
-     * sequence's first token. The array is read during the call and not kept. */
+    /* Packed sequences (doc/spec.md, "Packed sequences"; doc/guide.md, "Packed batches"):
+     * seq_count lengths in tokens, in order over the call's B*N tokens (batch row 0 first),
+     * each at least 1, together B*N, none crossing a batch row; NULL with seq_count 0 (the
+     * default) makes each batch row one sequence. Attention never crosses a sequence; masks
+     * and windows apply inside each, counted from its first token (token n of a sequence that
+     * starts at token s of its row is its token n - s, virtual position t - s*P), and rotary
+     * positions restart there (virtual position (n - s)*P + p). Mixing, collapse and the
+     * projections are per token and unchanged. Key blocks wholly in other sequences are
+     * skipped, so a call costs about the sum of its sequences' costs. Honoured by
+     * iha_forward, iha_forward_save, iha_backward, iha_backward_saved, iha_attention,
+     * iha_attention_backward and iha_attention_core (pass the same lengths to a forward and
+     * its backward); iha_decode_step reads them as a packed step (see there). A zero length,
+     * a sum other than B*N, a sequence crossing a batch row, or a count without an array (or
+     * an array without a count) is IHA_ERROR_INVALID_ARGUMENT, nothing written. The array is
+     * read during the call and not kept. */
     const size_t *seq_lens;
     size_t seq_count;
     /* Backward calls: nonzero adds every gradient into its output buffer (accumulation over
@@ -599,7 +609,12 @@ IHA_API size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
  * IHA_ERROR_INVALID_ARGUMENT and writes nothing (cache and z untouched). A step that the device
  * fails after it was checked leaves every length as it was (on a ring its tokens may count
  * toward n_max; a ring's long step: see iha_kv_cache_create_with). On a ring the attention reads
- * only the ring: its cost follows the window, not the sequence's length. */
+ * only the ring: its cost follows the window, not the sequence's length.
+ * Packed step (options->seq_lens set, a prefill of sequences of different lengths without
+ * padding): seq_count must equal the cache's batch B and counts must be NULL; sequence b
+ * appends seq_lens[b] tokens (0 to k = shape->tokens), and x and z hold the new tokens of all
+ * sequences back to back, [sum of seq_lens][D] (sequence 0's first). It runs as the ragged
+ * step of counts seq_lens on padded copies of x and z in workspace ([B][k][D] each). */
 IHA_API iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shape *shape,
                                    const iha_attention_options *options, const iha_layer_weights *weights,
                                    const uint32_t *counts, iha_buffer x, iha_buffer z);

@@ -21,6 +21,15 @@ int ref_dims_init(const ref_problem *p, int mixing, ref_dims *g)
         return -1;
     if (mixing && p->P > 1 && (!p->alpha_q || !p->alpha_k || !p->alpha_v || !p->r))
         return -1;
+    if ((p->seq_lens == NULL) != (p->seq_count == 0))
+        return -1;
+    for (size_t i = 0, start = 0; i < p->seq_count; start += p->seq_lens[i++]) {
+        if (p->seq_lens[i] == 0 || p->seq_lens[i] > p->B * p->N - start ||
+            start / p->N != (start + p->seq_lens[i] - 1) / p->N)
+            return -1;
+        if (i + 1 == p->seq_count && start + p->seq_lens[i] != p->B * p->N)
+            return -1;
+    }
     g->B = p->B;
     g->N = p->N;
     g->H = p->H;
@@ -33,9 +42,33 @@ int ref_dims_init(const ref_problem *p, int mixing, ref_dims *g)
     return 0;
 }
 
-/* doc/spec.md step 4's table: may virtual query t see virtual key u? */
-int ref_visible(const ref_problem *p, size_t t, size_t u)
+void ref_sequence(const ref_problem *p, size_t b, size_t n, size_t *first, size_t *end)
 {
+    *first = 0, *end = p->N;
+    const size_t at = b * p->N + n;
+    for (size_t i = 0, start = 0; i < p->seq_count; start += p->seq_lens[i++])
+        if (at < start + p->seq_lens[i]) {
+            *first = start - b * p->N, *end = start + p->seq_lens[i] - b * p->N;
+            return;
+        }
+}
+
+size_t ref_position(const ref_problem *p, size_t b, size_t t)
+{
+    size_t first, end;
+    ref_sequence(p, b, t / p->P, &first, &end);
+    return t - first * p->P;
+}
+
+/* doc/spec.md step 4's table inside the sequence of query t ("Packed sequences"): keys of other
+ * sequences are hidden, and positions count from the sequence's first token. */
+int ref_visible(const ref_problem *p, size_t b, size_t t, size_t u)
+{
+    size_t first, end;
+    ref_sequence(p, b, t / p->P, &first, &end);
+    if (u / p->P < first || u / p->P >= end)
+        return 0;
+    t -= first * p->P, u -= first * p->P;
     size_t P = p->P, n = t / P, m = u / P;
     unsigned long long W = (unsigned long long)p->window;
     switch (p->mask) {
@@ -100,14 +133,14 @@ void ref_rotate(double *x, size_t d, size_t t, double base)
 /* doc/spec.md step 4 for query row t of one (b, h): q is [d], k and v are [T][d]; writes o [d] and,
  * when lse is not NULL, *lse. scores is T doubles of scratch. */
 void ref_attend_row(const ref_problem *p, const ref_dims *g, const double *q, const double *k,
-                    const double *v, size_t t, double *scores, double *o, double *lse)
+                    const double *v, size_t b, size_t t, double *scores, double *o, double *lse)
 {
     size_t d = g->d, seen = 0;
     double max = -INFINITY, sum = 0.0;
     for (size_t c = 0; c < d; c++)
         o[c] = 0.0;
     for (size_t u = 0; u < g->T; u++) {
-        if (!ref_visible(p, t, u))
+        if (!ref_visible(p, b, t, u))
             continue;
         double s = 0.0;
         for (size_t c = 0; c < d; c++)
@@ -124,7 +157,7 @@ void ref_attend_row(const ref_problem *p, const ref_dims *g, const double *q, co
         return;
     }
     for (size_t u = 0; u < g->T; u++) {
-        if (!ref_visible(p, t, u))
+        if (!ref_visible(p, b, t, u))
             continue;
         double w = exp(scores[u] - max);
         sum += w;
@@ -172,9 +205,9 @@ static int ref_stages(const ref_problem *p, const ref_dims *g, const double *q, 
         for (size_t h = 0; h < g->H && p->rope; h++) {
             for (size_t t = 0; t < g->T; t++) {
                 size_t at = (b * g->H + h) * slab + t * g->d;
-                ref_rotate(kt + at, g->d, t, g->base);
+                ref_rotate(kt + at, g->d, ref_position(p, b, t), g->base);
                 if (!row_need || row_need[t / g->P])
-                    ref_rotate(qt + at, g->d, t, g->base);
+                    ref_rotate(qt + at, g->d, ref_position(p, b, t), g->base);
             }
         }
         for (size_t h = 0; h < g->H; h++) {
@@ -182,7 +215,7 @@ static int ref_stages(const ref_problem *p, const ref_dims *g, const double *q, 
             for (size_t t = 0; t < g->T; t++) {
                 if (row_need && !row_need[t / g->P])
                     continue;
-                ref_attend_row(p, g, qt + base + t * g->d, kt + base, vt + base, t, scores,
+                ref_attend_row(p, g, qt + base + t * g->d, kt + base, vt + base, b, t, scores,
                                o + base + t * g->d, NULL);
             }
         }
@@ -328,7 +361,7 @@ int ref_attention(const ref_problem *p, const float *qt, const float *kt, const 
     for (size_t bh = 0; bh < g.B * g.H; bh++) {
         widen(qt + bh * slab, slab, q), widen(kt + bh * slab, slab, k), widen(vt + bh * slab, slab, v);
         for (size_t t = 0; t < g.T; t++)
-            ref_attend_row(p, &g, q + t * g.d, k, v, t, scores, o + bh * slab + t * g.d,
+            ref_attend_row(p, &g, q + t * g.d, k, v, bh / g.H, t, scores, o + bh * slab + t * g.d,
                            lse ? lse + bh * g.T + t : NULL);
     }
     rc = 0;
@@ -340,7 +373,7 @@ done:
     return rc;
 }
 
-void ref_attention_backward_slab(const ref_problem *p, const ref_dims *g, const double *q, const double *k,
+void ref_attention_backward_slab(const ref_problem *p, const ref_dims *g, size_t b, const double *q, const double *k,
                                  const double *v, const double *go, double *dq, double *dk, double *dv,
                                  double *scores, double *o)
 {
@@ -349,14 +382,14 @@ void ref_attention_backward_slab(const ref_problem *p, const ref_dims *g, const 
         dq[i] = dk[i] = dv[i] = 0.0;
     for (size_t t = 0; t < g->T; t++) {
         double lse;
-        ref_attend_row(p, g, q + t * d, k, v, t, scores, o, &lse);
+        ref_attend_row(p, g, q + t * d, k, v, b, t, scores, o, &lse);
         if (lse == -INFINITY)
             continue;
         double delta = 0.0; /* Dt[t] = dO[t] . O[t] */
         for (size_t c = 0; c < d; c++)
             delta += go[t * d + c] * o[c];
         for (size_t u = 0; u < g->T; u++) {
-            if (!ref_visible(p, t, u))
+            if (!ref_visible(p, b, t, u))
                 continue;
             const double pr = exp(scores[u] - lse);
             double dp = 0.0;
@@ -387,7 +420,7 @@ int ref_attention_backward(const ref_problem *p, const float *qt, const float *k
     for (size_t bh = 0; bh < g.B * g.H; bh++) {
         widen(dout + bh * slab, slab, go);
         widen(qt + bh * slab, slab, q), widen(kt + bh * slab, slab, k), widen(vt + bh * slab, slab, v);
-        ref_attention_backward_slab(p, &g, q, k, v, go, dqt + bh * slab, dkt + bh * slab, dvt + bh * slab, scores,
+        ref_attention_backward_slab(p, &g, bh / g.H, q, k, v, go, dqt + bh * slab, dkt + bh * slab, dvt + bh * slab, scores,
                                     o);
     }
     rc = 0;

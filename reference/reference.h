@@ -17,6 +17,11 @@ typedef struct ref_problem {
     double rope_base;    /* 0 = 10000 */
     const float *x, *wq, *wk, *wv, *wo;           /* doc/spec.md's shapes */
     const float *alpha_q, *alpha_k, *alpha_v, *r; /* NULL = identity (only valid with P = 1) */
+    /* Packed sequences (doc/spec.md): seq_count lengths in tokens over the B*N tokens, batch row 0
+     * first, each at least 1, none crossing a row, together B*N; NULL (and 0) = one per row.
+     * Attention runs per sequence, rotary positions restart at each sequence's first token. */
+    const size_t *seq_lens;
+    size_t seq_count;
 } ref_problem;
 
 /* Z rows of the full layer, in double. rows lists flat token-row indices b*N+n (any order);

@@ -116,12 +116,12 @@ static void forward(const ref_problem *p, const ref_dims *g, ref_state *s)
         }
     for (size_t bh = 0; bh < g->B * g->H && p->rope; bh++)
         for (size_t t = 0; t < g->T; t++) {
-            ref_rotate(s->qt + bh * slab + t * g->d, g->d, t, g->base);
-            ref_rotate(s->kt + bh * slab + t * g->d, g->d, t, g->base);
+            ref_rotate(s->qt + bh * slab + t * g->d, g->d, ref_position(p, bh / g->H, t), g->base);
+            ref_rotate(s->kt + bh * slab + t * g->d, g->d, ref_position(p, bh / g->H, t), g->base);
         }
     for (size_t bh = 0; bh < g->B * g->H; bh++)
         for (size_t t = 0; t < g->T; t++)
-            ref_attend_row(p, g, s->qt + bh * slab + t * g->d, s->kt + bh * slab, s->vt + bh * slab, t, s->scores,
+            ref_attend_row(p, g, s->qt + bh * slab + t * g->d, s->kt + bh * slab, s->vt + bh * slab, bh / g->H, t, s->scores,
                            s->o + bh * slab + t * g->d, NULL);
     /* Collapse: Y[b][n][h] = sum_{m,p} R[h][m][p] O[b][m][n*P+p]. */
     for (size_t b = 0; b < g->B; b++)
@@ -185,11 +185,11 @@ static int backward(const ref_problem *p, const ref_dims *gp, ref_state *sp, con
     /* Attention, then the inverse rotary. */
     for (size_t bh = 0; bh < g.B * g.H; bh++) {
         const size_t at = bh * slab;
-        ref_attention_backward_slab(p, &g, s.qt + at, s.kt + at, s.vt + at, s.dout + at, s.dqt + at, s.dkt + at,
+        ref_attention_backward_slab(p, &g, bh / g.H, s.qt + at, s.kt + at, s.vt + at, s.dout + at, s.dqt + at, s.dkt + at,
                                     s.dvt + at, s.scores, s.row);
         for (size_t t = 0; t < g.T && p->rope; t++) {
-            rotate_back(s.dqt + at + t * g.d, g.d, t, g.base);
-            rotate_back(s.dkt + at + t * g.d, g.d, t, g.base);
+            rotate_back(s.dqt + at + t * g.d, g.d, ref_position(p, bh / g.H, t), g.base);
+            rotate_back(s.dkt + at + t * g.d, g.d, ref_position(p, bh / g.H, t), g.base);
         }
     }
 

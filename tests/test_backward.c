@@ -136,7 +136,7 @@ static void shapes_against_reference(void **state)
 static void internal_case(const bwd_case *c, int tiles, int dead_row, uint64_t seed)
 {
     const size_t T = c->N * c->P, n = c->B * c->H * T * c->d, rows = c->B * c->H * T;
-    const iha_dims dims = {c->B, c->N, c->H, c->d, c->P, T};
+    const iha_dims dims = {c->B, c->N, c->H, c->d, c->P, T, NULL};
     tu_rng rng = tu_rng_seeded(seed);
     float *in[4] = {tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f), tu_random_array(&rng, n, 1.0f),
                     tu_random_array(&rng, n, 1.0f)};

@@ -175,6 +175,60 @@ static void expect_output(const char *path)
     npy_free(&z);
 }
 
+/* layer_dir/seq_lens.npy: a 1-D int64 array, as numpy.save writes np.array(lens). */
+static void write_seq_lens(const long long *lens, size_t count)
+{
+    char path[1024], dict[128], header[256];
+    snprintf(path, sizeof path, "%s/seq_lens.npy", layer_dir);
+    snprintf(dict, sizeof dict, "{'descr': '<i8', 'fortran_order': False, 'shape': (%zu,), }", count);
+    const size_t used = 10 + strlen(dict) + 1, padded = (used + 63) / 64 * 64;
+    snprintf(header, sizeof header, "%-*s\n", (int)(padded - 10 - 1), dict);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    const unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(padded - 10), 0};
+    assert_int_equal(fwrite(prefix, 1, 10, f), 10);
+    assert_int_equal(fwrite(header, 1, padded - 10, f), padded - 10);
+    for (size_t i = 0; i < count; i++) {
+        unsigned char v[8];
+        for (int k = 0; k < 8; k++) v[k] = (unsigned char)((unsigned long long)lens[i] >> (8 * k));
+        assert_int_equal(fwrite(v, 1, 8, f), 8);
+    }
+    assert_int_equal(fclose(f), 0);
+}
+
+/* seq_lens.npy beside the inputs packs the row's 4 tokens as sequences of 1 and 3: z changes
+ * from the unpacked run's (token 1 no longer sees token 0); lengths that do not sum to N are
+ * refused with exit status 1. */
+static void forward_reads_seq_lens(void **state)
+{
+    (void)state;
+    char out[512], packed[512], seq_path[1024];
+    tf_path(out, sizeof out, "z_unpacked.npy");
+    tf_path(packed, sizeof packed, "z_packed.npy");
+    snprintf(seq_path, sizeof seq_path, "%s/seq_lens.npy", layer_dir);
+    run_result r;
+    forward_on_device(out, &r);
+    static const long long lens[2] = {1, 3}, bad[2] = {1, 2};
+    write_seq_lens(lens, 2);
+    forward(packed, &r);
+    expect_status(&r, 0, "forward with seq_lens.npy");
+    npy_array a, b;
+    tf_read_npy(out, &a);
+    tf_read_npy(packed, &b);
+    assert_int_equal(a.header.count, b.header.count);
+    assert_memory_equal(a.data, b.data, 8 * sizeof(float)); /* token 0: a sequence of its own either way */
+    assert_memory_not_equal(a.data + 8, b.data + 8, 24 * sizeof(float));
+    npy_free(&a);
+    npy_free(&b);
+    write_seq_lens(bad, 2);
+    forward(packed, &r);
+    expect_status(&r, 1, "forward with seq_lens.npy summing to 3 of 4 tokens");
+    expect_stderr(&r, "seq_lens sum to 3", "the wrong sum");
+    assert_int_equal(unlink(seq_path), 0);
+    unlink(out);
+    unlink(packed);
+}
+
 /* A new path, then the same file replaced: it keeps its mode (bits a new file never gets) and
  * as root its owner. */
 static void out_new_then_replaced_keeps_mode(void **state)
@@ -386,6 +440,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(input_fifo_refused_at_once),
         cmocka_unit_test(stdout_write_failure_exits_1),
         cmocka_unit_test(usage_and_range_errors_exit_2),
+        cmocka_unit_test(forward_reads_seq_lens),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -99,7 +99,8 @@ ref_problem tu_problem(const iha_shape *s, const iha_attention_options *options)
 {
     return (ref_problem){.B = s->batch, .N = s->tokens, .D = s->model_dim, .H = s->heads, .d = s->head_dim,
                          .P = s->pseudo, .mask = options->mask, .window = (long long)options->window,
-                         .scale = options->scale, .rope = options->rope, .rope_base = options->rope_base};
+                         .scale = options->scale, .rope = options->rope, .rope_base = options->rope_base,
+                         .seq_lens = options->seq_lens, .seq_count = options->seq_count};
 }
 
 ref_problem tu_layer_problem(const tu_layer *l, const iha_attention_options *options)

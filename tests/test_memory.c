@@ -42,7 +42,7 @@ static void long_causal_layer_stays_small(void **state)
     size_t rows[8];
     for (size_t i = 0; i < 8; ++i) rows[i] = i * (N - 1) / 7;
     const ref_problem p = {B, N, D, H, d, P, IHA_MASK_CAUSAL, 0, 0.0, 0, 0.0,
-                           x, w[0], w[1], w[2], w[3], mix[0], mix[1], mix[2], mix[3]};
+                           x, w[0], w[1], w[2], w[3], mix[0], mix[1], mix[2], mix[3], NULL, 0};
     double *ref = tu_malloc(8 * D * sizeof *ref);
     float *got = tu_malloc(8 * D * sizeof *got);
     assert_int_equal(ref_forward(&p, rows, 8, ref), 0);

@@ -94,6 +94,14 @@ void iha__attention_args(iha_args *a, const iha_dims *dims, iha_buffer qt, iha_b
     iha__arg_int(a, mask);
     iha__arg_int(a, (cl_int)window);
     iha__arg_float(a, (cl_float)(scale * 1.4426950408889634)); /* the kernels work in base 2 */
+    iha__attention_seq_args(a, dims, qt.mem);
+}
+
+void iha__attention_seq_args(iha_args *a, const iha_dims *dims, cl_mem unread)
+{
+    /* Without packed sequences the kernels never read the bounds: any buffer will do. */
+    iha__arg_mem(a, dims->seq_bounds != NULL ? dims->seq_bounds : unread);
+    iha__arg_int(a, dims->seq_bounds != NULL ? (cl_int)dims->H : 0);
 }
 
 iha_status iha__attention_kernel_get(iha_context *ctx, const iha_attention_config *cfg, size_t head_dim,

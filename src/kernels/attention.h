@@ -65,6 +65,9 @@ int iha__attention_tiles_fits(const iha_context *ctx, size_t head_dim, int rows,
 iha_status iha__attention_tiles_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
                                         iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
                                         size_t window, float scale);
+/* The packed sequences' arguments of cl/masks.clh (IHA_SEQ_PARAMS): dims->seq_bounds and H, or
+ * `unread` (any buffer) and 0 when each batch row is one sequence. */
+void iha__attention_seq_args(struct iha_args *a, const iha_dims *dims, cl_mem unread);
 /* The arguments every attention variant takes, in their order. */
 void iha__attention_args(struct iha_args *a, const iha_dims *dims, iha_buffer qt, iha_buffer kt_packed, iha_buffer vt,
                          iha_buffer o, iha_buffer lse, int mask, size_t window, float scale);

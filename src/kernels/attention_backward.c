@@ -3,6 +3,7 @@
  * copies of Q and dO, with partial dq sums) and its sum of the partials; GPUs take
  * cl/attention_backward.cl's dq and then dk and dv, one row per work-item. */
 #include "kernels/attention_backward.h"
+#include "kernels/attention.h"
 #include "kernels/mix.h"
 #include "runtime/error.h"
 
@@ -59,13 +60,14 @@ int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_d
 
 static void arg_ref(iha_args *a, iha_buffer r) { iha__arg_tensor(a, r.mem, r.offset); }
 
-static void arg_mask(iha_args *a, const iha_dims *dims, int mask, size_t window, float scale)
+static void arg_mask(iha_args *a, const iha_dims *dims, int mask, size_t window, float scale, cl_mem unread)
 {
     iha__arg_int(a, (cl_int)dims->T);
     iha__arg_int(a, (cl_int)dims->P);
     iha__arg_int(a, mask);
     iha__arg_int(a, (cl_int)window);
     iha__arg_float(a, scale);
+    iha__attention_seq_args(a, dims, unread);
 }
 
 iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r,
@@ -91,7 +93,7 @@ iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dim
         for (int i = 0; i < 5; ++i) arg_ref(&a, inputs[i]);
         iha__arg_mem(&a, r->delta);
         arg_ref(&a, r->dqt);
-        arg_mask(&a, dims, mask, window, scale);
+        arg_mask(&a, dims, mask, window, scale, r->delta);
         IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dq_f32"));
 
         IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dkv_f32", &k));
@@ -100,7 +102,7 @@ iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dim
         iha__arg_mem(&a, r->delta);
         arg_ref(&a, r->dkt);
         arg_ref(&a, r->dvt);
-        arg_mask(&a, dims, mask, window, scale);
+        arg_mask(&a, dims, mask, window, scale, r->delta);
         return iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dkv_f32");
     }
 
@@ -127,7 +129,7 @@ iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dim
     arg_ref(&a, r->dvt);
     iha__arg_mem(&a, r->partial);
     iha__arg_int(&a, segs);
-    arg_mask(&a, dims, mask, window, scale);
+    arg_mask(&a, dims, mask, window, scale, r->delta);
     IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, items, one, "attention_bwd_tiles_f32"));
 
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_dq_sum_f32", &k));

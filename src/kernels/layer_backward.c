@@ -39,6 +39,7 @@ iha_status iha__rope_inverse_enqueue(iha_context *ctx, const iha_dims *dims, iha
     iha__arg_mem(&a, table);
     iha__arg_int(&a, (cl_int)dims->T);
     iha__arg_int(&a, (cl_int)dims->d);
+    iha__arg_int(&a, dims->seq_bounds != NULL ? (cl_int)dims->H : 0); /* packed: a table per batch row */
     const size_t global[2] = {dims->d / 2, dims->B * dims->H * dims->T};
     size_t local[3];
     iha__mix_collapse_local_size(ctx, dims->d / 2, local);

@@ -37,7 +37,8 @@ size_t iha__packed_keys_elements(const iha_dims *dims, int key_block)
     return iha__mul_n(&n, 4, f) ? n : 0;
 }
 
-iha_args iha__mix_args_begin(cl_kernel k, iha_buffer src, iha_buffer alpha, iha_buffer dst, int dst_offset, cl_mem rope)
+static iha_args args_begin(cl_kernel k, iha_buffer src, iha_buffer alpha, iha_buffer dst, int dst_offset, cl_mem rope,
+                           int rope_per_batch)
 {
     iha_args a = iha__args_begin(k);
     iha__arg_tensor(&a, src.mem, src.offset);
@@ -47,14 +48,20 @@ iha_args iha__mix_args_begin(cl_kernel k, iha_buffer src, iha_buffer alpha, iha_
     else
         iha__arg_mem(&a, dst.mem);
     iha__arg_mem(&a, rope ? rope : src.mem);
-    iha__arg_int(&a, rope != NULL);
+    iha__arg_int(&a, rope == NULL ? 0 : rope_per_batch ? 2 : 1);
     return a;
+}
+
+iha_args iha__mix_args_begin(cl_kernel k, iha_buffer src, iha_buffer alpha, iha_buffer dst, int dst_offset, cl_mem rope)
+{
+    return args_begin(k, src, alpha, dst, dst_offset, rope, 0);
 }
 
 /* The arguments every layer mixing kernel takes, in their order. */
 static iha_args mix_args(cl_kernel k, const iha_dims *dims, iha_buffer src, iha_buffer alpha, iha_buffer dst, cl_mem rope)
 {
-    iha_args a = iha__mix_args_begin(k, src, alpha, dst, 1, rope);
+    /* Packed sequences restart their positions, so each batch row has a table of its own. */
+    iha_args a = args_begin(k, src, alpha, dst, 1, rope, dims->seq_bounds != NULL);
     iha__arg_int(&a, (cl_int)dims->N);
     iha__arg_int(&a, (cl_int)dims->H);
     iha__arg_int(&a, (cl_int)dims->d);

@@ -26,7 +26,8 @@ size_t iha__packed_keys_elements(const iha_dims *dims, int key_block);
 
 /* Mixing (cl/mix.cl; the keys on CPUs cl/mix_keys.cl): src [B][N][H][d] -> dst rows
  * [B][H][T][d], or the key-block layout when key_block > 0. alpha.mem NULL means identity
- * (P == 1). rope NULL means no rotary. */
+ * (P == 1). rope NULL means no rotary; with dims->seq_bounds set it is a table per batch row,
+ * [B][T][2][d/2] (layer/sequences.h). */
 iha_status iha__mix_enqueue(iha_context *ctx, const iha_mix_collapse_config *cfg, const iha_dims *dims, iha_buffer src,
                             iha_buffer alpha, iha_buffer dst, cl_mem rope, int key_block);
 /* The arguments every mixing kernel begins with, the decoding step's too: the source tensor, its

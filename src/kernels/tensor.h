@@ -8,5 +8,8 @@
 /* Dimensions shared by the stages of one layer. */
 typedef struct iha_dims {
     size_t B, N, H, d, P, T;
+    /* Packed sequences: (first token, one past the last) of each token's sequence as cl_int2
+     * [B][N] (layer/sequences.h); NULL when each batch row is one sequence. */
+    cl_mem seq_bounds;
 } iha_dims;
 #endif

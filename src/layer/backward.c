@@ -47,6 +47,7 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
         iha__mul(n, p.act_half ? 8 : 0, &floats) && iha__add(copies, floats, &copies))
         iha__add(copies, p.lse_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
+    IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));
     cl_mem delta, packs[2] = {NULL, NULL}, sums = NULL;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &delta));
     if (tiled) {

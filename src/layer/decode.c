@@ -344,6 +344,79 @@ static iha_status ring_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *
     return IHA_OK;
 }
 
+static iha_status any_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
+                           const iha_attention_options *options, const iha_layer_weights *w, const uint32_t *counts,
+                           iha_buffer x, iha_buffer z, double *mark)
+{
+    if (c->ring_tokens) return ring_step(ctx, c, shape, options, w, counts, x, z, mark);
+    return decode_step(ctx, c, shape, options, w, counts, x, z, mark);
+}
+
+/* Copies each sequence's rows between the packed tensor [sum seq_lens][D] and the padded one
+ * [B][k][D]; to_padded says which way. */
+static iha_status copy_packed(iha_context *ctx, const size_t *lens, size_t B, size_t k, size_t row, iha_buffer packed,
+                              size_t bytes, cl_mem padded, int to_padded)
+{
+    for (size_t b = 0, first = 0; b < B; first += lens[b++]) {
+        if (lens[b] == 0) continue;
+        const size_t at_packed = packed.offset * bytes + first * row, at_padded = b * k * row;
+        IHA_CL_CHECK(ctx,
+                     clEnqueueCopyBuffer(ctx->queue, to_padded ? packed.mem : padded, to_padded ? padded : packed.mem,
+                                         to_padded ? at_packed : at_padded, to_padded ? at_padded : at_packed,
+                                         lens[b] * row, 0, NULL, NULL),
+                     "clEnqueueCopyBuffer (packed decoding step)");
+    }
+    return IHA_OK;
+}
+
+/* A step whose new tokens come packed (options->seq_lens, include/iha.h): the ragged step of
+ * counts seq_lens on padded copies of x and z. Every check runs first (the lengths here, the
+ * rest in the ragged step before it writes), so a refused step changes nothing. */
+static iha_status packed_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *shape,
+                              const iha_attention_options *options, const iha_layer_weights *w, const uint32_t *counts,
+                              iha_buffer x, iha_buffer z, double *mark)
+{
+    IHA_RETURN_ERROR_IF(shape == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "shape is NULL");
+    IHA_RETURN_ERROR_IF(counts != NULL, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "a step with options->seq_lens takes its counts from them: counts must be NULL");
+    IHA_RETURN_ERROR_IF(options->seq_count != c->B || shape->batch != c->B, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "a packed step gives one length per sequence of the cache: seq_count %zu, batch %zu, the "
+                        "cache's %zu",
+                        options->seq_count, shape->batch, c->B);
+    size_t total = 0;
+    uint32_t *lens32 = malloc(c->B * sizeof *lens32);
+    IHA_RETURN_ERROR_IF(lens32 == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    for (size_t b = 0; b < c->B; ++b) {
+        if (options->seq_lens[b] > shape->tokens) {
+            free(lens32);
+            return iha__fail(ctx, IHA_ERROR_INVALID_ARGUMENT, "seq_lens[%zu] = %zu exceeds the step's %zu tokens", b,
+                             options->seq_lens[b], shape->tokens);
+        }
+        lens32[b] = (uint32_t)options->seq_lens[b];
+        total += options->seq_lens[b];
+    }
+    iha_attention_options o = *options;
+    o.seq_lens = NULL;
+    o.seq_count = 0;
+    iha_plan p;
+    iha_status st = iha__plan_make(ctx, shape, &o, 1, &p);
+    const size_t row = p.D * p.act_bytes, padded = c->B * shape->tokens * row;
+    if (st == IHA_OK) st = iha__check_weights(ctx, &p, w, 1);
+    if (st == IHA_OK) st = iha__check_buffer(ctx, x, total * p.D, p.act_bytes, "x");
+    if (st == IHA_OK) st = iha__check_buffer(ctx, z, total * p.D, p.act_bytes, "z");
+    if (st == IHA_OK) st = iha__check_disjoint(ctx, z, total * p.D, x, total * p.D, p.act_bytes, "z", "x");
+    if (st == IHA_OK) st = iha__check_apart_from_weights(ctx, &p, w, 1, z, total * p.D, "z");
+    cl_mem xp = NULL, zp = NULL;
+    if (st == IHA_OK) st = iha__workspace_get(ctx, IHA_WS_PACKED_X, padded, &xp);
+    if (st == IHA_OK) st = iha__workspace_get(ctx, IHA_WS_PACKED_Z, padded, &zp);
+    if (st == IHA_OK) st = copy_packed(ctx, options->seq_lens, c->B, shape->tokens, row, x, p.act_bytes, xp, 1);
+    if (st == IHA_OK)
+        st = any_step(ctx, c, shape, &o, w, lens32, (iha_buffer){xp, 0}, (iha_buffer){zp, 0}, mark);
+    if (st == IHA_OK) st = copy_packed(ctx, options->seq_lens, c->B, shape->tokens, row, z, p.act_bytes, zp, 0);
+    free(lens32);
+    return st;
+}
+
 iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shape *shape,
                            const iha_attention_options *options, const iha_layer_weights *weights,
                            const uint32_t *counts, iha_buffer x, iha_buffer z)
@@ -353,9 +426,11 @@ iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const iha_shap
     iha_status st = IHA_OK;
     if (cache == NULL)
         st = iha__fail(ctx, IHA_ERROR_INVALID_ARGUMENT, "cache is NULL");
-    else if (cache->ring_tokens)
-        st = ring_step(ctx, cache, shape, options, weights, counts, x, z, &mark);
+    else if (options != NULL && (options->seq_lens != NULL || options->seq_count != 0))
+        st = options->seq_lens == NULL
+                 ? iha__fail(ctx, IHA_ERROR_INVALID_ARGUMENT, "seq_count is %zu but seq_lens is NULL", options->seq_count)
+                 : packed_step(ctx, cache, shape, options, weights, counts, x, z, &mark);
     else
-        st = decode_step(ctx, cache, shape, options, weights, counts, x, z, &mark);
+        st = any_step(ctx, cache, shape, options, weights, counts, x, z, &mark);
     return iha__call_end(ctx, st);
 }

@@ -34,7 +34,7 @@ static iha_status run_core(iha_context *ctx, const iha_plan *p, const iha_layer_
         lse = iha__saved_lse(p, saved);
     else
         IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_O, p->virtual_elems * f, &o.mem));
-    if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p->dims.T, p->dims.d, p->rope_base, &rope));
+    IHA_FORWARD_IF_ERROR(iha__plan_rope_table(ctx, p, &rope));
 
     const int kb = p->attention.key_block;
     IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, q, mw.alpha_q, (iha_buffer){qt, 0}, rope, 0));
@@ -85,6 +85,7 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 1, z, p.x_elems, "z"));
     if (save) IHA_FORWARD_IF_ERROR(iha__check_saved(ctx, &p, w, saved, x, z, "z", "iha_forward_save"));
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
+    IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));
     IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, 1, save));
 
     const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
@@ -135,6 +136,7 @@ static iha_status attention_core(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(iha__check_inputs_output(ctx, (iha_buffer[3]){q, k, v}, names, y, "y", n, a));
     IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights(ctx, &p, w, 0, y, n, "y"));
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
+    IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));
     IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, p.act_half, 0));
     iha_buffer qf, kf, vf, yf;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, q, n, IHA_WS_Q, &qf));
@@ -171,6 +173,7 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
             IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, lse, p.lse_elems, f, others[i], n, a, "lse", names[i]));
     }
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, &p));
+    IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));
     /* Workspace: the packed keys, and float copies of half inputs and output. */
     size_t total = SIZE_MAX, copies;
     if (iha__mul(n, p.act_half ? 4 : 0, &copies)) iha__add(copies, p.packed_elems, &total);

@@ -332,7 +332,8 @@ static iha_status check_call(iha_context *ctx, const iha_shape *shape, const iha
     else
         *saved = (iha_buffer){NULL, 0};
     IHA_FORWARD_IF_ERROR(check_outputs(ctx, p, w, x, dz, *saved, out));
-    return iha__plan_choose(ctx, shape, options, p);
+    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, p));
+    return iha__plan_sequences(ctx, p);
 }
 
 /* Every buffer the call uses, allocated before the first enqueue, so that a device that cannot
@@ -373,8 +374,7 @@ static iha_status plan_buffers(iha_context *ctx, const iha_plan *p, int from_sav
     cl_mem converted = NULL;
     if (converted_weight > 0)
         IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_WEIGHT, converted_weight * f, &converted));
-    *rope = NULL;
-    if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p->dims.T, p->dims.d, p->rope_base, rope));
+    IHA_FORWARD_IF_ERROR(iha__plan_rope_table(ctx, p, rope));
     return IHA_OK;
 }
 

@@ -14,6 +14,39 @@
 #define IHA_MAX_HEAD_DIM 256
 #define IHA_LOG2E 1.4426950408889634
 
+/* options->seq_lens (doc/spec.md, "Packed sequences"): lengths of at least 1 token, in order over
+ * the B*N tokens, each within one batch row, together B*N. */
+static iha_status check_sequences(iha_context *ctx, const iha_attention_options *o, iha_plan *p)
+{
+    const size_t B = p->dims.B, N = p->dims.N;
+    IHA_RETURN_ERROR_IF(o->seq_lens == NULL && o->seq_count != 0, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "seq_count is %zu but seq_lens is NULL", o->seq_count);
+    IHA_RETURN_ERROR_IF(o->seq_lens != NULL && o->seq_count == 0, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "seq_lens is given but seq_count is 0");
+    if (o->seq_lens == NULL) return IHA_OK;
+    IHA_RETURN_ERROR_IF(o->seq_count > B * N, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "seq_count %zu exceeds the call's %zu tokens (batch %zu x tokens %zu)", o->seq_count, B * N, B,
+                        N);
+    size_t start = 0; /* the sequence's first token, over the B*N tokens */
+    for (size_t i = 0; i < o->seq_count; ++i) {
+        const size_t len = o->seq_lens[i];
+        IHA_RETURN_ERROR_IF(len == 0, ctx, IHA_ERROR_INVALID_ARGUMENT, "seq_lens[%zu] is 0: a sequence holds at least 1 token",
+                            i);
+        IHA_RETURN_ERROR_IF(len > B * N - start, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                            "seq_lens[%zu] = %zu runs past the call's %zu tokens (it starts at token %zu)", i, len,
+                            B * N, start);
+        IHA_RETURN_ERROR_IF(start / N != (start + len - 1) / N, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                            "seq_lens[%zu] = %zu crosses from batch row %zu into row %zu (rows of %zu tokens)", i, len,
+                            start / N, (start + len - 1) / N, N);
+        start += len;
+    }
+    IHA_RETURN_ERROR_IF(start != B * N, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "seq_lens sum to %zu tokens, not the call's %zu (batch %zu x tokens %zu)", start, B * N, B, N);
+    p->seq_lens = o->seq_lens;
+    p->seq_count = o->seq_count;
+    return IHA_OK;
+}
+
 static iha_status check_options(iha_context *ctx, const iha_attention_options *o, iha_plan *p)
 {
     IHA_RETURN_ERROR_IF(o->mask != IHA_MASK_CAUSAL && o->mask != IHA_MASK_TOKEN_CAUSAL && o->mask != IHA_MASK_NONE,
@@ -50,7 +83,7 @@ static iha_status check_options(iha_context *ctx, const iha_attention_options *o
     p->weight_half = o->weight_storage == IHA_STORAGE_F16;
     p->act_bytes = p->act_half ? 2 : 4;
     p->weight_bytes = p->weight_half ? 2 : 4;
-    return IHA_OK;
+    return check_sequences(ctx, o, p);
 }
 
 /* The packed keys' size depends on the chosen key block. */
@@ -113,7 +146,7 @@ iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_RETURN_ERROR_IF(N * D > INT_MAX * (size_t)8, ctx, IHA_ERROR_UNSUPPORTED,
                         "tokens*model_dim = %zu exceeds the kernels' limit of %zu", N * D, INT_MAX * (size_t)8);
 
-    p->dims = (iha_dims){B, N, H, d, P, T};
+    p->dims = (iha_dims){B, N, H, d, P, T, NULL};
     p->D = D;
     return check_options(ctx, options, p);
 }

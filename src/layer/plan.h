@@ -26,6 +26,10 @@ typedef struct iha_plan {
     float scale;
     int rope;
     float rope_base;
+    /* options->seq_lens and seq_count once checked (NULL and 0: each batch row is one
+     * sequence); the device's copy is dims.seq_bounds, set by iha__plan_sequences. */
+    const size_t *seq_lens;
+    size_t seq_count;
 } iha_plan;
 
 /* Checks shape and options; with_model_dim also checks and sizes D. Chooses no kernel
@@ -46,6 +50,13 @@ iha_status iha__plan_lookup(iha_context *ctx, const iha_shape *shape, const iha_
  * use, and records them for iha_context_last_choices. A refused call therefore never tunes. */
 iha_status iha__plan_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             iha_plan *plan);
+/* For a call that honours packed sequences, after iha__plan_choose: uploads the plan's sequence
+ * bounds and sets dims.seq_bounds (nothing when there are none). layer/sequences.c. */
+iha_status iha__plan_sequences(iha_context *ctx, iha_plan *plan);
+/* The rotary table the mixing kernels take under the plan (iha__rope_table's, or with packed
+ * sequences one per batch row, positions restarting at each sequence); NULL without rotary.
+ * layer/sequences.c. */
+iha_status iha__plan_rope_table(iha_context *ctx, const iha_plan *plan, cl_mem *table);
 /* Checks that buf holds `elems` elements of elem_bytes each from its offset (against
  * CL_MEM_SIZE), and that it belongs to the context. */
 iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, size_t elem_bytes, const char *name);

@@ -24,6 +24,8 @@ enum {
     IHA_WS_WEIGHT,  /* half weights: one projection matrix converted to float [D][H*d] */
     IHA_WS_MIXING,  /* half weights: alpha_q, alpha_k, alpha_v and r converted to float */
     IHA_WS_DELTA,   /* attention backward: Dt = dO . O per virtual row [B][H][T] */
+    IHA_WS_SEQ_BOUNDS, /* packed sequences: each token's sequence bounds, cl_int2 [B][N] */
+    IHA_WS_SEQ_ROPE,   /* packed sequences with rotary: a rotary table per batch row [B][T][2][d/2] */
     /* The backward's own tensors, IHA_WS_GRAD_SLOTS slots from IHA_WS_GRAD (roles in
      * src/layer/layer_backward.c and src/layer/backward.c). */
     IHA_WS_GRAD,
@@ -37,4 +39,8 @@ _Static_assert((int)IHA_WS_LAYER_END <= (int)IHA_WS_MEASURE_BASE, "the layer's w
 #define IHA_WS_PACKED_Q IHA_WS_QT
 #define IHA_WS_PACKED_DO IHA_WS_O
 #define IHA_WS_DQ_PARTIAL IHA_WS_VT
+/* A decoding step with packed new tokens gathers x into, and scatters z from, [B][k][D] copies;
+ * a decoding step uses no sequence bounds or packed rotary table. */
+#define IHA_WS_PACKED_X IHA_WS_SEQ_BOUNDS
+#define IHA_WS_PACKED_Z IHA_WS_SEQ_ROPE
 #endif

@@ -201,7 +201,7 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     size_t bh = s->batch * s->heads, fill = (size_t)ctx->info.compute_units;
     if (fill < 2) fill = 2;
     const size_t N = verify ? 13 : s->tokens, P = s->pseudo, d = s->head_dim;
-    pr->dims = (iha_dims){1, N, verify ? 2 : (bh < fill ? bh : fill), d, P, N * P};
+    pr->dims = (iha_dims){1, N, verify ? 2 : (bh < fill ? bh : fill), d, P, N * P, NULL};
     pr->mask = o->mask;
     pr->window = effective_window(s, o) ? (verify ? 3 : effective_window(s, o)) : 0;
     pr->scale = (float)(1.0 / sqrt((double)d));

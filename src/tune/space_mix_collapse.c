@@ -153,7 +153,7 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     IHA_RETURN_ERROR_IF(pr == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     const int verify = purpose == IHA_TUNE_PROBLEM_VERIFY;
     const size_t B = verify ? 1 : s->batch, N = verify ? 7 : s->tokens, H = verify ? 3 : s->heads;
-    pr->dims = (iha_dims){B, N, H, s->head_dim, s->pseudo, N * s->pseudo};
+    pr->dims = (iha_dims){B, N, H, s->head_dim, s->pseudo, N * s->pseudo, NULL};
     pr->copies = iha__tune_copy_count(verify, copies, MAX_COPIES);
     iha_status st = make_buffers(ctx, pr, verify);
     if (st == IHA_OK && verify && s->head_dim % 2 == 0)

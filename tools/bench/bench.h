@@ -17,6 +17,8 @@
 
 /* The unfused baseline materialises T x T floats per (b, h); past this T it is not run. */
 #define BENCH_BASELINE_MAX_T 8192
+/* The most sequences --seq-lens takes. */
+#define BENCH_MAX_SEQS 64
 
 typedef struct bench_config {
     iha_shape core;                /* the attention problem (model_dim unused) */
@@ -35,6 +37,8 @@ typedef struct bench_config {
     int half_weights;              /* --half-weights: the weights and x, z (the layer's, with --backward
                                       also dz, dx and the gradients; or the decoding step's) are
                                       stored half */
+    size_t seq_lens[BENCH_MAX_SEQS]; /* --seq-lens: the packed row's sequences (core.tokens is their sum) */
+    size_t seq_count;                /* 0: no --seq-lens */
 } bench_config;
 
 /* What a section holds: measured, skipped by an option, or not possible (note says why). */
@@ -180,6 +184,16 @@ typedef struct bench_ring {
     size_t cache_tokens; /* L */
     bench_ring_position at[BENCH_RING_POSITIONS];
 } bench_ring;
+/* --seq-lens (bench_packed.c): the attention core on one row packing the sequences, the same
+ * sequences one by one, and one unpacked sequence of their total length. Pairs follow
+ * doc/spec.md's cost model per sequence (4*d FLOPs each), over the H heads. */
+typedef struct bench_packed {
+    bench_state state;
+    double packed_seconds, separate_seconds, unpacked_seconds;
+    double visible_pairs;  /* of the packed row: the sum over its sequences */
+    double unpacked_pairs; /* of one sequence of the total length */
+    bench_choice choice;   /* the packed call's attention configuration */
+} bench_packed;
 
 /* The host's 1-minute load average (/proc/loadavg) when the run started and when it ended, and
  * its online CPUs: on a shared machine the figures depend on what else runs. known is 0 where
@@ -202,6 +216,7 @@ typedef struct bench_results {
     bench_cold_start cold;
     bench_decode decode;
     bench_ring ring;
+    bench_packed packed;
 } bench_results;
 
 /* Prints "iha bench: <what>: <status name>: <context message>" to stderr; returns -1. */
@@ -221,6 +236,7 @@ int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, be
 int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out);
 int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out);
 int bench_ring_run(iha_context *ctx, const bench_config *c, bench_ring *out);
+int bench_packed_run(iha_context *ctx, const bench_config *c, bench_packed *out);
 
 /* Cold start (cold_start.c): the parent spawns "iha bench <args> --cold-start-child DIR" twice
  * with a fresh POCL_CACHE_DIR in its environment; the child measures and prints one line. */

@@ -299,6 +299,37 @@ static void json_decode(json_writer *w, const bench_config *cfg, const bench_res
     json_end_object(w);
 }
 
+/* --seq-lens: the packed row, its sequences one by one, and one unpacked row. */
+static void json_packed(json_writer *w, const bench_config *cfg, const bench_results *r)
+{
+    const bench_packed *p = &r->packed;
+    const iha_shape *s = &cfg->core;
+    json_begin_object(w, "packed");
+    json_string(w, "state", report_state_name(p->state));
+    if (p->state == BENCH_RAN) {
+        const double d4 = 4.0 * (double)s->head_dim * 1e-9;
+        json_begin_array(w, "seq_lens");
+        for (size_t i = 0; i < cfg->seq_count; i++) json_size(w, NULL, cfg->seq_lens[i]);
+        json_end_array(w);
+        json_size(w, "n", s->tokens);
+        json_size(w, "heads", s->heads);
+        json_size(w, "p", s->pseudo);
+        json_size(w, "d", s->head_dim);
+        json_string(w, "mask", mask_names[cfg->options.mask]);
+        json_number(w, "window", (double)cfg->options.window);
+        json_number(w, "visible_pairs", p->visible_pairs);
+        json_number(w, "packed_seconds", p->packed_seconds);
+        json_number(w, "packed_gflops", report_rate(d4 * p->visible_pairs, p->packed_seconds));
+        json_number(w, "separate_seconds", p->separate_seconds);
+        json_number(w, "separate_gflops", report_rate(d4 * p->visible_pairs, p->separate_seconds));
+        json_number(w, "packed_over_separate", p->separate_seconds > 0 ? p->packed_seconds / p->separate_seconds : NAN);
+        json_number(w, "unpacked_visible_pairs", p->unpacked_pairs);
+        json_number(w, "unpacked_seconds", p->unpacked_seconds);
+        json_choice(w, &p->choice);
+    }
+    json_end_object(w);
+}
+
 void bench_print_json(const bench_config *c, const bench_results *r)
 {
     json_writer w;
@@ -325,6 +356,7 @@ void bench_print_json(const bench_config *c, const bench_results *r)
     json_backward(&w, r);
     json_layer(&w, c, r);
     json_decode(&w, c, r);
+    json_packed(&w, c, r);
     json_ceilings(&w, r);
     if (json_section(&w, "cold_start", r->cold.state, r->cold.note)) {
         json_cold_run(&w, "empty_cache", &r->cold.empty);

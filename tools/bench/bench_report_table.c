@@ -284,6 +284,28 @@ static void print_ring(const bench_config *cfg, const bench_results *r)
     }
 }
 
+static void print_packed(const bench_config *cfg, const bench_results *r)
+{
+    const iha_shape *s = &cfg->core;
+    const bench_packed *p = &r->packed;
+    char mask[128];
+    report_describe_mask(s, &cfg->options, mask, sizeof mask);
+    printf("\npacked sequences: one row of %zu tokens (T = %zu), H=%zu d=%zu P=%zu, %s; lengths", s->tokens,
+           s->tokens * s->pseudo, s->heads, s->head_dim, s->pseudo, mask);
+    for (size_t i = 0; i < cfg->seq_count; i++) printf("%s%zu", i ? "," : " ", cfg->seq_lens[i]);
+    printf("\n");
+    const double d4 = 4.0 * (double)s->head_dim * 1e-9;
+    printf("  packed row      %9.3f ms  %8.2f GFLOP/s over its %.0f visible pairs\n", 1e3 * p->packed_seconds,
+           report_rate(d4 * p->visible_pairs, p->packed_seconds), p->visible_pairs);
+    printf("  one by one      %9.3f ms  %8.2f GFLOP/s (%zu calls)\n", 1e3 * p->separate_seconds,
+           report_rate(d4 * p->visible_pairs, p->separate_seconds), cfg->seq_count);
+    printf("  packed / one by one  %.3f\n", p->separate_seconds > 0 ? p->packed_seconds / p->separate_seconds : 0.0);
+    printf("  unpacked row    %9.3f ms  %8.2f GFLOP/s over %.0f visible pairs (one sequence of %zu tokens)\n",
+           1e3 * p->unpacked_seconds, report_rate(d4 * p->unpacked_pairs, p->unpacked_seconds), p->unpacked_pairs,
+           s->tokens);
+    print_choice(&p->choice);
+}
+
 void bench_print_table(const bench_config *c, const bench_results *r)
 {
     printf("iha bench (library %s)\n", iha_version_string());
@@ -300,6 +322,11 @@ void bench_print_table(const bench_config *c, const bench_results *r)
         print_decode(c, r);
         if (c->ring_tokens) print_ring(c, r);
         printf("\nattention core, unfused baseline, layer, cold start: skipped (--decode)\n");
+        return;
+    }
+    if (c->seq_count) {
+        print_packed(c, r);
+        printf("\nattention core, unfused baseline, layer, cold start: skipped (--seq-lens)\n");
         return;
     }
     print_core(c, r);

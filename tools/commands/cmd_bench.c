@@ -3,7 +3,9 @@
  * unfused baseline and cold-start costs, measured in one run and printed as a table or as
  * JSON. The measuring lives in bench_*.c and cold_start.c, the printing in bench_report.c.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -37,6 +39,7 @@ static cli_option options[] = {
     {"ring", "L", "with --decode: also steps at L, 4L and 16L cached tokens on a ring cache of L tokens (needs "
                   "--window W <= L) beside a full cache",
      NULL},
+    {"seq-lens", "L1,L2,...", "time the attention core on one row packing these sequences against them one by one", NULL},
     {"half-weights", NULL, "store the layer's (or with --decode the step's) weights, x and z in half precision", NULL},
     {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
     {NULL, NULL, NULL, NULL},
@@ -68,6 +71,10 @@ static cli_spec spec = {
     "--half-weights stores the weights, x and z in half (IHA_STORAGE_F16 activations and weights):\n"
     "the layer's, and with --backward also dz, dx and every gradient; with --decode the step's.\n"
     "The attention core stays float.\n"
+    "With --seq-lens, instead of the core, baseline, layer and cold start: iha_attention on one\n"
+    "batch row packing the sequences (options->seq_lens; H, d, P, mask and window as given), the\n"
+    "same sequences run one by one, and one sequence of their total length; --n, --batch,\n"
+    "--decode and --backward refuse it.\n"
     "Exit status: 0 success, 1 failure, 2 usage.",
     options,
 };
@@ -92,6 +99,30 @@ void bench_choice_get(const iha_context *ctx, const char *kernel, bench_choice *
         snprintf(out->source_bucket, sizeof out->source_bucket, "%s", choices[i].source_bucket);
         return;
     }
+}
+
+/* --seq-lens "L1,L2,...": positive lengths, at most BENCH_MAX_SEQS, their sum at most 2^24. */
+static int read_seq_lens(const char *text, bench_config *c)
+{
+    size_t sum = 0;
+    c->seq_count = 0;
+    for (const char *p = text;;) {
+        char *end;
+        errno = 0;
+        const unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || *p == '-' || errno || v == 0 || v > (1u << 24) || (*end != ',' && *end != '\0') ||
+            c->seq_count == BENCH_MAX_SEQS || (sum += (size_t)v) > (1u << 24)) {
+            cli_error(&spec, "--seq-lens takes 1 to %d positive lengths separated by commas, summing to at most %u "
+                             "tokens, not '%s'",
+                      BENCH_MAX_SEQS, 1u << 24, text);
+            return -1;
+        }
+        c->seq_lens[c->seq_count++] = (size_t)v;
+        if (*end == '\0') break;
+        p = end + 1;
+    }
+    c->core.tokens = sum;
+    return 0;
 }
 
 /* Parses the command line into the configuration: -1 when the command should go on, else the exit code to
@@ -161,6 +192,18 @@ static int read_options(int argc, char **argv, bench_config *c)
     }
     if (c->run_decode)
         c->run_layer = c->run_baseline = c->run_cold_start = 0;
+    const char *seq_lens = cli_get(&spec, "seq-lens");
+    if (seq_lens) {
+        static const char *const refused[] = {"n", "batch", "decode", "backward", NULL};
+        for (size_t i = 0; refused[i]; i++)
+            if (cli_get(&spec, refused[i])) {
+                cli_error(&spec, "--%s does not apply with --seq-lens (one batch row of the given sequences)",
+                          refused[i]);
+                return CLI_EXIT_USAGE;
+            }
+        if (read_seq_lens(seq_lens, c)) return CLI_EXIT_USAGE;
+        c->run_layer = c->run_baseline = c->run_cold_start = 0;
+    }
     /* The decoding step's cache holds the cached tokens and the new one. */
     iha_shape decode = c->core;
     decode.tokens = c->decode_tokens + 1;
@@ -218,6 +261,9 @@ static int measure(const bench_config *c, bench_results *r)
             progress("decoding on a ring cache and a full one");
             failed = bench_ring_run(ctx, c, &r->ring);
         }
+    } else if (!failed && c->seq_count) {
+        progress("packed sequences, then one by one");
+        failed = bench_packed_run(ctx, c, &r->packed);
     } else if (!failed) {
         char what[64];
         snprintf(what, sizeof what, "attention core%s%s", c->run_baseline ? ", unfused baseline" : "",

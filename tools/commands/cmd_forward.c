@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "commands/cli.h"
 #include "common/layer_files.h"
@@ -15,7 +16,7 @@
 #include "common/timer.h"
 
 static cli_option options[] = {
-    {"in", "DIR", "directory with x.npy, wq/wk/wv/wo.npy, alpha_q/k/v.npy, r.npy (required)", NULL},
+    {"in", "DIR", "directory with x.npy, wq/wk/wv/wo.npy, alpha_q/k/v.npy, r.npy (required), seq_lens.npy (optional)", NULL},
     {"out", "FILE", "where to write Z as float32 .npy [B, N, D]: a regular file or a new path (required)", NULL},
     CLI_OPTION_MASK("causal (default), token_causal or none"),
     CLI_OPTION_WINDOW("sliding window in tokens; 0 (default) is global"),
@@ -32,7 +33,9 @@ static cli_spec spec = {
     "Runs one Interleaved Head Attention layer Z = IHA(X) on the NumPy files in DIR and writes\n"
     "Z. Files are little-endian float32 or float64 in C order; shapes: x [B,N,D], wq wk wv\n"
     "[D,H*d], wo [H*d,D], alpha_q alpha_k alpha_v r [H,H,P]. H and P come from alpha_q.npy,\n"
-    "d = columns of wq.npy / H. With --half the tensors are rounded to half precision on the\n"
+    "d = columns of wq.npy / H. An optional seq_lens.npy, a 1-D integer array summing to B*N,\n"
+    "packs sequences into the batch: attention stays within each, rotary restarts at each.\n"
+    "With --half the tensors are rounded to half precision on the\n"
     "device (doc/spec.md's contract: relative L2 error at most 2e-3); Z is still written as float32.\n"
     "FILE is replaced whole, through a temporary file beside it, keeping its permissions; a\n"
     "symbolic link is followed to its target and stays a link; a FIFO, a device, a socket or a\n"
@@ -72,6 +75,25 @@ static int check_output(const char *out)
     return 0;
 }
 
+/* DIR/seq_lens.npy into *lens and *count when the file exists (none: NULL and 0). */
+static int read_seq_lens(const char *dir, const iha_shape *s, size_t **lens, size_t *count)
+{
+    *lens = NULL;
+    *count = 0;
+    char path[4096], err[1024];
+    struct stat st;
+    if ((size_t)snprintf(path, sizeof path, "%s/seq_lens.npy", dir) >= sizeof path) {
+        cli_error(&spec, "--in: the directory's path is too long");
+        return -1;
+    }
+    if (stat(path, &st) != 0) return 0; /* optional */
+    if (npy_read_sizes(path, s->batch * s->tokens, lens, count, err, sizeof err)) {
+        cli_error(&spec, "%s: %s", path, err);
+        return -1;
+    }
+    return 0;
+}
+
 /* Runs the layer; on success prints the device and time after the layer's description. */
 static int run(const layer_files *files, const iha_attention_options *attention, float *z, char *summary,
                size_t summary_size)
@@ -106,6 +128,12 @@ int cmd_forward(int argc, char **argv)
         return CLI_EXIT_FAILURE;
     }
     const iha_shape *s = &files.shape;
+    size_t *seq_lens = NULL;
+    if (read_seq_lens(cli_get(&spec, "in"), s, &seq_lens, &attention.seq_count)) {
+        layer_files_free(&files);
+        return CLI_EXIT_FAILURE;
+    }
+    attention.seq_lens = seq_lens;
     /* Same count as x.npy, which the reader already sized without overflow. */
     float *z = malloc(files.x.header.count * sizeof *z);
     int rc = CLI_EXIT_FAILURE;
@@ -125,10 +153,12 @@ int cmd_forward(int argc, char **argv)
            s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask_names[attention.mask],
            (long long)attention.window, attention.rope ? "on" : "off",
            attention.storage == IHA_STORAGE_F16 ? "half" : "float");
+    if (seq_lens) printf("packed sequences: %zu (seq_lens.npy)\n", attention.seq_count);
     printf("%s\n", summary);
     printf("wrote %s, float32 (%zu, %zu, %zu)\n", cli_get(&spec, "out"), shape[0], shape[1], shape[2]);
     rc = CLI_EXIT_OK;
 done:
+    free(seq_lens);
     free(z);
     layer_files_free(&files);
     return rc;

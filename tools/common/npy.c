@@ -71,6 +71,7 @@ typedef struct cursor {
     const char *p, *end;
     char *err;
     size_t err_size;
+    int integers; /* 1: the dtype is one of the integer types (npy_read_sizes), 0: a float type */
 } cursor;
 
 static void skip_space(cursor *c)
@@ -175,9 +176,28 @@ static int parse_shape(cursor *c, npy_header *h)
     }
 }
 
+static int check_integer_descr(cursor *c, const char *descr, npy_header *h)
+{
+    static const struct {
+        const char *name;
+        npy_dtype dtype;
+    } kinds[4] = {{"<i4", NPY_I32}, {"<i8", NPY_I64}, {"<u4", NPY_U32}, {"<u8", NPY_U64}};
+    char ex[EXCERPT_SIZE];
+    for (int i = 0; i < 4; i++)
+        if (strcmp(descr, kinds[i].name) == 0) {
+            h->dtype = kinds[i].dtype;
+            return 0;
+        }
+    return npy__fail(c->err, c->err_size,
+                     "dtype '%s' is not supported: need little-endian integers ('<i4', '<i8', '<u4' or '<u8')",
+                     escaped(descr, ex));
+}
+
 static int check_descr(cursor *c, const char *descr, npy_header *h)
 {
     char ex[EXCERPT_SIZE];
+    if (c->integers)
+        return check_integer_descr(c, descr, h);
     if (strcmp(descr, "<f4") == 0) {
         h->dtype = NPY_F32;
         return 0;
@@ -260,6 +280,12 @@ int npy__element_count(const npy_header *h, size_t *count, char *err, size_t err
 
 int npy_parse_header(const unsigned char *bytes, size_t size, npy_header *out, char *err, size_t err_size)
 {
+    return npy__parse_header(bytes, size, 0, out, err, err_size);
+}
+
+int npy__parse_header(const unsigned char *bytes, size_t size, int integers, npy_header *out, char *err,
+                      size_t err_size)
+{
     npy_header h;
     memset(&h, 0, sizeof h);
     if (!bytes || !out)
@@ -286,15 +312,15 @@ int npy_parse_header(const unsigned char *bytes, size_t size, npy_header *out, c
     if (header_len > size - prefix)
         return npy__fail(err, err_size, "truncated: header length %zu goes beyond the end of the file (%zu bytes)",
                     header_len, size);
-    cursor c = {(const char *)bytes + prefix, (const char *)bytes + prefix + header_len, err, err_size};
+    cursor c = {(const char *)bytes + prefix, (const char *)bytes + prefix + header_len, err, err_size, integers};
     if (parse_dictionary(&c, &h) || npy__element_count(&h, &h.count, err, err_size))
         return -1;
-    if (h.count > SIZE_MAX / (size_t)h.dtype) {
+    if (h.count > SIZE_MAX / NPY_DTYPE_BYTES(h.dtype)) {
         char shape[128];
         npy_format_shape(h.shape, h.ndim, shape, sizeof shape);
         return npy__fail(err, err_size, "shape %s has too many elements (the byte size overflows)", shape);
     }
-    h.data_bytes = h.count * (size_t)h.dtype;
+    h.data_bytes = h.count * NPY_DTYPE_BYTES(h.dtype);
     h.data_offset = prefix + header_len;
     *out = h;
     return 0;
@@ -307,7 +333,7 @@ int npy_parse_header(const unsigned char *bytes, size_t size, npy_header *out, c
 static size_t convert(const unsigned char *src, npy_dtype dtype, size_t count, float *dst)
 {
     for (size_t i = 0; i < count; i++) {
-        const unsigned char *b = src + i * (size_t)dtype;
+        const unsigned char *b = src + i * NPY_DTYPE_BYTES(dtype);
         if (dtype == NPY_F32) {
             uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
             memcpy(&dst[i], &u, sizeof u);
@@ -373,7 +399,7 @@ int npy_parse(const unsigned char *bytes, size_t size, npy_array *out, char *err
 }
 
 /* Reads the magic, the length field and the header itself: at most NPY_MAX_HEADER bytes. */
-static int read_header(FILE *f, npy_header *h, char *err, size_t err_size)
+int npy__read_header(FILE *f, int integers, npy_header *h, char *err, size_t err_size)
 {
     unsigned char buf[NPY_MAX_HEADER];
     size_t have = fread(buf, 1, 12, f);
@@ -392,7 +418,7 @@ static int read_header(FILE *f, npy_header *h, char *err, size_t err_size)
         if (have < want && ferror(f))
             return npy__fail(err, err_size, "read error: %s", strerror(errno));
     }
-    if (npy_parse_header(buf, have, h, err, err_size))
+    if (npy__parse_header(buf, have, integers, h, err, err_size))
         return -1;
     /* The first read may have taken bytes past a version-1 header; put the stream at the data. */
     if (fseek(f, (long)h->data_offset, SEEK_SET) != 0)
@@ -403,14 +429,14 @@ static int read_header(FILE *f, npy_header *h, char *err, size_t err_size)
 static int read_data(FILE *f, const npy_header *h, float *data, char *err, size_t err_size)
 {
     unsigned char chunk[1 << 16];
-    size_t per_chunk = sizeof chunk / (size_t)h->dtype, done = 0;
+    size_t per_chunk = sizeof chunk / NPY_DTYPE_BYTES(h->dtype), done = 0;
     while (done < h->count) {
         size_t n = h->count - done < per_chunk ? h->count - done : per_chunk;
-        size_t got = fread(chunk, (size_t)h->dtype, n, f);
+        size_t got = fread(chunk, NPY_DTYPE_BYTES(h->dtype), n, f);
         if (got < n) {
             if (ferror(f))
                 return npy__fail(err, err_size, "read error: %s", strerror(errno));
-            return length_error(h, (done + got) * (size_t)h->dtype, err, err_size);
+            return length_error(h, (done + got) * NPY_DTYPE_BYTES(h->dtype), err, err_size);
         }
         if (convert_checked(chunk, h->dtype, n, done, data + done, err, err_size))
             return -1;
@@ -440,7 +466,7 @@ const char *npy__file_kind(mode_t mode)
 /* Opens a regular file for reading. O_NONBLOCK keeps the open of a FIFO from waiting for a
  * writer (forever, when none comes) before fstat can refuse it; it is cleared afterwards so
  * reads block as usual. */
-static FILE *open_regular(const char *path, struct stat *st, char *err, size_t err_size)
+FILE *npy__open_regular(const char *path, struct stat *st, char *err, size_t err_size)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
@@ -468,13 +494,13 @@ int npy_read(const char *path, npy_array *out, char *err, size_t err_size)
         return npy__fail(err, err_size, "no output");
     memset(out, 0, sizeof *out);
     struct stat st;
-    FILE *f = open_regular(path, &st, err, err_size);
+    FILE *f = npy__open_regular(path, &st, err, err_size);
     if (!f)
         return -1;
     npy_header h;
     float *data = NULL;
     int rc = -1;
-    if (read_header(f, &h, err, err_size))
+    if (npy__read_header(f, 0, &h, err, err_size))
         goto done;
     /* Check the length before allocating, so a forged shape cannot make us allocate much. */
     uintmax_t file_size = (uintmax_t)st.st_size;

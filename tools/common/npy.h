@@ -19,7 +19,17 @@
  * the bound keeps a forged length field from making us read or allocate megabytes. */
 #define NPY_MAX_HEADER 65536
 
-typedef enum npy_dtype { NPY_F32 = 4, NPY_F64 = 8 } npy_dtype; /* value = bytes per element */
+/* The low byte of a value is the bytes per element (NPY_DTYPE_BYTES). The integer types are read
+ * only by npy_read_sizes. */
+typedef enum npy_dtype {
+    NPY_F32 = 4,
+    NPY_F64 = 8,
+    NPY_I32 = 0x104,
+    NPY_I64 = 0x108,
+    NPY_U32 = 0x204,
+    NPY_U64 = 0x208
+} npy_dtype;
+#define NPY_DTYPE_BYTES(t) ((size_t)(t) & 0xffu)
 
 typedef struct npy_header {
     int version_major;                /* 1, 2 or 3 */
@@ -51,6 +61,11 @@ int npy_parse(const unsigned char *bytes, size_t size, npy_array *out, char *err
  * refused at once, without waiting for a writer. Same checks and ownership as npy_parse; the
  * message does not repeat the path (callers prefix it). */
 int npy_read(const char *path, npy_array *out, char *err, size_t err_size);
+
+/* Reads a 1-D .npy file of non-negative integers (little-endian int32, int64, uint32 or
+ * uint64, as numpy.save writes np.array([...]); at most max_count of them) into *out (count
+ * values, malloc'ed: free it). Same file checks as npy_read. Returns 0, or -1 with a message. */
+int npy_read_sizes(const char *path, size_t max_count, size_t **out, size_t *count, char *err, size_t err_size);
 
 /* Releases the data of an array (NULL or an empty array is fine). */
 void npy_free(npy_array *array);
