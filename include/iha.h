@@ -392,6 +392,39 @@ IHA_API iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, 
                                       const iha_layer_weights *weights, iha_buffer q, iha_buffer k, iha_buffer v,
                                       iha_buffer y);
 
+/* The gradients of iha_attention_core (doc/spec.md, "The backward pass", steps 2 to 5), for
+ * training a layer whose projections the application runs itself: given its q, k, v
+ * [B][N][H][d], the mixing and collapse weights and dy = dLoss/dy [B][N][H][d], writes
+ * dq, dk, dv = dLoss/dq, dLoss/dk, dLoss/dv [B][N][H][d] and grads->alpha_q, alpha_k, alpha_v
+ * and r ([H][H][P]). grads->wq, wk, wv and wo are ignored, as are weights->wq/wk/wv/wo and
+ * shape->model_dim.
+ *   - An output with mem NULL is not computed (dq, dk and dv each; grads may be NULL: no mixing
+ *     gradients). Outputs are overwritten, or added into with options->accumulate.
+ *   - Nothing is kept from the forward call: the call recomputes the mixing, rotary and
+ *     attention from q, k and v (never a T x T matrix), then runs iha_backward's steps from dY:
+ *     collapse, attention, inverse rotary, mixing.
+ *   - The same shape, options and weights as iha_attention_core. options->storage half: q, k,
+ *     v, dy, dq, dk and dv are half; weight_storage half: the mixing weights and their
+ *     gradients are half; arithmetic is float, as in iha_backward. H*H*P above INT_MAX is
+ *     IHA_ERROR_UNSUPPORTED.
+ *   - With P = 1 and the identity shortcut (alpha and r NULL in weights), a gradient of
+ *     alpha_q/k/v or r, when asked for, is the gradient at the identity.
+ *   - Every output must lie apart from q, k, v, dy, the mixing weights and every other output
+ *     (IHA_ERROR_INVALID_ARGUMENT); every element of each output is written.
+ *   - Workspace, all of it: about (11 + S)*B*H*T*d + B*H*T*2 floats (T = N*P, S as in
+ *     iha_attention_backward; 9 instead of 11 + S on GPUs); with half storage float copies of
+ *     q, k, v, dy, dq, dk and dv (7*B*N*H*d); with half weights float copies of the mixing
+ *     weights and gradients (8*H*H*P); with accumulate float stand-ins of float dq, dk, dv and
+ *     mixing gradients (3*B*N*H*d + 4*H*H*P); all of it counted against the device's memory and
+ *     allocated before anything is enqueued.
+ *   - iha_context_stage_times: mixing (the forward's, and dQ, dK, dV, dalpha), attention
+ *     (forward, backward and the inverse rotary), collapse (dO, dR). */
+struct iha_layer_grads; /* below, with iha_backward */
+IHA_API iha_status iha_attention_core_backward(iha_context *ctx, const iha_shape *shape,
+                                               const iha_attention_options *options, const iha_layer_weights *weights,
+                                               iha_buffer q, iha_buffer k, iha_buffer v, iha_buffer dy, iha_buffer dq,
+                                               iha_buffer dk, iha_buffer dv, const struct iha_layer_grads *grads);
+
 /* Attention alone over already mixed (and rotated) virtual sequences:
  *   qt, kt, vt, o  [batch][heads][tokens*pseudo][head_dim]
  *   lse            [batch][heads][tokens*pseudo], the natural-log sum-exp of each row's
