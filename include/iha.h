@@ -33,7 +33,7 @@
  *   refuses T = N*P above INT_MAX/4, H*P above INT_MAX, B*H above INT_MAX and N*D above
  *   8*INT_MAX. An internal buffer larger than the device's largest allocation, or a call
  *   (iha_forward, iha_forward_save, iha_attention_core, iha_attention, iha_attention_backward,
- *   iha_backward, iha_backward_saved, iha_decode_step) whose internal buffers
+ *   iha_attention_core_backward, iha_backward, iha_backward_saved, iha_decode_step) whose internal buffers
  *   together exceed the device's memory, is IHA_ERROR_DEVICE_MEMORY before anything is
  *   enqueued. After any IHA_ERROR_DEVICE_MEMORY the context's next call starts with fresh
  *   internal buffers (some drivers, NVIDIA's among them, accept an allocation and fail only
@@ -203,8 +203,8 @@ typedef struct iha_context_options {
     /* Opt-in, never the default: nonzero makes a layer call whose kernels have no exact profile
      * entry tune them first (within tune_budget_s seconds per call; 0 means 10) and store the
      * result. The first such call then takes that long. Layer calls are iha_forward,
-     * iha_attention_core, iha_attention, iha_backward and iha_decode_step (its decode kernels
-     * too); a call
+     * iha_attention_core, iha_attention, iha_attention_core_backward, iha_backward and
+     * iha_decode_step (its decode kernels too); a call
      * is checked in full first, so a refused call never tunes, and iha_kv_cache_create never
      * does. The GEMM (backend and parameters) is tuned only by iha_tune. */
     int tune_on_first_use;
@@ -318,7 +318,13 @@ typedef struct iha_attention_options {
     const size_t *seq_lens;
     size_t seq_count;
     /* Backward calls: nonzero adds every gradient into its output buffer (accumulation over
-     * micro-batches) instead of overwriting it. Forward calls ignore it. */
+     * micro-batches) instead of overwriting it: dqt, dkt, dvt of iha_attention_backward, dq, dk,
+     * dv and the mixing gradients of iha_attention_core_backward, dx and every iha_layer_grads
+     * member of iha_backward and iha_backward_saved. Each output is read and written in its own
+     * storage: the sum is formed in float and rounded once into it (a half output gains one
+     * rounding per call). The products that give dx and the gradients of wq, wk, wv and wo add
+     * into a float output themselves (beta = 1); every other output is computed into float
+     * workspace and added in one pass (the workspace each call lists). Forward calls ignore it. */
     int accumulate;
 } iha_attention_options;
 
@@ -444,12 +450,13 @@ IHA_API iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const
  * options as iha_attention (mask, window, scale; rope must be 0; weight_storage is ignored);
  * options->storage half stores the eight activation tensors in half (lse stays float), with
  * float arithmetic. Each output must not overlap any input or another output
- * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. Internal workspace: B*H*T
- * floats; on devices that are not GPUs packed copies of qt and dout (2*B*H*ceil(T/16)*16*d
+ * (IHA_ERROR_INVALID_ARGUMENT); every output element is written: overwritten, or added into
+ * with options->accumulate. Internal workspace: B*H*T floats; on devices that are not GPUs packed copies of qt and dout (2*B*H*ceil(T/16)*16*d
  * floats) and S partial sums of dqt (S*B*H*ceil(T/16)*16*ceil(d/16)*16 floats, where
  * S = ceil(4 * compute units / (B*H)), at most 64/(B*H) (at least 1) and at most ceil(T/32)
  * (ceil(T/64) for d > 64): 1 for B*H = 8 on 2 cores); with half storage
- * float copies of the eight tensors (8*B*H*T*d floats). All of it is counted against the
+ * float copies of the eight tensors (8*B*H*T*d floats), with float storage and accumulate
+ * float stand-ins of the three outputs (3*B*H*T*d floats). All of it is counted against the
  * device's memory before anything is enqueued. Devices that are not GPUs run one
  * register-tile pass, built like the forward's kernel, that computes all three gradients; GPUs
  * run simpler row-per-work-item kernels, correct but slower.
@@ -468,7 +475,8 @@ typedef struct iha_layer_grads {
 /* The backward pass of iha_forward (doc/spec.md, "The backward pass"), for training: given x [B][N][D],
  * the weights and dz = dLoss/dz [B][N][D], writes dx = dLoss/dx [B][N][D] (skipped when dx.mem
  * is NULL) and every gradient of *grads whose mem is not NULL (grads may be NULL: only dx).
- * Outputs are overwritten, not accumulated into.
+ * Outputs are overwritten, or with options->accumulate added into (micro-batches: one call per
+ * micro-batch adds its gradients to the previous ones).
  *   - Nothing needs to be kept from the forward call: the call recomputes the forward's
  *     activations from x (one extra forward pass, about a fifth of the call's time), then runs
  *     the steps backwards: output projection, collapse, attention (as iha_attention_backward),
@@ -487,7 +495,8 @@ typedef struct iha_layer_grads {
  *     attention backward's partial sums of dQt, see iha_attention_backward; 9 instead of 11 + S
  *     on GPUs), with half storage also float copies of x, dz and dx (3*B*N*D) and of the
  *     weights and gradients (8*D*H*d + 8*H*H*P, and past 16 rows one more D*H*d for the
- *     forward's projections, converted as iha_forward converts them), every buffer counted
+ *     forward's projections, converted as iha_forward converts them), with accumulate and float
+ *     weights float stand-ins of the four mixing gradients (4*H*H*P), every buffer counted
  *     against the device's memory and allocated before anything is enqueued; never a T x T
  *     matrix.
  *   - iha_context_stage_times: projections (the forward's, and dX, dW_Q, dW_K, dW_V), mixing
