@@ -275,16 +275,24 @@ void tu_buffer_read(iha_context *ctx, cl_mem mem, size_t offset, float *dst, siz
     buffer_transfer(ctx, mem, offset, dst, n, 0);
 }
 
-cl_mem tu_buffer_guarded(iha_context *ctx, const float *data, size_t n, size_t offset, size_t guard,
-                         float sentinel)
+/* offset + n + guard floats of sentinel, then data (NULL: NaN) at offset. */
+static float *tu_guarded_host(const float *data, size_t n, size_t offset, size_t guard, float sentinel)
 {
-    size_t total = offset + n + guard;
+    const size_t total = offset + n + guard;
     float *host = tu_malloc(total * sizeof *host);
     tu_fill_value(host, total, sentinel);
     if (data)
         memcpy(host + offset, data, n * sizeof *host);
     else
         tu_fill_nan(host + offset, n);
+    return host;
+}
+
+cl_mem tu_buffer_guarded(iha_context *ctx, const float *data, size_t n, size_t offset, size_t guard,
+                         float sentinel)
+{
+    size_t total = offset + n + guard;
+    float *host = tu_guarded_host(data, n, offset, guard, sentinel);
     cl_mem mem = tu_buffer_new(ctx, total);
     tu_buffer_write(ctx, mem, 0, host, total);
     free(host);
@@ -477,12 +485,7 @@ cl_mem tu_tensor_guarded(iha_context *ctx, int storage, const float *data, size_
         return tu_buffer_guarded(ctx, data, n, offset, guard, sentinel);
     assert_int_equal(storage, IHA_STORAGE_F16);
     const size_t total = offset + n + guard;
-    float *host = tu_malloc(total * sizeof *host);
-    tu_fill_value(host, total, sentinel);
-    if (data)
-        memcpy(host + offset, data, n * sizeof *host);
-    else
-        tu_fill_nan(host + offset, n);
+    float *host = tu_guarded_host(data, n, offset, guard, sentinel);
     uint16_t *h = tu_malloc(total * sizeof *h);
     iha_half_from_float(host, h, total);
     cl_int err = CL_SUCCESS;

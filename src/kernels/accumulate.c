@@ -1,17 +1,10 @@
 /* Host side of cl/accumulate.cl: a float result added into an output of any storage. */
 #include "kernels/accumulate.h"
+#include "kernels/convert.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
 #define ACCUMULATE_VEC 8 /* elements per work-item, the kernel's default */
-
-/* A fixed work-group size, as for the conversions (kernels/convert.c): PoCL compiles a kernel
- * once per work-group size. */
-static size_t group_size(const iha_context *ctx)
-{
-    const size_t want = ctx->info.is_gpu ? 64 : 256;
-    return want < ctx->info.max_work_group_size ? want : ctx->info.max_work_group_size;
-}
 
 iha_status iha__accumulate_enqueue(iha_context *ctx, iha_storage storage, iha_buffer src, iha_buffer dst, size_t n)
 {
@@ -25,6 +18,6 @@ iha_status iha__accumulate_enqueue(iha_context *ctx, iha_storage storage, iha_bu
     iha__arg_tensor(&a, src.mem, src.offset);
     iha__arg_tensor(&a, dst.mem, dst.offset);
     iha__arg_ulong(&a, n);
-    const size_t global[1] = {(n + ACCUMULATE_VEC - 1) / ACCUMULATE_VEC}, local[1] = {group_size(ctx)};
+    const size_t global[1] = {(n + ACCUMULATE_VEC - 1) / ACCUMULATE_VEC}, local[1] = {iha__convert_group_size(ctx)};
     return iha__launch(ctx, &a, 1, global, local, name);
 }
