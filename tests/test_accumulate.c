@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm/sgemm.h" /* the context's GEMM backend, forced to CLBlast below */
 #include "test_layer.h"
 #include "test_util.h"
 
@@ -228,6 +229,19 @@ static void half_storage(void **state)
     each_call(IHA_STORAGE_F16, IHA_STORAGE_F16);
 }
 
+/* Float storage with CLBlast as the GEMM backend, whatever the device's default: its beta = 1
+ * products add dx and the projections' gradients. */
+static void float_storage_clblast(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    if (tu_ctx->loop_flag != NULL) skip(); /* CLBlast is refused on such drivers */
+    const iha_gemm_config backend = tu_ctx->gemm->config;
+    tu_ctx->gemm->config.own = 0;
+    each_call(IHA_STORAGE_F32, IHA_STORAGE_F32);
+    tu_ctx->gemm->config = backend;
+}
+
 /* Half activations with float weights: dx and dq, dk, dv are added in half, the products that
  * give the weights' gradients add themselves (beta = 1). */
 static void half_activations_float_weights(void **state)
@@ -297,8 +311,11 @@ static void micro_batches_core(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(float_storage),       cmocka_unit_test(half_storage),
-        cmocka_unit_test(half_activations_float_weights), cmocka_unit_test(micro_batches_layer),
+        cmocka_unit_test(float_storage),
+        cmocka_unit_test(float_storage_clblast),
+        cmocka_unit_test(half_storage),
+        cmocka_unit_test(half_activations_float_weights),
+        cmocka_unit_test(micro_batches_layer),
         cmocka_unit_test(micro_batches_core),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
