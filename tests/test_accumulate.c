@@ -91,7 +91,8 @@ static void fixture_init(fixture *f, const iha_shape *s, int act, int weight, co
 
 static void fixture_free(fixture *f)
 {
-    const iha_buffer all[] = {f->x, f->dz, f->q, f->k, f->v, f->dy, f->qt, f->kt, f->vt, f->o, f->dout, f->lse, f->saved};
+    const iha_buffer all[] = {f->x,  f->dz, f->q, f->k,    f->v,   f->dy,   f->qt,
+                              f->kt, f->vt, f->o, f->dout, f->lse, f->saved};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tu_buffer_release(all[i].mem);
     tu_layer_weights_release(&f->w);
     tu_layer_free(&f->l);
@@ -144,7 +145,10 @@ static const call kCalls[] = {
 
 /* Output i of call c: its element count, and whether it is an activation (else a weight's
  * gradient). */
-static int is_activation(const call *c, int i) { return c->run == run_attention || i == 0 || (c->run == run_core && i < 3); }
+static int is_activation(const call *c, int i)
+{
+    return c->run == run_attention || i == 0 || (c->run == run_core && i < 3);
+}
 static size_t output_count(const call *c, const iha_shape *s, int i)
 {
     if (c->run == run_attention) return tu_count_virtual(s);
@@ -171,8 +175,8 @@ static void prefill_plus_overwrite(const call *c, fixture *f, const iha_attentio
     tu_rng rng = tu_rng_seeded(77);
     for (int i = 0; i < c->outputs; i++) {
         const int st = is_activation(c, i) ? f->act : f->weight;
-        fresh[i] = (iha_buffer){tu_tensor_guarded(tu_ctx, st, NULL, output_count(c, &f->s, i), OUT_OFFSET, GUARD, SENTINEL),
-                                OUT_OFFSET};
+        const size_t n = output_count(c, &f->s, i);
+        fresh[i] = (iha_buffer){tu_tensor_guarded(tu_ctx, st, NULL, n, OUT_OFFSET, GUARD, SENTINEL), OUT_OFFSET};
     }
     iha_attention_options o = *base;
     tu_assert_status(tu_ctx, c->run(f, &o, fresh), IHA_OK);

@@ -92,8 +92,10 @@ static void device_upload(const core_data *c, int act, int weight, unsigned want
     memset(d, 0, sizeof *d);
     d->act = act, d->weight = weight;
     const size_t n = tu_count_heads(&c->s), nm = tu_count_mix(&c->s);
-    for (int i = 0; i < INPUTS; i++)
-        d->in[i] = (iha_buffer){tu_tensor_guarded(tu_ctx, act, c->in[i], n, 1 + 2 * (size_t)i, 0, 0.0f), 1 + 2 * (size_t)i};
+    for (int i = 0; i < INPUTS; i++) {
+        const size_t at = 1 + 2 * (size_t)i;
+        d->in[i] = (iha_buffer){tu_tensor_guarded(tu_ctx, act, c->in[i], n, at, 0, 0.0f), at};
+    }
     iha_buffer *mix[MIX] = {&d->w.alpha_q, &d->w.alpha_k, &d->w.alpha_v, &d->w.r};
     for (int i = 0; i < MIX && c->mix[0]; i++)
         *mix[i] = (iha_buffer){tu_tensor_guarded(tu_ctx, weight, c->mix[i], nm, (size_t)i, 0, 0.0f), (size_t)i};
@@ -183,7 +185,8 @@ static void outputs_left_out(void **state)
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     const core_case c = {{1, 6, 1, 2, 4, 2}, IHA_MASK_CAUSAL, 0, 1, 0};
-    for (int i = 0; i < OUTPUTS; i++) run_case(&c, IHA_STORAGE_F32, IHA_STORAGE_F32, 1u << i, 0, TU_TOL_F32, 640 + (uint64_t)i);
+    for (int i = 0; i < OUTPUTS; i++)
+        run_case(&c, IHA_STORAGE_F32, IHA_STORAGE_F32, 1u << i, 0, TU_TOL_F32, 640 + (uint64_t)i);
     run_case(&c, IHA_STORAGE_F32, IHA_STORAGE_F32, 7u, 1, TU_TOL_F32, 650);
     run_case(&c, IHA_STORAGE_F32, IHA_STORAGE_F32, 1u << 5 | 1u << 1, 0, TU_TOL_F32, 651);
 }

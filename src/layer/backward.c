@@ -76,7 +76,8 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
     iha_backward_refs r = {view[0], view[1], view[2], view[3], view[4], view[5], view[6], view[7], view[8],
                            delta,   {packs[0], packs[1]}, sums};
     IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, &p.dims, &r, p.mask, p.window, p.scale));
-    for (int j = 0; j < 3 && stand_in; ++j) IHA_FORWARD_IF_ERROR(iha__grad_store(ctx, storage, acc, view[6 + j], out[j], n));
+    for (int j = 0; j < 3 && stand_in; ++j)
+        IHA_FORWARD_IF_ERROR(iha__grad_store(ctx, storage, acc, view[6 + j], out[j], n));
     return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
 }
 

@@ -50,7 +50,8 @@ iha_status iha__core_grad_buffers(iha_context *ctx, const iha_plan *p, iha_buffe
     for (int i = 0; i < IHA_GRAD_ROLES; ++i) {
         g->t[i] = NULL;
         if (sizes[i] > 0)
-            IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, (iha_workspace_slot)(IHA_WS_GRAD + i), sizes[i] * f, &g->t[i]));
+            IHA_FORWARD_IF_ERROR(
+                iha__workspace_get(ctx, (iha_workspace_slot)(IHA_WS_GRAD + i), sizes[i] * f, &g->t[i]));
     }
     const int from_saved = saved.mem != NULL;
     g->o = from_saved ? iha__saved_o(saved) : at(g->t[IHA_GRAD_O]);
@@ -72,9 +73,10 @@ iha_status iha__core_grad_buffers(iha_context *ctx, const iha_plan *p, iha_buffe
 iha_status iha__core_forward_again(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
                                    const iha_grad_buffers *g, cl_mem rope, int saved, double *mark)
 {
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, g->q, w->alpha_q, at(g->t[IHA_GRAD_QT]), rope, 0));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, g->k, w->alpha_k, at(g->t[IHA_GRAD_KT]), rope, 0));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, g->v, w->alpha_v, at(g->t[IHA_GRAD_VT]), NULL, 0));
+    const iha_mix_collapse_config *mc = &p->mix_collapse;
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, mc, &p->dims, g->q, w->alpha_q, at(g->t[IHA_GRAD_QT]), rope, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, mc, &p->dims, g->k, w->alpha_k, at(g->t[IHA_GRAD_KT]), rope, 0));
+    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, mc, &p->dims, g->v, w->alpha_v, at(g->t[IHA_GRAD_VT]), NULL, 0));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
     if (saved) return IHA_OK;
     IHA_FORWARD_IF_ERROR(
@@ -97,10 +99,10 @@ iha_status iha__core_backward_stages(iha_context *ctx, const iha_plan *p, const 
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, mark));
 
     /* Attention, then the rotation's gradient. */
-    iha_backward_refs r = {at(g->t[IHA_GRAD_QT]),  at(g->t[IHA_GRAD_KT]),  at(g->t[IHA_GRAD_VT]),  g->o,
-                           g->lse,                 at(g->t[IHA_GRAD_DO]),  at(g->t[IHA_GRAD_DQT]), at(g->t[IHA_GRAD_DKT]),
-                           at(g->t[IHA_GRAD_DVT]), g->delta,               {g->packed[0], g->packed[1]},
-                           g->partial};
+    iha_backward_refs r = {at(g->t[IHA_GRAD_QT]),  at(g->t[IHA_GRAD_KT]),  at(g->t[IHA_GRAD_VT]),
+                           g->o,                   g->lse,                 at(g->t[IHA_GRAD_DO]),
+                           at(g->t[IHA_GRAD_DQT]), at(g->t[IHA_GRAD_DKT]), at(g->t[IHA_GRAD_DVT]),
+                           g->delta,               {g->packed[0], g->packed[1]}, g->partial};
     IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, dims, &r, p->mask, p->window, p->scale));
     if (rope) {
         IHA_FORWARD_IF_ERROR(iha__rope_inverse_enqueue(ctx, dims, r.dqt, rope));
@@ -187,6 +189,12 @@ static iha_status plan_buffers(iha_context *ctx, const iha_plan *p, int accumula
                  sizes[IHA_GRAD_DV] + sizes[IHA_GRAD_EDGE_OUT] + mixing;
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total ? total : SIZE_MAX, sizeof(float)));
     IHA_FORWARD_IF_ERROR(iha__core_grad_buffers(ctx, p, (iha_buffer){NULL, 0}, sizes, g));
+    /* The edges' slots too (iha__input_float and iha__mixing_float find them large enough). */
+    static const iha_workspace_slot copies[3] = {IHA_WS_Q, IHA_WS_K, IHA_WS_V};
+    cl_mem m;
+    for (int i = 0; i < 3 && p->act_half; ++i)
+        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, copies[i], te * sizeof(float), &m));
+    if (mixing > 0) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_MIXING, mixing * sizeof(float), &m));
     *rope = NULL;
     if (p->rope) IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p->dims.T, p->dims.d, p->rope_base, rope));
     return IHA_OK;

@@ -12,15 +12,16 @@
  * attention backward's packed Q and dO and its partial dq sums share the forward's pseudo-tensor
  * slots (layer/workspace.h), so the pseudo tensors the backward reads live here. */
 enum {
-    IHA_GRAD_DY, IHA_GRAD_DQ, IHA_GRAD_DK, IHA_GRAD_DV, /* token tensors [B][N][H][d] */
-    IHA_GRAD_QT, IHA_GRAD_KT, IHA_GRAD_VT, IHA_GRAD_O, IHA_GRAD_DO, /* pseudo tensors [B][H][T][d], keys as rows */
-    IHA_GRAD_DQT, IHA_GRAD_DKT, IHA_GRAD_DVT,
+    /* token tensors [B][N][H][d] */
+    IHA_GRAD_DY, IHA_GRAD_DQ, IHA_GRAD_DK, IHA_GRAD_DV,
+    /* pseudo tensors [B][H][T][d], keys as rows */
+    IHA_GRAD_QT, IHA_GRAD_KT, IHA_GRAD_VT, IHA_GRAD_O, IHA_GRAD_DO, IHA_GRAD_DQT, IHA_GRAD_DKT, IHA_GRAD_DVT,
     IHA_GRAD_LSE,        /* [B][H][T] */
     IHA_GRAD_XT,         /* the layer's x transposed [D][B*N] */
     IHA_GRAD_TRANSPOSED, /* the layer's one weight or Y transposed at a time */
     IHA_GRAD_PARTIAL,    /* the mixing gradients' partial sums */
     IHA_GRAD_EDGE_IN,    /* half storage: the layer's x, dz, then its 8 weights, as float */
-    IHA_GRAD_EDGE_OUT,   /* float stand-ins of outputs that are half or accumulated into */
+    IHA_GRAD_EDGE_OUT,   /* float stand-ins of outputs that are half or added into (layer/storage.h) */
     IHA_GRAD_ROLES
 };
 _Static_assert(IHA_GRAD_ROLES <= IHA_WS_GRAD_SLOTS, "the backward needs more workspace slots");
