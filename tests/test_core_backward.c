@@ -3,8 +3,8 @@
  * against the float64 reference (itself checked here against central differences of
  * ref_attention_core): every gradient within doc/spec.md's 1e-5 under every mask, windows,
  * rotary, P = 1 with the identity shortcut, ragged and odd head widths; half storage within the
- * half-storage contract; outputs left out (mem NULL, grads NULL); and the refusals, which must
- * leave every output as it was.
+ * half-storage contract; outputs left out (mem NULL, grads NULL); and the refusals (a device
+ * too small among them), which must leave every output as it was.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "reference.h"
+#include "runtime/context.h" /* the device's largest allocation, lowered below */
 #include "test_layer.h"
 #include "test_util.h"
 
@@ -325,6 +326,29 @@ static void refusals(void **state)
     data_free(&c);
 }
 
+/* A device that cannot hold one pseudo tensor refuses the call before anything is written. */
+static void device_memory_refused_before_writing(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    core_data c;
+    const iha_shape s = {1, 5, 1, 2, 4, 3};
+    data_init(&c, &s, 0, 720);
+    core_device d;
+    device_upload(&c, IHA_STORAGE_F32, IHA_STORAGE_F32, ALL, &d);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
+    o.accumulate = 1;
+    iha_context_trim(tu_ctx);
+    const cl_ulong keep = tu_ctx->info.max_alloc_bytes;
+    tu_ctx->info.max_alloc_bytes = tu_count_virtual(&s) * sizeof(float) - sizeof(float);
+    const iha_status st = run_call(&d, &s, &o, 0);
+    tu_ctx->info.max_alloc_bytes = keep;
+    tu_assert_status(tu_ctx, st, IHA_ERROR_DEVICE_MEMORY);
+    assert_untouched(&d, &s);
+    device_release(&d);
+    data_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +357,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(outputs_left_out),
         cmocka_unit_test(half_storage),
         cmocka_unit_test(refusals),
+        cmocka_unit_test(device_memory_refused_before_writing),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }
