@@ -1,7 +1,8 @@
 /*
- * reference_backward.c - float64 reference of doc/spec.md's backward pass of a whole layer and of its core, in plain
- * loops: the forward's activations, then dY, dO, the attention backward, the inverse rotary,
- * the mixing's and projections' gradients. Written from doc/spec.md, not from the kernels.
+ * reference_backward.c - float64 reference of doc/spec.md's backward pass, of a whole layer and of
+ * its core (stages 2-5), in plain loops: the forward's activations, then dY, dO, the attention
+ * backward, the inverse rotary, the mixing's and projections' gradients. Written from
+ * doc/spec.md, not from the kernels.
  */
 #include "reference.h"
 #include "reference_internal.h"
