@@ -17,7 +17,8 @@
 #     storage checked against float64;
 #   - test_decode without its long-cache cases, test_backward (the row kernels, which the
 #     library uses there, and the tile kernels forced), and test_half's attention and layer
-#     backwards.
+#     backwards;
+#   - test_core_backward and test_accumulate: the core's backward, accumulation into outputs.
 # Each test's output stays in <build>/rusticl/.
 # Usage: .ci/rusticl.sh [build-dir]   (a configured and built release tree; default build)
 set -euo pipefail
@@ -54,4 +55,6 @@ run test_decode IHA_TEST_SKIP='long_*'
 run test_backward
 run test_half IHA_TEST_ONLY='*_backward_half'
 run test_packed
+run test_core_backward
+run test_accumulate
 exit $failed

@@ -33,7 +33,7 @@
  *   refuses T = N*P above INT_MAX/4, H*P above INT_MAX, B*H above INT_MAX and N*D above
  *   8*INT_MAX. An internal buffer larger than the device's largest allocation, or a call
  *   (iha_forward, iha_forward_save, iha_attention_core, iha_attention, iha_attention_backward,
- *   iha_backward, iha_backward_saved, iha_decode_step) whose internal buffers
+ *   iha_attention_core_backward, iha_backward, iha_backward_saved, iha_decode_step) whose internal buffers
  *   together exceed the device's memory, is IHA_ERROR_DEVICE_MEMORY before anything is
  *   enqueued. After any IHA_ERROR_DEVICE_MEMORY the context's next call starts with fresh
  *   internal buffers (some drivers, NVIDIA's among them, accept an allocation and fail only
@@ -203,8 +203,8 @@ typedef struct iha_context_options {
     /* Opt-in, never the default: nonzero makes a layer call whose kernels have no exact profile
      * entry tune them first (within tune_budget_s seconds per call; 0 means 10) and store the
      * result. The first such call then takes that long. Layer calls are iha_forward,
-     * iha_attention_core, iha_attention, iha_backward and iha_decode_step (its decode kernels
-     * too); a call
+     * iha_attention_core, iha_attention, iha_attention_core_backward, iha_backward and
+     * iha_decode_step (its decode kernels too); a call
      * is checked in full first, so a refused call never tunes, and iha_kv_cache_create never
      * does. The GEMM (backend and parameters) is tuned only by iha_tune. */
     int tune_on_first_use;
@@ -328,7 +328,13 @@ typedef struct iha_attention_options {
     const size_t *seq_lens;
     size_t seq_count;
     /* Backward calls: nonzero adds every gradient into its output buffer (accumulation over
-     * micro-batches) instead of overwriting it. Forward calls ignore it. */
+     * micro-batches) instead of overwriting it: dqt, dkt, dvt of iha_attention_backward, dq, dk,
+     * dv and the mixing gradients of iha_attention_core_backward, dx and every iha_layer_grads
+     * member of iha_backward and iha_backward_saved. Each output is read and written in its own
+     * storage: the sum is formed in float and rounded once into it (a half output gains one
+     * rounding per call). The products that give dx and the gradients of wq, wk, wv and wo add
+     * into a float output themselves (beta = 1); every other output is computed into float
+     * workspace and added in one pass (the workspace each call lists). Forward calls ignore it. */
     int accumulate;
 } iha_attention_options;
 
@@ -402,6 +408,39 @@ IHA_API iha_status iha_attention_core(iha_context *ctx, const iha_shape *shape, 
                                       const iha_layer_weights *weights, iha_buffer q, iha_buffer k, iha_buffer v,
                                       iha_buffer y);
 
+/* The gradients of iha_attention_core (doc/spec.md, "The backward pass", steps 2 to 5), for
+ * training a layer whose projections the application runs itself: given its q, k, v
+ * [B][N][H][d], the mixing and collapse weights and dy = dLoss/dy [B][N][H][d], writes
+ * dq, dk, dv = dLoss/dq, dLoss/dk, dLoss/dv [B][N][H][d] and grads->alpha_q, alpha_k, alpha_v
+ * and r ([H][H][P]). grads->wq, wk, wv and wo are ignored, as are weights->wq/wk/wv/wo and
+ * shape->model_dim.
+ *   - An output with mem NULL is not computed (dq, dk and dv each; grads may be NULL: no mixing
+ *     gradients). Outputs are overwritten, or added into with options->accumulate.
+ *   - Nothing is kept from the forward call: the call recomputes the mixing, rotary and
+ *     attention from q, k and v (never a T x T matrix), then runs iha_backward's steps from dY:
+ *     collapse, attention, inverse rotary, mixing.
+ *   - The same shape, options and weights as iha_attention_core. options->storage half: q, k,
+ *     v, dy, dq, dk and dv are half; weight_storage half: the mixing weights and their
+ *     gradients are half; arithmetic is float, as in iha_backward. H*H*P above INT_MAX is
+ *     IHA_ERROR_UNSUPPORTED.
+ *   - With P = 1 and the identity shortcut (alpha and r NULL in weights), a gradient of
+ *     alpha_q/k/v or r, when asked for, is the gradient at the identity.
+ *   - Every output must lie apart from q, k, v, dy, the mixing weights and every other output
+ *     (IHA_ERROR_INVALID_ARGUMENT); every element of each output is written.
+ *   - Workspace, all of it: about (11 + S)*B*H*T*d + B*H*T*2 floats (T = N*P, S as in
+ *     iha_attention_backward; 9 instead of 11 + S on GPUs); with half storage float copies of
+ *     q, k, v, dy, dq, dk and dv (7*B*N*H*d); with half weights float copies of the mixing
+ *     weights and gradients (8*H*H*P); with accumulate float stand-ins of float dq, dk, dv and
+ *     mixing gradients (3*B*N*H*d + 4*H*H*P); all of it counted against the device's memory and
+ *     allocated before anything is enqueued.
+ *   - iha_context_stage_times: mixing (the forward's, and dQ, dK, dV, dalpha), attention
+ *     (forward, backward and the inverse rotary), collapse (dO, dR). */
+struct iha_layer_grads; /* below, with iha_backward */
+IHA_API iha_status iha_attention_core_backward(iha_context *ctx, const iha_shape *shape,
+                                               const iha_attention_options *options, const iha_layer_weights *weights,
+                                               iha_buffer q, iha_buffer k, iha_buffer v, iha_buffer dy, iha_buffer dq,
+                                               iha_buffer dk, iha_buffer dv, const struct iha_layer_grads *grads);
+
 /* Attention alone over already mixed (and rotated) virtual sequences:
  *   qt, kt, vt, o  [batch][heads][tokens*pseudo][head_dim]
  *   lse            [batch][heads][tokens*pseudo], the natural-log sum-exp of each row's
@@ -421,12 +460,13 @@ IHA_API iha_status iha_attention(iha_context *ctx, const iha_shape *shape, const
  * options as iha_attention (mask, window, scale; rope must be 0; weight_storage is ignored);
  * options->storage half stores the eight activation tensors in half (lse stays float), with
  * float arithmetic. Each output must not overlap any input or another output
- * (IHA_ERROR_INVALID_ARGUMENT); every output element is written. Internal workspace: B*H*T
- * floats; on devices that are not GPUs packed copies of qt and dout (2*B*H*ceil(T/16)*16*d
+ * (IHA_ERROR_INVALID_ARGUMENT); every output element is written: overwritten, or added into
+ * with options->accumulate. Internal workspace: B*H*T floats; on devices that are not GPUs packed copies of qt and dout (2*B*H*ceil(T/16)*16*d
  * floats) and S partial sums of dqt (S*B*H*ceil(T/16)*16*ceil(d/16)*16 floats, where
  * S = ceil(4 * compute units / (B*H)), at most 64/(B*H) (at least 1) and at most ceil(T/32)
  * (ceil(T/64) for d > 64): 1 for B*H = 8 on 2 cores); with half storage
- * float copies of the eight tensors (8*B*H*T*d floats). All of it is counted against the
+ * float copies of the eight tensors (8*B*H*T*d floats), with float storage and accumulate
+ * float stand-ins of the three outputs (3*B*H*T*d floats). All of it is counted against the
  * device's memory before anything is enqueued. Devices that are not GPUs run one
  * register-tile pass, built like the forward's kernel, that computes all three gradients; GPUs
  * run simpler row-per-work-item kernels, correct but slower.
@@ -445,7 +485,8 @@ typedef struct iha_layer_grads {
 /* The backward pass of iha_forward (doc/spec.md, "The backward pass"), for training: given x [B][N][D],
  * the weights and dz = dLoss/dz [B][N][D], writes dx = dLoss/dx [B][N][D] (skipped when dx.mem
  * is NULL) and every gradient of *grads whose mem is not NULL (grads may be NULL: only dx).
- * Outputs are overwritten, not accumulated into.
+ * Outputs are overwritten, or with options->accumulate added into (micro-batches: one call per
+ * micro-batch adds its gradients to the previous ones).
  *   - Nothing needs to be kept from the forward call: the call recomputes the forward's
  *     activations from x (one extra forward pass, about a fifth of the call's time), then runs
  *     the steps backwards: output projection, collapse, attention (as iha_attention_backward),
@@ -464,7 +505,8 @@ typedef struct iha_layer_grads {
  *     attention backward's partial sums of dQt, see iha_attention_backward; 9 instead of 11 + S
  *     on GPUs), with half storage also float copies of x, dz and dx (3*B*N*D) and of the
  *     weights and gradients (8*D*H*d + 8*H*H*P, and past 16 rows one more D*H*d for the
- *     forward's projections, converted as iha_forward converts them), every buffer counted
+ *     forward's projections, converted as iha_forward converts them), with accumulate and float
+ *     weights float stand-ins of the four mixing gradients (4*H*H*P), every buffer counted
  *     against the device's memory and allocated before anything is enqueued; never a T x T
  *     matrix.
  *   - iha_context_stage_times: projections (the forward's, and dX, dW_Q, dW_K, dW_V), mixing

@@ -58,4 +58,14 @@ typedef struct ref_grads {
 } ref_grads;
 int ref_backward(const ref_problem *p, const float *dz, const ref_grads *out);
 
+/* The gradients of stages 2-5 (ref_attention_core) for dLoss/dY = dy [B][N][H][d], in double:
+ * dq, dk, dv [B][N][H][d] and alpha_q/k/v and r [H][H][P], every one required; the same steps
+ * as ref_backward's between its projections. p->x/wq/wk/wv/wo and p->D are unused. Returns 0,
+ * or -1 as ref_forward. */
+typedef struct ref_core_grads {
+    double *dq, *dk, *dv, *alpha_q, *alpha_k, *alpha_v, *r;
+} ref_core_grads;
+int ref_attention_core_backward(const ref_problem *p, const float *q, const float *k, const float *v,
+                                const float *dy, const ref_core_grads *out);
+
 #endif /* IHA_REFERENCE_H */

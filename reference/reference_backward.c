@@ -1,7 +1,8 @@
 /*
- * reference_backward.c - float64 reference of doc/spec.md's backward pass of a whole layer, in plain
- * loops: the forward's activations, then dY, dO, the attention backward, the inverse rotary,
- * the mixing's and projections' gradients. Written from doc/spec.md, not from the kernels.
+ * reference_backward.c - float64 reference of doc/spec.md's backward pass, of a whole layer and of
+ * its core (stages 2-5), in plain loops: the forward's activations, then dY, dO, the attention
+ * backward, the inverse rotary, the mixing's and projections' gradients. Written from
+ * doc/spec.md, not from the kernels.
  */
 #include "reference.h"
 #include "reference_internal.h"
@@ -98,15 +99,10 @@ static void mixing_grad(const ref_dims *g, const double *tok, const double *virt
             }
 }
 
-/* The forward's activations: Q, K, V, the rotated pseudo tensors, O and Y. */
-static void forward(const ref_problem *p, const ref_dims *g, ref_state *s)
+/* The forward's activations after Q, K and V (stages 2-5): the rotated pseudo tensors, O and Y. */
+static void forward_core(const ref_problem *p, const ref_dims *g, ref_state *s)
 {
-    const size_t ntok = g->B * g->N, slab = g->T * g->d;
-    for (size_t i = 0; i < ntok * p->D; i++)
-        s->x[i] = p->x[i];
-    matmul(s->x, p->wq, ntok, p->D, g->HD, s->q);
-    matmul(s->x, p->wk, ntok, p->D, g->HD, s->k);
-    matmul(s->x, p->wv, ntok, p->D, g->HD, s->v);
+    const size_t slab = g->T * g->d;
     for (size_t b = 0; b < g->B; b++)
         for (size_t n = 0; n < g->N; n++) {
             const size_t row = (b * g->N + n) * g->HD;
@@ -138,6 +134,18 @@ static void forward(const ref_problem *p, const ref_dims *g, ref_state *s)
             }
 }
 
+/* The forward's activations: Q, K, V, then stages 2-5. */
+static void forward(const ref_problem *p, const ref_dims *g, ref_state *s)
+{
+    const size_t ntok = g->B * g->N;
+    for (size_t i = 0; i < ntok * p->D; i++)
+        s->x[i] = p->x[i];
+    matmul(s->x, p->wq, ntok, p->D, g->HD, s->q);
+    matmul(s->x, p->wk, ntok, p->D, g->HD, s->k);
+    matmul(s->x, p->wv, ntok, p->D, g->HD, s->v);
+    forward_core(p, g, s);
+}
+
 /* The inverse of ref_rotate at position t: the gradient through the rotation. */
 static void rotate_back(double *x, size_t d, size_t t, double base)
 {
@@ -150,22 +158,13 @@ static void rotate_back(double *x, size_t d, size_t t, double base)
     }
 }
 
-/* doc/spec.md's backward steps from dZ, on the forward's activations in s. */
-static int backward(const ref_problem *p, const ref_dims *gp, ref_state *sp, const float *dz, const ref_grads *out)
+/* doc/spec.md's backward steps 2-5 from s->dy, on the forward's activations in s: dO and dR,
+ * the attention, the inverse rotary, then dQ, dK, dV (into s) and the dalphas. */
+static void backward_core(const ref_problem *p, const ref_dims *gp, ref_state *sp, double *dr, double *const dalpha[3])
 {
     const ref_dims g = *gp;
     ref_state s = *sp;
-    const size_t ntok = g.B * g.N, D = p->D, slab = g.T * g.d;
-
-    /* Output projection: dY = dZ W_O^T, dW_O = Y^T dZ. */
-    double *dzd = malloc(ntok * D * sizeof *dzd);
-    if (!dzd)
-        return -1;
-    for (size_t i = 0; i < ntok * D; i++)
-        dzd[i] = dz[i];
-    matmul_wt(dzd, p->wo, ntok, D, g.HD, s.dy, 0);
-    matmul_at(s.y, dzd, ntok, g.HD, D, out->wo);
-    free(dzd);
+    const size_t slab = g.T * g.d;
 
     /* Collapse: dO[b][m][n*P+p] = sum_h R[h][m][p] dY[b][n][h]; dR = G(dY, O). */
     for (size_t b = 0; b < g.B; b++)
@@ -180,7 +179,7 @@ static int backward(const ref_problem *p, const ref_dims *gp, ref_state *sp, con
                             d_o[c] += w * dy[c];
                     }
                 }
-    mixing_grad(&g, s.dy, s.o, out->r);
+    mixing_grad(&g, s.dy, s.o, dr);
 
     /* Attention, then the inverse rotary. */
     for (size_t bh = 0; bh < g.B * g.H; bh++) {
@@ -196,7 +195,6 @@ static int backward(const ref_problem *p, const ref_dims *gp, ref_state *sp, con
     /* Mixing: dQ[b][n][m] = sum_{h,p} alpha_Q[m][h][p] dQt[b][h][n*P+p]; dalpha_Q = G(Q, dQt). */
     const float *alphas[3] = {p->alpha_q, p->alpha_k, p->alpha_v};
     double *dpseudo[3] = {s.dqt, s.dkt, s.dvt}, *dtok[3] = {s.dq, s.dk, s.dv}, *tok[3] = {s.q, s.k, s.v};
-    double *dalpha[3] = {out->alpha_q, out->alpha_k, out->alpha_v};
     for (int i = 0; i < 3; i++) {
         for (size_t b = 0; b < g.B; b++)
             for (size_t n = 0; n < g.N; n++)
@@ -212,10 +210,31 @@ static int backward(const ref_problem *p, const ref_dims *gp, ref_state *sp, con
                 }
         mixing_grad(&g, tok[i], dpseudo[i], dalpha[i]);
     }
+}
+
+/* doc/spec.md's backward steps from dZ, on the forward's activations in s. */
+static int backward(const ref_problem *p, const ref_dims *gp, ref_state *sp, const float *dz, const ref_grads *out)
+{
+    const ref_dims g = *gp;
+    ref_state s = *sp;
+    const size_t ntok = g.B * g.N, D = p->D;
+
+    /* Output projection: dY = dZ W_O^T, dW_O = Y^T dZ. */
+    double *dzd = malloc(ntok * D * sizeof *dzd);
+    if (!dzd)
+        return -1;
+    for (size_t i = 0; i < ntok * D; i++)
+        dzd[i] = dz[i];
+    matmul_wt(dzd, p->wo, ntok, D, g.HD, s.dy, 0);
+    matmul_at(s.y, dzd, ntok, g.HD, D, out->wo);
+    free(dzd);
+
+    double *const dalpha[3] = {out->alpha_q, out->alpha_k, out->alpha_v};
+    backward_core(p, &g, &s, out->r, dalpha);
 
     /* Projections: dW_Q = X^T dQ (K, V alike), dX = dQ W_Q^T + dK W_K^T + dV W_V^T. */
     const float *ws[3] = {p->wq, p->wk, p->wv};
-    double *dw[3] = {out->wq, out->wk, out->wv};
+    double *dw[3] = {out->wq, out->wk, out->wv}, *dtok[3] = {s.dq, s.dk, s.dv};
     for (int i = 0; i < 3; i++) {
         matmul_at(s.x, dtok[i], ntok, D, g.HD, dw[i]);
         matmul_wt(dtok[i], ws[i], ntok, g.HD, D, out->dx, i > 0);
@@ -236,6 +255,36 @@ int ref_backward(const ref_problem *p, const float *dz, const ref_grads *out)
     if (rc == 0) {
         forward(p, &g, &s);
         rc = backward(p, &g, &s, dz, out);
+    }
+    state_free(&s);
+    return rc;
+}
+
+int ref_attention_core_backward(const ref_problem *p, const float *q, const float *k, const float *v,
+                                const float *dy, const ref_core_grads *out)
+{
+    ref_dims g;
+    if (ref_dims_init(p, 1, &g) != 0 || !q || !k || !v || !dy || !out)
+        return -1;
+    if (!out->dq || !out->dk || !out->dv || !out->alpha_q || !out->alpha_k || !out->alpha_v || !out->r)
+        return -1;
+    ref_state s;
+    int rc = state_alloc(&s, &g, 0);
+    if (rc == 0) {
+        const size_t n = g.B * g.N * g.HD;
+        for (size_t i = 0; i < n; i++) {
+            s.q[i] = q[i];
+            s.k[i] = k[i];
+            s.v[i] = v[i];
+            s.dy[i] = dy[i];
+        }
+        forward_core(p, &g, &s);
+        double *const dalpha[3] = {out->alpha_q, out->alpha_k, out->alpha_v};
+        backward_core(p, &g, &s, out->r, dalpha);
+        double *const dst[3] = {out->dq, out->dk, out->dv}, *const src[3] = {s.dq, s.dk, s.dv};
+        for (int t = 0; t < 3; t++)
+            for (size_t i = 0; i < n; i++)
+                dst[t][i] = src[t][i];
     }
     state_free(&s);
     return rc;

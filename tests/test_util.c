@@ -275,16 +275,24 @@ void tu_buffer_read(iha_context *ctx, cl_mem mem, size_t offset, float *dst, siz
     buffer_transfer(ctx, mem, offset, dst, n, 0);
 }
 
-cl_mem tu_buffer_guarded(iha_context *ctx, const float *data, size_t n, size_t offset, size_t guard,
-                         float sentinel)
+/* offset + n + guard floats of sentinel, then data (NULL: NaN) at offset. */
+static float *tu_guarded_host(const float *data, size_t n, size_t offset, size_t guard, float sentinel)
 {
-    size_t total = offset + n + guard;
+    const size_t total = offset + n + guard;
     float *host = tu_malloc(total * sizeof *host);
     tu_fill_value(host, total, sentinel);
     if (data)
         memcpy(host + offset, data, n * sizeof *host);
     else
         tu_fill_nan(host + offset, n);
+    return host;
+}
+
+cl_mem tu_buffer_guarded(iha_context *ctx, const float *data, size_t n, size_t offset, size_t guard,
+                         float sentinel)
+{
+    size_t total = offset + n + guard;
+    float *host = tu_guarded_host(data, n, offset, guard, sentinel);
     cl_mem mem = tu_buffer_new(ctx, total);
     tu_buffer_write(ctx, mem, 0, host, total);
     free(host);
@@ -465,4 +473,58 @@ void tu_copy_into(const char *path, void *arg)
     char to[4200];
     snprintf(to, sizeof to, "%s%s", job->to_dir, strrchr(path, '/'));
     tu_copy_file(path, to, job->append);
+}
+
+/* Bytes per element of a tensor's storage. */
+static size_t tu_storage_bytes(int storage) { return storage == IHA_STORAGE_F16 ? sizeof(uint16_t) : sizeof(float); }
+
+cl_mem tu_tensor_guarded(iha_context *ctx, int storage, const float *data, size_t n, size_t offset, size_t guard,
+                         float sentinel)
+{
+    if (storage == IHA_STORAGE_F32)
+        return tu_buffer_guarded(ctx, data, n, offset, guard, sentinel);
+    assert_int_equal(storage, IHA_STORAGE_F16);
+    const size_t total = offset + n + guard;
+    float *host = tu_guarded_host(data, n, offset, guard, sentinel);
+    uint16_t *h = tu_malloc(total * sizeof *h);
+    iha_half_from_float(host, h, total);
+    cl_int err = CL_SUCCESS;
+    cl_mem mem = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                total * sizeof *h, h, &err);
+    free(h);
+    free(host);
+    if (err != CL_SUCCESS)
+        fail_msg("clCreateBuffer: %d", err);
+    return mem;
+}
+
+void tu_tensor_read_checked(iha_context *ctx, int storage, cl_mem mem, size_t n, size_t offset, size_t guard,
+                            float sentinel, float *out, const char *what)
+{
+    const size_t total = offset + n + guard, bytes = tu_storage_bytes(storage);
+    unsigned char *raw = tu_malloc(total * bytes);
+    cl_int err =
+        clEnqueueReadBuffer(iha_context_cl_queue(ctx), mem, CL_TRUE, 0, total * bytes, raw, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        fail_msg("%s: clEnqueueReadBuffer: %d", what, err);
+    unsigned char expected[sizeof(float)];
+    if (storage == IHA_STORAGE_F16) {
+        uint16_t h;
+        iha_half_from_float(&sentinel, &h, 1);
+        memcpy(expected, &h, sizeof h);
+    } else {
+        memcpy(expected, &sentinel, sizeof sentinel);
+    }
+    for (size_t i = 0; i < total; i++)
+        if ((i < offset || i >= offset + n) && memcmp(raw + i * bytes, expected, bytes) != 0)
+            fail_msg("%s: the library wrote outside the tensor (element %zu of the buffer)", what, i);
+    if (storage == IHA_STORAGE_F16) {
+        uint16_t *h = tu_malloc(n * sizeof *h);
+        memcpy(h, raw + offset * bytes, n * sizeof *h);
+        iha_half_to_float(h, out, n);
+        free(h);
+    } else {
+        memcpy(out, raw + offset * bytes, n * sizeof *out);
+    }
+    free(raw);
 }

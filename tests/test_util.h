@@ -120,6 +120,15 @@ void tu_assert_guard(iha_context *ctx, cl_mem mem, size_t n, size_t offset, size
 /* Fails the test unless all n floats at `offset` hold `value` bit for bit. */
 void tu_assert_buffer_all(iha_context *ctx, cl_mem mem, size_t offset, size_t n, float value);
 void tu_buffer_release(cl_mem mem); /* NULL is allowed */
+/* A tensor in `storage` (IHA_STORAGE_F32, or IHA_STORAGE_F16 as halves), guarded like
+ * tu_buffer_guarded: offset + n + guard elements of `sentinel` (rounded to the storage), then
+ * `data` (n floats rounded to the storage; NULL: NaN) at element `offset`. */
+cl_mem tu_tensor_guarded(iha_context *ctx, int storage, const float *data, size_t n, size_t offset, size_t guard,
+                         float sentinel);
+/* Reads the n elements of a tu_tensor_guarded tensor into out as floats; fails the test unless
+ * its guards still hold the sentinel bit for bit (`what` names it). */
+void tu_tensor_read_checked(iha_context *ctx, int storage, cl_mem mem, size_t n, size_t offset, size_t guard,
+                            float sentinel, float *out, const char *what);
 
 /* Whether needle occurs in haystack, ignoring ASCII case. */
 int tu_contains_nocase(const char *haystack, const char *needle);

@@ -8,7 +8,7 @@
 
 /* A fixed work-group size: PoCL compiles a kernel once per work-group size, and letting the
  * implementation choose would give a new size (and a compile) for many new lengths. */
-static size_t group_size(const iha_context *ctx)
+size_t iha__convert_group_size(const iha_context *ctx)
 {
     const size_t want = ctx->info.is_gpu ? 64 : 256;
     return want < ctx->info.max_work_group_size ? want : ctx->info.max_work_group_size;
@@ -24,7 +24,7 @@ iha_status iha__convert_enqueue(iha_context *ctx, int to_half, iha_buffer src, i
     iha__arg_tensor(&a, src.mem, src.offset);
     iha__arg_tensor(&a, dst.mem, dst.offset);
     iha__arg_ulong(&a, n);
-    const size_t global[1] = {(n + CONVERT_VEC - 1) / CONVERT_VEC}, local[1] = {group_size(ctx)};
+    const size_t global[1] = {(n + CONVERT_VEC - 1) / CONVERT_VEC}, local[1] = {iha__convert_group_size(ctx)};
     return iha__launch(ctx, &a, 1, global, local, name);
 }
 

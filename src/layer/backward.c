@@ -37,14 +37,17 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
             IHA_FORWARD_IF_ERROR(iha__check_disjoint(ctx, out[j], n, out[i], n, a, out_names[j], out_names[i]));
     }
     /* Workspace: Dt, one float per virtual row; for the tile kernel packed copies of Q and dO
-     * and its partial dq sums; with half activations float copies of the five inputs and the
-     * three outputs. */
+     * and its partial dq sums; with half activations float copies of the five inputs, and float
+     * stand-ins of the three outputs with half activations or accumulation (layer/storage.h). */
+    const int acc = options->accumulate != 0;
+    const iha_storage storage = iha__act_storage(&p);
+    const int stand_in = iha__grad_stand_in(storage, acc);
     const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
     const size_t packed = iha__packed_keys_elements(&p.dims, 16);
     size_t partial = 0, total = SIZE_MAX, copies, floats;
     if ((!tiled || iha__attention_backward_partial_elements(ctx, &p.dims, &partial)) &&
         iha__mul(packed, tiled ? 2 : 0, &copies) && iha__add(copies, partial, &copies) &&
-        iha__mul(n, p.act_half ? 8 : 0, &floats) && iha__add(copies, floats, &copies))
+        iha__mul(n, (p.act_half ? 5 : 0) + (stand_in ? 3 : 0), &floats) && iha__add(copies, floats, &copies))
         iha__add(copies, p.lse_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
     IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));
@@ -63,13 +66,19 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
             view[i] = in[i];
         else
             IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, in[i], n, (iha_workspace_slot)(IHA_WS_GRAD + k++), &view[i]));
-    for (int j = 0; j < 3; ++j)
-        IHA_FORWARD_IF_ERROR(
-            iha__output_float(ctx, &p, out[j], n, (iha_workspace_slot)(IHA_WS_GRAD + 5 + j), &view[6 + j]));
+    for (int j = 0; j < 3; ++j) {
+        view[6 + j] = out[j];
+        if (stand_in) {
+            cl_mem m;
+            IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, (iha_workspace_slot)(IHA_WS_GRAD + 5 + j), n * f, &m));
+            view[6 + j] = (iha_buffer){m, 0};
+        }
+    }
     iha_backward_refs r = {view[0], view[1], view[2], view[3], view[4], view[5], view[6], view[7], view[8],
                            delta,   {packs[0], packs[1]}, sums};
     IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, &p.dims, &r, p.mask, p.window, p.scale));
-    for (int j = 0; j < 3; ++j) IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, view[6 + j], out[j], n));
+    for (int j = 0; j < 3 && stand_in; ++j)
+        IHA_FORWARD_IF_ERROR(iha__grad_store(ctx, storage, acc, view[6 + j], out[j], n));
     return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
 }
 

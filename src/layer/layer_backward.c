@@ -1,21 +1,22 @@
 /* iha_backward and iha_backward_saved: the whole layer's backward pass (doc/spec.md, "The backward
  * pass"). The forward's activations are recomputed from x (all of them, or with saved state
  * all but the attention's output and log-sum-exp), then the stages run backwards: output
- * projection, collapse, attention (the attention backward's kernels), inverse rotary, mixing,
+ * projection, the core (collapse, attention, inverse rotary, mixing: layer/core_backward.h),
  * projections. Every argument is checked before anything is enqueued. Half storage is
  * converted at the edges: float copies of x, dz and the weights in, float results converted
- * into the half outputs at the end; everything between runs in float. */
+ * into the half outputs (or added into the outputs, options->accumulate) at the end; everything
+ * between runs in float. */
 #include <limits.h>
 #include <stdint.h>
 
 #include "common/checked.h"
 #include "gemm/sgemm.h"
-#include "kernels/attention_backward.h"
 #include "kernels/collapse.h"
 #include "kernels/convert.h"
 #include "kernels/layer_backward.h"
 #include "kernels/rope.h"
 #include "layer/call.h"
+#include "layer/core_backward.h"
 #include "layer/plan.h"
 #include "layer/project.h"
 #include "layer/saved.h"
@@ -24,25 +25,7 @@
 #include "runtime/error.h"
 #include "runtime/loop_limit.h"
 
-/* The call's own tensors, each in workspace slot IHA_WS_GRAD + role. The forward's slots hold
- * what they hold in iha_forward (Q, K, V, Y, and the packed keys in IHA_WS_KT); the attention
- * backward's packed Q and dO and its partial dq sums share the forward's pseudo-tensor slots
- * (layer/workspace.h), so the pseudo tensors it reads live here. */
-enum {
-    G_DY, G_DQ, G_DK, G_DV,                /* token tensors [B][N][H][d] */
-    G_QT, G_KT, G_VT, G_O, G_DO,           /* pseudo tensors [B][H][T][d], keys as rows */
-    G_DQT, G_DKT, G_DVT,
-    G_LSE,                                 /* [B][H][T] */
-    G_XT,                                  /* x transposed [D][B*N] */
-    G_TRANSPOSED,                          /* one weight or Y transposed at a time */
-    G_PARTIAL,                             /* the mixing gradients' partial sums */
-    G_EDGE_IN,                             /* half storage: x, dz, then the 8 weights, as float */
-    G_EDGE_OUT,                            /* half storage: dx, then the 8 gradients, as float */
-    G_ROLES
-};
-_Static_assert(G_ROLES <= IHA_WS_GRAD_SLOTS, "the layer backward needs more workspace slots");
-
-/* The call's outputs by name, and as one array for what is done to each alike (checks, half
+/* The call's outputs by name, and as one array for what is done to each alike (checks, float
  * stand-ins): dx in the activations' storage, the eight gradients in the weights'. A NULL mem is
  * an output that is not wanted. */
 #define OUTPUTS 9
@@ -56,45 +39,13 @@ typedef union grad_outputs {
 } grad_outputs;
 _Static_assert(sizeof(grad_outputs) == OUTPUTS * sizeof(iha_buffer), "grad_outputs: its names and its array differ");
 
+/* The core's buffers (layer/core_backward.h), the layer's roles among them, and Y. */
 typedef struct grad_buffers {
-    cl_mem t[G_ROLES];
-    iha_buffer o, lse; /* the G_O and G_LSE slots, or the caller's saved state */
-    cl_mem q, k, v, y, packed_keys;
-    cl_mem delta, packed[2], partial; /* the attention backward's: Dt, and on CPUs Q, dO packed and
-                                         the partial dq sums */
+    iha_grad_buffers c;
+    cl_mem y;
 } grad_buffers;
 
 static iha_buffer at(cl_mem m) { return (iha_buffer){m, 0}; }
-
-/* Element counts of the roles' slots into sizes (0: not allocated; with saved state, O and its
- * LSE are the caller's); returns the total of every buffer the call allocates (each slot
- * counted once), 0 on overflow. `partial`: the tile kernel's partial sums (0 without it). */
-static size_t workspace_elements(const iha_plan *p, int tiled, int saved, size_t partial, size_t sizes[G_ROLES])
-{
-    const size_t te = p->token_elems, ve = p->virtual_elems, tr = te > p->w_elems ? te : p->w_elems;
-    const size_t o = saved ? 0 : ve, lse = saved ? 0 : p->lse_elems;
-    /* The edges: iha__plan_make bounds x_elems and w_elems by SIZE_MAX / 8 and mix_elems by
-     * H*H*P <= INT_MAX (checked before this), so these sums do not overflow. */
-    const size_t weights = p->weight_half ? 4 * p->w_elems + 4 * p->mix_elems : 0;
-    const size_t in = (p->act_half ? 2 * p->x_elems : 0) + weights, out = (p->act_half ? p->x_elems : 0) + weights;
-    const size_t fixed[G_ROLES] = {te, te, te, te, ve, ve, ve, o, ve, ve, ve, ve, lse, p->x_elems, tr,
-                                   iha__mix_grad_partial_elements(&p->dims), in, out};
-    size_t total = 0;
-    for (int i = 0; i < G_ROLES; ++i) {
-        sizes[i] = fixed[i];
-        if (!iha__add(total, fixed[i], &total)) return 0;
-    }
-    /* Q, K, V, Y, the forward's packed keys, Dt, and with the tile kernel its packed Q and dO
-     * and partial sums. */
-    const size_t packed16 = iha__packed_keys_elements(&p->dims, 16);
-    size_t more = 0;
-    if (!iha__mul(te, 4, &more) || !iha__add(total, more, &total) ||
-        !iha__add(total, saved ? 0 : p->packed_elems, &total) || !iha__add(total, p->lse_elems, &total) ||
-        !iha__mul(packed16, tiled ? 2 : 0, &more) || !iha__add(total, more, &total) ||
-        !iha__add(total, partial, &total))
-        return 0;
-    return total;
-}
 
 /* Element counts and sizes of the outputs: dx in the activations' storage, the gradients in
  * the weights'. */
@@ -133,16 +84,33 @@ static iha_status check_outputs(iha_context *ctx, const iha_plan *p, const iha_l
     return IHA_OK;
 }
 
-/* Half storage at the edges. Into the float views: x and dz, and every weight (NULL stays NULL,
- * the identity shortcut), converted into G_EDGE_IN; the outputs that are half get float
- * stand-ins in G_EDGE_OUT. Float tensors are their own views. */
-static iha_status edges_in(iha_context *ctx, const iha_plan *p, const grad_buffers *g, const iha_layer_weights *w,
-                           iha_buffer *x, iha_buffer *dz, iha_layer_weights *wf, const grad_outputs *outputs,
-                           grad_outputs *floats)
+/* Whether output i is computed into a float stand-in (layer/storage.h): it is half, or it is
+ * added into and is not the result of a product (dx and dW_Q, dW_K, dW_V, dW_O are, and add
+ * themselves with beta = 1). */
+static int stand_in(const iha_plan *p, int accumulate, int i)
+{
+    return iha__grad_stand_in(i == 0 ? iha__act_storage(p) : iha__weight_storage(p), accumulate && i >= 5);
+}
+
+/* The stand-ins' floats, all of them in IHA_GRAD_EDGE_OUT in output order, wanted or not. */
+static size_t stand_in_elements(const iha_plan *p, int accumulate)
+{
+    size_t elems[OUTPUTS], bytes[OUTPUTS], total = 0;
+    output_layout(p, elems, bytes);
+    for (int i = 0; i < OUTPUTS; ++i) total += stand_in(p, accumulate, i) ? elems[i] : 0;
+    return total; /* iha__plan_make bounds B*N*D and D*H*d by SIZE_MAX / 8, H*H*P is checked */
+}
+
+/* The edges. Into the float views: with half storage x and dz, and every weight (NULL stays
+ * NULL, the identity shortcut), converted into IHA_GRAD_EDGE_IN; the outputs that need one get
+ * their stand-in in IHA_GRAD_EDGE_OUT. Float tensors are their own views. */
+static iha_status edges_in(iha_context *ctx, const iha_plan *p, int accumulate, const grad_buffers *g,
+                           const iha_layer_weights *w, iha_buffer *x, iha_buffer *dz, iha_layer_weights *wf,
+                           const grad_outputs *outputs, grad_outputs *floats)
 {
     *wf = *w;
     *floats = *outputs;
-    cl_mem in = g->t[G_EDGE_IN], res = g->t[G_EDGE_OUT];
+    cl_mem in = g->c.t[IHA_GRAD_EDGE_IN], res = g->c.t[IHA_GRAD_EDGE_OUT];
     size_t at_in = 0, at_out = 0;
     if (p->act_half) {
         iha_buffer *acts[2] = {x, dz};
@@ -151,37 +119,38 @@ static iha_status edges_in(iha_context *ctx, const iha_plan *p, const grad_buffe
                 iha__convert_enqueue(ctx, 0, *acts[i], (iha_buffer){in, at_in}, p->x_elems));
             *acts[i] = (iha_buffer){in, at_in};
         }
-        if (outputs->dx.mem != NULL) floats->dx = (iha_buffer){res, 0};
-        at_out = p->x_elems;
     }
-    if (!p->weight_half) return IHA_OK;
-    iha_buffer *ws[8] = {&wf->wq, &wf->wk, &wf->wv, &wf->wo, &wf->alpha_q, &wf->alpha_k, &wf->alpha_v, &wf->r};
-    const iha_buffer *dw[8] = {&outputs->wq,      &outputs->wk,      &outputs->wv,      &outputs->wo,
-                               &outputs->alpha_q, &outputs->alpha_k, &outputs->alpha_v, &outputs->r};
-    iha_buffer *dwf[8] = {&floats->wq,      &floats->wk,      &floats->wv,      &floats->wo,
-                          &floats->alpha_q, &floats->alpha_k, &floats->alpha_v, &floats->r};
-    for (int i = 0; i < 8; ++i) {
-        const size_t n = i < 4 ? p->w_elems : p->mix_elems;
-        if (ws[i]->mem != NULL) {
-            IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, 0, *ws[i], (iha_buffer){in, at_in}, n));
-            *ws[i] = (iha_buffer){in, at_in};
+    if (p->weight_half) {
+        iha_buffer *ws[8] = {&wf->wq, &wf->wk, &wf->wv, &wf->wo, &wf->alpha_q, &wf->alpha_k, &wf->alpha_v, &wf->r};
+        for (int i = 0; i < 8; ++i) {
+            const size_t n = i < 4 ? p->w_elems : p->mix_elems;
+            if (ws[i]->mem != NULL) {
+                IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, 0, *ws[i], (iha_buffer){in, at_in}, n));
+                *ws[i] = (iha_buffer){in, at_in};
+            }
+            at_in += n;
         }
-        if (dw[i]->mem != NULL) *dwf[i] = (iha_buffer){res, at_out};
-        at_in += n;
-        at_out += n;
+    }
+    size_t elems[OUTPUTS], bytes[OUTPUTS];
+    output_layout(p, elems, bytes);
+    for (int i = 0; i < OUTPUTS; ++i) {
+        if (!stand_in(p, accumulate, i)) continue;
+        if (outputs->all[i].mem != NULL) floats->all[i] = (iha_buffer){res, at_out};
+        at_out += elems[i];
     }
     return IHA_OK;
 }
 
-/* The half outputs from their float stand-ins. */
-static iha_status edges_out(iha_context *ctx, const iha_plan *p, const grad_outputs *out, const grad_outputs *outf)
+/* The outputs from their float stand-ins: converted, or added into. */
+static iha_status edges_out(iha_context *ctx, const iha_plan *p, int accumulate, const grad_outputs *out,
+                            const grad_outputs *outf)
 {
     size_t elems[OUTPUTS], bytes[OUTPUTS];
     output_layout(p, elems, bytes);
     for (int i = 0; i < OUTPUTS; ++i)
-        if (out->all[i].mem != NULL && bytes[i] != sizeof(float))
-            IHA_FORWARD_IF_ERROR(
-                iha__convert_enqueue(ctx, 1, outf->all[i], out->all[i], elems[i]));
+        if (out->all[i].mem != NULL && stand_in(p, accumulate, i))
+            IHA_FORWARD_IF_ERROR(iha__grad_store(ctx, i == 0 ? iha__act_storage(p) : iha__weight_storage(p),
+                                                 accumulate, outf->all[i], out->all[i], elems[i]));
     return IHA_OK;
 }
 
@@ -200,109 +169,76 @@ static iha_status recompute(iha_context *ctx, const iha_plan *p, const iha_layer
                             iha_buffer x, const grad_buffers *g, cl_mem rope, int saved, int want_y, double *mark)
 {
     const size_t rows = p->dims.B * p->dims.N, hd = p->dims.H * p->dims.d;
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wq, at(g->q)));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wk, at(g->k)));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wv, at(g->v)));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wq, g->c.q));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wk, g->c.k));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wv, g->c.v));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, mark));
-
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, at(g->q), w->alpha_q, at(g->t[G_QT]), rope, 0));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, at(g->k), w->alpha_k, at(g->t[G_KT]), rope, 0));
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, at(g->v), w->alpha_v, at(g->t[G_VT]), NULL, 0));
-    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
-
-    if (!saved) {
-        IHA_FORWARD_IF_ERROR(
-            iha__pack_keys_enqueue(ctx, &p->dims, at(g->t[G_KT]), at(g->packed_keys), p->attention.key_block));
-        IHA_FORWARD_IF_ERROR(iha__attention_enqueue(ctx, &p->attention, &p->dims, at(g->t[G_QT]), at(g->packed_keys),
-                                                    at(g->t[G_VT]), g->o, g->lse, p->mask, p->window, p->scale));
-        IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
-    }
+    IHA_FORWARD_IF_ERROR(iha__core_forward_again(ctx, p, w, &g->c, rope, saved, mark));
     if (want_y) {
-        IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->mix_collapse, &p->dims, g->o, w->r, at(g->y)));
+        IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->mix_collapse, &p->dims, g->c.o, w->r, at(g->y)));
         IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, mark));
     }
     return IHA_OK;
 }
 
-/* c [m][n] (= or +=) a [m][k] * transpose of b_t, where b_t is [n][k]: b_t is transposed into
- * the G_TRANSPOSED slot first (the in-order queue runs the product before the next transpose
- * overwrites it). */
-static iha_status product_bt(iha_context *ctx, const grad_buffers *g, size_t m, size_t n, size_t k, iha_buffer a,
-                             iha_buffer b_t, iha_buffer c, int accumulate)
+/* c [m][n] = a [m][k] * b [k][n], or with `add` c += a * b (beta = 1). */
+static iha_status product(iha_context *ctx, int add, size_t m, size_t n, size_t k, iha_buffer a, size_t lda,
+                          iha_buffer b, size_t ldb, iha_buffer c, size_t ldc)
 {
-    cl_mem t = g->t[G_TRANSPOSED];
-    IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, n, k, b_t, k, at(t), n));
-    if (accumulate) return iha__sgemm_acc(ctx, m, n, k, a.mem, a.offset, k, t, 0, n, c.mem, c.offset, n);
-    return iha__sgemm(ctx, m, n, k, a.mem, a.offset, k, t, 0, n, c.mem, c.offset, n);
+    if (add) return iha__sgemm_acc(ctx, m, n, k, a.mem, a.offset, lda, b.mem, b.offset, ldb, c.mem, c.offset, ldc);
+    return iha__sgemm(ctx, m, n, k, a.mem, a.offset, lda, b.mem, b.offset, ldb, c.mem, c.offset, ldc);
 }
 
-/* The stages: the forward again, then backwards through the output projection, collapse,
- * attention and the rotation, mixing, and the projections. */
+/* c [m][n] (= or +=) a [m][k] * transpose of b_t, where b_t is [n][k]: b_t is transposed into
+ * the IHA_GRAD_TRANSPOSED slot first (the in-order queue runs the product before the next
+ * transpose overwrites it). */
+static iha_status product_bt(iha_context *ctx, const grad_buffers *g, size_t m, size_t n, size_t k, iha_buffer a,
+                             iha_buffer b_t, iha_buffer c, int add)
+{
+    cl_mem t = g->c.t[IHA_GRAD_TRANSPOSED];
+    IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, n, k, b_t, k, at(t), n));
+    return product(ctx, add, m, n, k, a, k, at(t), n, c, n);
+}
+
+/* The stages: the forward again, then backwards through the output projection, the core
+ * (collapse, attention and the rotation, mixing), and the projections. Bit i of `add`: the
+ * product that computes output i adds into it. */
 static iha_status run_stages(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, const projections *pr,
-                             iha_buffer x, iha_buffer dz, int saved, const grad_outputs *out, const grad_buffers *g,
-                             cl_mem rope, double *mark)
+                             iha_buffer x, iha_buffer dz, int saved, const grad_outputs *out, unsigned add,
+                             const grad_buffers *g, cl_mem rope, double *mark)
 {
     const iha_dims *dims = &p->dims;
     const size_t rows = dims->B * dims->N, hd = dims->H * dims->d, D = p->D;
     IHA_FORWARD_IF_ERROR(recompute(ctx, p, w, pr, x, g, rope, saved, out->wo.mem != NULL, mark));
 
     /* Output projection: dY = dZ W_O^T, dW_O = Y^T dZ. */
-    const iha_buffer dy = at(g->t[G_DY]), dzr = dz;
-    IHA_FORWARD_IF_ERROR(product_bt(ctx, g, rows, hd, D, dzr, w->wo, dy, 0));
+    const iha_buffer dy = at(g->c.t[IHA_GRAD_DY]);
+    IHA_FORWARD_IF_ERROR(product_bt(ctx, g, rows, hd, D, dz, w->wo, dy, 0));
     if (out->wo.mem != NULL) {
-        cl_mem yt = g->t[G_TRANSPOSED];
+        cl_mem yt = g->c.t[IHA_GRAD_TRANSPOSED];
         IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, rows, hd, at(g->y), hd, at(yt), rows));
-        IHA_FORWARD_IF_ERROR(
-            iha__sgemm(ctx, hd, D, rows, yt, 0, rows, dz.mem, dz.offset, D, out->wo.mem, out->wo.offset, D));
+        IHA_FORWARD_IF_ERROR(product(ctx, add >> 4 & 1u, hd, D, rows, at(yt), rows, dz, D, out->wo, D));
     }
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.output, mark));
 
-    /* Collapse: dO = the mixing of dY with R (R[h][m][p] has alpha's layout, source h, target
-     * m), dR = G(dY, O). */
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, dims, dy, w->r, at(g->t[G_DO]), NULL, 0));
-    if (out->r.mem != NULL)
-        IHA_FORWARD_IF_ERROR(iha__mix_grad_enqueue(ctx, dims, dy, g->o, g->t[G_PARTIAL], out->r));
-    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, mark));
-
-    /* Attention, then the rotation's gradient. */
-    iha_backward_refs r = {at(g->t[G_QT]), at(g->t[G_KT]), at(g->t[G_VT]), g->o, g->lse,
-                           at(g->t[G_DO]), at(g->t[G_DQT]), at(g->t[G_DKT]), at(g->t[G_DVT]), g->delta,
-                           {g->packed[0], g->packed[1]}, g->partial};
-    IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, dims, &r, p->mask, p->window, p->scale));
-    if (rope) {
-        IHA_FORWARD_IF_ERROR(iha__rope_inverse_enqueue(ctx, dims, r.dqt, rope));
-        IHA_FORWARD_IF_ERROR(iha__rope_inverse_enqueue(ctx, dims, r.dkt, rope));
-    }
-    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
-
-    /* Mixing: dQ = the collapse of dQt with alpha_Q (alpha[m][h][p] has R's layout, target m,
-     * source h), dalpha_Q = G(Q, dQt); K and V alike. */
-    const iha_buffer dpseudo[3] = {r.dqt, r.dkt, r.dvt}, dtok[3] = {at(g->t[G_DQ]), at(g->t[G_DK]), at(g->t[G_DV])};
-    const iha_buffer alphas[3] = {w->alpha_q, w->alpha_k, w->alpha_v};
-    const iha_buffer dalphas[3] = {out->alpha_q, out->alpha_k, out->alpha_v};
-    const cl_mem tokens[3] = {g->q, g->k, g->v};
-    for (int i = 0; i < 3; ++i) {
-        IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->mix_collapse, dims, dpseudo[i], alphas[i], dtok[i]));
-        if (dalphas[i].mem != NULL)
-            IHA_FORWARD_IF_ERROR(iha__mix_grad_enqueue(ctx, dims, at(tokens[i]), dpseudo[i], g->t[G_PARTIAL],
-                                                       dalphas[i]));
-    }
-    IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, mark));
+    /* The core: dQ, dK, dV into their slots, and the mixing and collapse gradients. */
+    const iha_buffer dtok[3] = {at(g->c.t[IHA_GRAD_DQ]), at(g->c.t[IHA_GRAD_DK]), at(g->c.t[IHA_GRAD_DV])};
+    const iha_core_grads core = {dtok[0], dtok[1], dtok[2], out->alpha_q, out->alpha_k, out->alpha_v, out->r};
+    IHA_FORWARD_IF_ERROR(iha__core_backward_stages(ctx, p, w, &g->c, dy, &core, rope, mark));
 
     /* Projections: dW = X^T dQ (and K, V), dX = dQ W_Q^T + dK W_K^T + dV W_V^T. */
     const iha_buffer dws[3] = {out->wq, out->wk, out->wv};
     if (dws[0].mem != NULL || dws[1].mem != NULL || dws[2].mem != NULL) {
-        cl_mem xt = g->t[G_XT];
+        cl_mem xt = g->c.t[IHA_GRAD_XT];
         IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, rows, D, x, D, at(xt), rows));
         for (int i = 0; i < 3; ++i)
             if (dws[i].mem != NULL)
-                IHA_FORWARD_IF_ERROR(
-                    iha__sgemm(ctx, D, hd, rows, xt, 0, rows, dtok[i].mem, 0, hd, dws[i].mem, dws[i].offset, hd));
+                IHA_FORWARD_IF_ERROR(product(ctx, add >> (1 + i) & 1u, D, hd, rows, at(xt), rows, dtok[i], hd, dws[i], hd));
     }
     if (out->dx.mem != NULL) {
         const iha_buffer ws[3] = {w->wq, w->wk, w->wv};
         for (int i = 0; i < 3; ++i)
-            IHA_FORWARD_IF_ERROR(product_bt(ctx, g, rows, D, hd, dtok[i], ws[i], out->dx, i > 0));
+            IHA_FORWARD_IF_ERROR(product_bt(ctx, g, rows, D, hd, dtok[i], ws[i], out->dx, i > 0 || (add & 1u)));
     }
     return iha__stage_done(ctx, &ctx->stage_times.projections, mark);
 }
@@ -336,41 +272,49 @@ static iha_status check_call(iha_context *ctx, const iha_shape *shape, const iha
     return iha__plan_sequences(ctx, p);
 }
 
+/* The floats of every buffer the call uses into sizes (the roles) and *total (each slot counted
+ * once, the core's, Q, K, V, Y and the forward's converted weight among them); *total is 0 on
+ * overflow. */
+static void workspace_elements(const iha_context *ctx, const iha_plan *p, int saved, int accumulate,
+                               size_t sizes[IHA_GRAD_ROLES], size_t *total)
+{
+    for (int i = 0; i < IHA_GRAD_ROLES; ++i) sizes[i] = 0;
+    *total = iha__core_grad_elements(ctx, p, saved, sizes);
+    const size_t te = p->token_elems, tr = te > p->w_elems ? te : p->w_elems;
+    /* The edges: iha__plan_make bounds x_elems and w_elems by SIZE_MAX / 8 and mix_elems by
+     * H*H*P <= INT_MAX (checked before this), so these sums do not overflow. */
+    const size_t weights = p->weight_half ? 4 * p->w_elems + 4 * p->mix_elems : 0;
+    sizes[IHA_GRAD_DY] = sizes[IHA_GRAD_DQ] = sizes[IHA_GRAD_DK] = sizes[IHA_GRAD_DV] = te;
+    sizes[IHA_GRAD_XT] = p->x_elems;
+    sizes[IHA_GRAD_TRANSPOSED] = tr;
+    sizes[IHA_GRAD_EDGE_IN] = (p->act_half ? 2 * p->x_elems : 0) + weights;
+    sizes[IHA_GRAD_EDGE_OUT] = stand_in_elements(p, accumulate);
+    static const int own[] = {IHA_GRAD_DY, IHA_GRAD_DQ,         IHA_GRAD_DK,      IHA_GRAD_DV,
+                              IHA_GRAD_XT, IHA_GRAD_TRANSPOSED, IHA_GRAD_EDGE_IN, IHA_GRAD_EDGE_OUT};
+    size_t qkvy = 0;
+    for (size_t i = 0; i < sizeof own / sizeof own[0] && *total; ++i)
+        if (!iha__add(*total, sizes[own[i]], total)) *total = 0;
+    if (*total && !(iha__mul(te, 4, &qkvy) && iha__add(*total, qkvy, total) &&
+                    iha__add(*total, iha__project_workspace_elements(p, p->dims.B * p->dims.N), total)))
+        *total = 0;
+}
+
 /* Every buffer the call uses, allocated before the first enqueue, so that a device that cannot
  * hold one refuses the call before anything is written; and the rotary table. */
-static iha_status plan_buffers(iha_context *ctx, const iha_plan *p, int from_saved, iha_buffer saved, grad_buffers *g,
+static iha_status plan_buffers(iha_context *ctx, const iha_plan *p, int accumulate, iha_buffer saved, grad_buffers *g,
                                cl_mem *rope)
 {
-    const size_t f = sizeof(float), rows = p->dims.B * p->dims.N;
-    const int tiled = iha__attention_backward_tiled(ctx, p->dims.d);
-    size_t sizes[G_ROLES], partial = 0;
-    size_t total = !tiled || iha__attention_backward_partial_elements(ctx, &p->dims, &partial)
-                       ? workspace_elements(p, tiled, from_saved, partial, sizes)
-                       : 0;
-    const size_t converted_weight = iha__project_workspace_elements(p, rows);
-    if (total && !iha__add(total, converted_weight, &total)) total = 0;
+    const size_t f = sizeof(float), converted_weight = iha__project_workspace_elements(p, p->dims.B * p->dims.N);
+    size_t sizes[IHA_GRAD_ROLES], total;
+    workspace_elements(ctx, p, saved.mem != NULL, accumulate, sizes, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total ? total : SIZE_MAX, f));
-
-    for (int i = 0; i < G_ROLES; ++i) {
-        g->t[i] = NULL;
-        if (sizes[i] > 0)
-            IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, (iha_workspace_slot)(IHA_WS_GRAD + i), sizes[i] * f, &g->t[i]));
-    }
-    g->o = from_saved ? iha__saved_o(saved) : at(g->t[G_O]);
-    g->lse = from_saved ? iha__saved_lse(p, saved) : at(g->t[G_LSE]);
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Q, p->token_elems * f, &g->q));
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_K, p->token_elems * f, &g->k));
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_V, p->token_elems * f, &g->v));
+    IHA_FORWARD_IF_ERROR(iha__core_grad_buffers(ctx, p, saved, sizes, &g->c));
+    cl_mem q, k, v;
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Q, p->token_elems * f, &q));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_K, p->token_elems * f, &k));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_V, p->token_elems * f, &v));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Y, p->token_elems * f, &g->y));
-    const size_t packed16 = iha__packed_keys_elements(&p->dims, 16);
-    g->packed_keys = g->packed[0] = g->packed[1] = g->partial = NULL;
-    if (!from_saved) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p->packed_elems * f, &g->packed_keys));
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p->lse_elems * f, &g->delta));
-    if (tiled) {
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_Q, packed16 * f, &g->packed[0]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_DO, packed16 * f, &g->packed[1]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DQ_PARTIAL, partial * f, &g->partial));
-    }
+    g->c.q = at(q), g->c.k = at(k), g->c.v = at(v);
     cl_mem converted = NULL;
     if (converted_weight > 0)
         IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_WEIGHT, converted_weight * f, &converted));
@@ -392,21 +336,26 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     }
     iha_plan p;
     IHA_FORWARD_IF_ERROR(check_call(ctx, shape, options, w, x, from_saved, &saved, dz, &out, &p));
+    const int acc = options->accumulate != 0;
     grad_buffers g;
     cl_mem rope;
-    IHA_FORWARD_IF_ERROR(plan_buffers(ctx, &p, from_saved, saved, &g, &rope));
+    IHA_FORWARD_IF_ERROR(plan_buffers(ctx, &p, acc, saved, &g, &rope));
     /* From here on everything is float: the stages run on the float views with a plan that
      * says so (the projections would otherwise convert the already converted weights), except
-     * the forward's three projections, which run as iha_forward ran them. */
+     * the forward's three projections, which run as iha_forward ran them. The products that
+     * write an output that has no stand-in add into it when accumulating. */
     iha_layer_weights wf;
     grad_outputs outf;
-    IHA_FORWARD_IF_ERROR(edges_in(ctx, &p, &g, w, &x, &dz, &wf, &out, &outf));
+    IHA_FORWARD_IF_ERROR(edges_in(ctx, &p, acc, &g, w, &x, &dz, &wf, &out, &outf));
+    unsigned add = 0;
+    for (int i = 0; i < 5; ++i)
+        if (acc && !stand_in(&p, acc, i)) add |= 1u << i;
     iha_plan pf = p;
     pf.act_half = pf.weight_half = 0;
     pf.act_bytes = pf.weight_bytes = sizeof(float);
     const projections pr = {&p, w};
-    IHA_FORWARD_IF_ERROR(run_stages(ctx, &pf, &wf, &pr, x, dz, from_saved, &outf, &g, rope, &mark));
-    return edges_out(ctx, &p, &out, &outf);
+    IHA_FORWARD_IF_ERROR(run_stages(ctx, &pf, &wf, &pr, x, dz, from_saved, &outf, add, &g, rope, &mark));
+    return edges_out(ctx, &p, acc, &out, &outf);
 }
 
 iha_status iha_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,

@@ -1,5 +1,6 @@
 /* Conversions between the caller's storage and the float workspace of a layer call. */
 #include "layer/storage.h"
+#include "kernels/accumulate.h"
 #include "kernels/convert.h"
 #include "layer/workspace.h"
 #include "runtime/error.h"
@@ -50,4 +51,12 @@ iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_laye
         IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, 0, src[i], (iha_buffer){m, i * n}, n));
     }
     return IHA_OK;
+}
+
+iha_status iha__grad_store(iha_context *ctx, iha_storage storage, int accumulate, iha_buffer result, iha_buffer out,
+                           size_t elems)
+{
+    if (accumulate) return iha__accumulate_enqueue(ctx, storage, result, out, elems);
+    if (storage == IHA_STORAGE_F32) return IHA_OK; /* the result is the output itself */
+    return iha__convert_enqueue(ctx, 1, result, out, elems);
 }

@@ -20,4 +20,23 @@ iha_status iha__output_finish(iha_context *ctx, const iha_plan *p, iha_buffer re
 /* The mixing and collapse weights as float: *w itself, or copies in IHA_WS_MIXING. The
  * projection weights of *out are those of *w, unchanged. */
 iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_layer_weights *out);
+
+/* The storage of a plan's activations, and of its weights and their gradients. */
+static inline iha_storage iha__act_storage(const iha_plan *p) { return p->act_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32; }
+static inline iha_storage iha__weight_storage(const iha_plan *p)
+{
+    return p->weight_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+}
+
+/* The backward calls' outputs, overwritten or, with options->accumulate, added into. A step
+ * writes its float result into the output itself when the output is float and overwritten;
+ * otherwise into a float stand-in, which iha__grad_store then converts or adds into the output
+ * (one pass; the products that can add themselves, with beta = 1, need no stand-in). Every
+ * storage goes through these two, so a new storage is one case in each. */
+static inline int iha__grad_stand_in(iha_storage storage, int accumulate)
+{
+    return storage != IHA_STORAGE_F32 || accumulate;
+}
+iha_status iha__grad_store(iha_context *ctx, iha_storage storage, int accumulate, iha_buffer result, iha_buffer out,
+                           size_t elems);
 #endif
