@@ -148,7 +148,7 @@ static iha_status edges_in(iha_context *ctx, const iha_plan *p, const grad_buffe
         iha_buffer *acts[2] = {x, dz};
         for (int i = 0; i < 2; ++i, at_in += p->x_elems) {
             IHA_FORWARD_IF_ERROR(
-                iha__convert_enqueue(ctx, 0, *acts[i], (iha_buffer){in, at_in}, p->x_elems));
+                iha__convert_enqueue(ctx, p->act_storage, 0, *acts[i], (iha_buffer){in, at_in}, p->x_elems));
             *acts[i] = (iha_buffer){in, at_in};
         }
         if (outputs->dx.mem != NULL) floats->dx = (iha_buffer){res, 0};
@@ -163,7 +163,7 @@ static iha_status edges_in(iha_context *ctx, const iha_plan *p, const grad_buffe
     for (int i = 0; i < 8; ++i) {
         const size_t n = i < 4 ? p->w_elems : p->mix_elems;
         if (ws[i]->mem != NULL) {
-            IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, 0, *ws[i], (iha_buffer){in, at_in}, n));
+            IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, p->weight_storage, 0, *ws[i], (iha_buffer){in, at_in}, n));
             *ws[i] = (iha_buffer){in, at_in};
         }
         if (dw[i]->mem != NULL) *dwf[i] = (iha_buffer){res, at_out};
@@ -173,7 +173,7 @@ static iha_status edges_in(iha_context *ctx, const iha_plan *p, const grad_buffe
     return IHA_OK;
 }
 
-/* The half outputs from their float stand-ins. */
+/* The 16-bit outputs from their float stand-ins (dx first, in the activations' storage). */
 static iha_status edges_out(iha_context *ctx, const iha_plan *p, const grad_outputs *out, const grad_outputs *outf)
 {
     size_t elems[OUTPUTS], bytes[OUTPUTS];
@@ -181,7 +181,7 @@ static iha_status edges_out(iha_context *ctx, const iha_plan *p, const grad_outp
     for (int i = 0; i < OUTPUTS; ++i)
         if (out->all[i].mem != NULL && bytes[i] != sizeof(float))
             IHA_FORWARD_IF_ERROR(
-                iha__convert_enqueue(ctx, 1, outf->all[i], out->all[i], elems[i]));
+                iha__convert_enqueue(ctx, i == 0 ? p->act_storage : p->weight_storage, 1, outf->all[i], out->all[i], elems[i]));
     return IHA_OK;
 }
 
@@ -403,6 +403,7 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
     IHA_FORWARD_IF_ERROR(edges_in(ctx, &p, &g, w, &x, &dz, &wf, &out, &outf));
     iha_plan pf = p;
     pf.act_half = pf.weight_half = 0;
+    pf.act_storage = pf.weight_storage = IHA_STORAGE_F32;
     pf.act_bytes = pf.weight_bytes = sizeof(float);
     const projections pr = {&p, w};
     IHA_FORWARD_IF_ERROR(run_stages(ctx, &pf, &wf, &pr, x, dz, from_saved, &outf, &g, rope, &mark));

@@ -1,6 +1,7 @@
-/* Half-precision storage at the edges of a layer call (iha_attention_options.storage and
- * weight_storage). The stages between run in float workspace: a half input is converted once
- * on entry, a float result once into its half output on exit (half weights: layer/project.h).
+/* 16-bit storage (half or bfloat16) at the edges of a layer call (iha_attention_options.storage
+ * and weight_storage). The stages between run in float workspace: a 16-bit input is converted
+ * once on entry, a float result once into its 16-bit output on exit (16-bit weights:
+ * layer/project.h).
  * With float storage every helper is a pass-through. */
 #ifndef IHA_LAYER_STORAGE_H
 #define IHA_LAYER_STORAGE_H
