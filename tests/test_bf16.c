@@ -489,6 +489,33 @@ static void decode_ring_long_prompt(void **state)
     tu_layer_free(&l);
 }
 
+/* Half and bfloat16 calls on one context, each on the GEMV path and the converted one: every
+ * kernel of cl/convert.cl from one program. */
+static void half_and_bf16_share_a_context(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape shapes[2] = {{1, 7, 16, 2, 8, 2}, {1, 40, 16, 2, 8, 2}};
+    const int storages[2] = {IHA_STORAGE_F16, IHA_STORAGE_BF16};
+    for (int i = 0; i < 2; ++i) {
+        tu_layer l;
+        tu_layer_init(&l, &shapes[i], 5 + (uint64_t)i);
+        const size_t nx = tu_count_x(&shapes[i]);
+        const iha_host_weights hw = tu_layer_host_weights(&l);
+        float *z = tu_malloc(nx * sizeof *z);
+        for (int k = 0; k < 2; ++k) {
+            iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
+            o.storage = o.weight_storage = storages[k];
+            double *zref = tu_layer_reference(&l, &o);
+            tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &shapes[i], &o, &hw, l.x, z), IHA_OK);
+            tu_assert_close(k ? "z (bfloat16 after half)" : "z (half)", z, zref, nx, TOL_BF16);
+            free(zref);
+        }
+        free(z);
+        tu_layer_free(&l);
+    }
+}
+
 /* ---- Non-finite inputs ---- */
 
 /* A NaN and an infinity planted in x reach the same outputs (non-finite where float storage's
@@ -578,7 +605,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(host_conversions),        cmocka_unit_test(core_and_attention),
         cmocka_unit_test(attention_backward),      cmocka_unit_test(layer_backward),
         cmocka_unit_test(decode_steps),            cmocka_unit_test(decode_ring_long_prompt),
-        cmocka_unit_test(nonfinite_inputs),        cmocka_unit_test(refusals),
+        cmocka_unit_test(half_and_bf16_share_a_context), cmocka_unit_test(nonfinite_inputs),
+        cmocka_unit_test(refusals),
     };
     const tu_case_table table = {kForwardCases, sizeof kForwardCases[0], FORWARD_CASE_COUNT, forward_case};
     return tu_main_table(argc, argv, &table, others, sizeof others / sizeof others[0], tu_group_setup,

@@ -34,6 +34,8 @@ typedef struct bench_config {
     int half_weights;              /* --half-weights: the weights and x, z (the layer's, with --backward
                                       also dz, dx and the gradients; or the decoding step's) are
                                       stored half */
+    int bf16;                      /* --bf16: as --half-weights in bfloat16, and with --decode also
+                                      the cache */
 } bench_config;
 
 /* What a section holds: measured, skipped by an option, or not possible (note says why). */

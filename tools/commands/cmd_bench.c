@@ -35,6 +35,7 @@ static cli_option options[] = {
     {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
     {"half", NULL, "with --decode: store the cache in half precision", NULL},
     {"half-weights", NULL, "store the layer's (or with --decode the step's) weights, x and z in half precision", NULL},
+    {"bf16", NULL, "store the layer's (or the step's) weights, x and z, and with --decode the cache, in bfloat16", NULL},
     {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
     {NULL, NULL, NULL, NULL},
 };
@@ -61,6 +62,8 @@ static cli_spec spec = {
     "--cache-tokens and --half need --decode; --n, --baseline-reps and --backward refuse it.\n"
     "--half-weights stores the weights, x and z in half (IHA_STORAGE_F16 activations and weights):\n"
     "the layer's, and with --backward also dz, dx and every gradient; with --decode the step's.\n"
+    "--bf16 stores the same tensors in bfloat16 (IHA_STORAGE_BF16), and with --decode also the\n"
+    "cache; it excludes --half and --half-weights.\n"
     "The attention core stays float.\n"
     "Exit status: 0 success, 1 failure, 2 usage.",
     options,
@@ -122,6 +125,11 @@ static int read_options(int argc, char **argv, bench_config *c)
     c->run_backward = cli_get(&spec, "backward") != NULL;
     c->decode_half = cli_get(&spec, "half") != NULL;
     c->half_weights = cli_get(&spec, "half-weights") != NULL;
+    c->bf16 = cli_get(&spec, "bf16") != NULL;
+    if (c->bf16 && (c->decode_half || c->half_weights)) {
+        cli_error(&spec, "--bf16 excludes --half and --half-weights");
+        return CLI_EXIT_USAGE;
+    }
     c->decode_tokens = 4096;
     if (cli_get_size(&spec, "cache-tokens", 1, 1 << 22, &c->decode_tokens))
         return CLI_EXIT_USAGE;
@@ -140,9 +148,9 @@ static int read_options(int argc, char **argv, bench_config *c)
             cli_error(&spec, "--%s sets the decoding step and needs --decode (see 'iha bench --help')", unused[i]);
         return CLI_EXIT_USAGE;
     }
-    if (c->half_weights && !c->run_decode && !c->run_layer) {
-        cli_error(&spec, "--half-weights applies to the layer (or with --decode the decoding step), which "
-                         "--no-layer skips");
+    if ((c->half_weights || c->bf16) && !c->run_decode && !c->run_layer) {
+        cli_error(&spec, "--%s applies to the layer (or with --decode the decoding step), which --no-layer skips",
+                  c->bf16 ? "bf16" : "half-weights");
         return CLI_EXIT_USAGE;
     }
     if (c->run_decode)

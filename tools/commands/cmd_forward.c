@@ -22,6 +22,7 @@ static cli_option options[] = {
     CLI_OPTION_ROPE_BASE("apply rotary embedding at virtual positions with this base (d even)"),
     {"scale", "S", "attention score scale (default 1/sqrt(d))", NULL},
     {"half", NULL, "store activations and weights on the device in half precision (float arithmetic)", NULL},
+    {"bf16", NULL, "store activations and weights on the device in bfloat16 (float arithmetic)", NULL},
     CLI_OPTION_DEVICE,
     {NULL, NULL, NULL, NULL},
 };
@@ -33,7 +34,8 @@ static cli_spec spec = {
     "Z. Files are little-endian float32 or float64 in C order; shapes: x [B,N,D], wq wk wv\n"
     "[D,H*d], wo [H*d,D], alpha_q alpha_k alpha_v r [H,H,P]. H and P come from alpha_q.npy,\n"
     "d = columns of wq.npy / H. With --half the tensors are rounded to half precision on the\n"
-    "device (doc/spec.md's contract: relative L2 error at most 2e-3); Z is still written as float32.\n"
+    "device (doc/spec.md's contract: relative L2 error at most 2e-3), with --bf16 to bfloat16\n"
+    "(at most 1e-2; not both); Z is still written as float32.\n"
     "FILE is replaced whole, through a temporary file beside it, keeping its permissions; a\n"
     "symbolic link is followed to its target and stays a link; a FIFO, a device, a socket or a\n"
     "directory is refused before the run (exit status 1).\n"
@@ -55,8 +57,13 @@ static int read_options(int argc, char **argv, iha_attention_options *attention)
     iha_attention_options_init(attention);
     if (cli_get_attention(&spec, 0, INT64_MAX, attention) || cli_get_positive_float(&spec, "scale", &attention->scale))
         return CLI_EXIT_USAGE;
-    const int half = cli_get(&spec, "half") != NULL;
-    attention->storage = half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    if (cli_get(&spec, "half") && cli_get(&spec, "bf16")) {
+        cli_error(&spec, "--half and --bf16 exclude each other");
+        return CLI_EXIT_USAGE;
+    }
+    attention->storage = cli_get(&spec, "half")   ? IHA_STORAGE_F16
+                         : cli_get(&spec, "bf16") ? IHA_STORAGE_BF16
+                                                  : IHA_STORAGE_F32;
     attention->weight_storage = attention->storage;
     return -1;
 }
@@ -124,7 +131,7 @@ int cmd_forward(int argc, char **argv)
     printf("layer B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, mask %s, window %lld, rotary %s, storage %s\n", s->batch,
            s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask_names[attention.mask],
            (long long)attention.window, attention.rope ? "on" : "off",
-           attention.storage == IHA_STORAGE_F16 ? "half" : "float");
+           attention.storage == IHA_STORAGE_F16 ? "half" : attention.storage == IHA_STORAGE_BF16 ? "bfloat16" : "float");
     printf("%s\n", summary);
     printf("wrote %s, float32 (%zu, %zu, %zu)\n", cli_get(&spec, "out"), shape[0], shape[1], shape[2]);
     rc = CLI_EXIT_OK;
