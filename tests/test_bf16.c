@@ -223,8 +223,8 @@ static const struct forward_case {
     {"few_rows_bf16_everything", {1, 7, 32, 2, 16, 2, IHA_MASK_CAUSAL, 0, 1, 1, 1, 0, 0}},
     /* 226 rows: weights converted once per matrix, then the GEMM; odd d, a window, offsets. */
     {"many_rows_bf16_everything_offsets", {2, 113, 48, 3, 59, 3, IHA_MASK_TOKEN_CAUSAL, 5, 0, 1, 1, 1, 0}},
-    {"bf16_weights_only_identity_mha", {1, 64, 64, 2, 32, 1, IHA_MASK_NONE, 0, 1, 0, 1, 0, 1}},
-    {"bf16_activations_only", {1, 33, 40, 4, 10, 4, IHA_MASK_CAUSAL, 0, 1, 1, 0, 1, 0}},
+    {"bf16_weights_only_identity_mha", {1, 64, 64, 2, 16, 1, IHA_MASK_NONE, 0, 1, 0, 1, 0, 1}},
+    {"bf16_activations_only", {1, 33, 40, 4, 8, 4, IHA_MASK_CAUSAL, 0, 1, 1, 0, 1, 0}},
     /* 12 rows, d = 5 and H*d = 15 columns, not a multiple of the GEMV's 8. */
     {"gemv_column_tail", {3, 4, 9, 3, 5, 2, IHA_MASK_NONE, 2, 0, 1, 1, 1, 0}},
 };
@@ -241,14 +241,15 @@ static void core_and_attention(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    const iha_shape s = {1, 57, 1, 2, 24, 3};
+    const iha_shape s = {1, 57, 1, 2, 16, 3};
     tu_layer l;
     tu_layer_init(&l, &s, 15);
     iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
     o.storage = o.weight_storage = IHA_STORAGE_BF16;
     tu_rng rng = tu_rng_seeded(19);
     const size_t nh = tu_count_heads(&s), nv = tu_count_virtual(&s), nl = s.batch * s.heads * s.tokens * s.pseudo;
-    float *q = tu_random_array(&rng, nh, 1.0f), *k = tu_random_array(&rng, nh, 1.0f), *v = tu_random_array(&rng, nh, 1.0f);
+    float *q = tu_random_array(&rng, nh, 1.0f), *k = tu_random_array(&rng, nh, 1.0f);
+    float *v = tu_random_array(&rng, nh, 1.0f);
     ref_problem rp = tu_layer_problem(&l, &o);
     double *yref = tu_malloc(nh * sizeof *yref);
     assert_int_equal(ref_attention_core(&rp, q, k, v, yref), 0);
@@ -264,7 +265,8 @@ static void core_and_attention(void **state)
     /* iha_attention: bfloat16 qt, kt, vt and o; the log-sum-exp stays float. */
     o.rope = 0;
     rp = tu_layer_problem(&l, &o);
-    float *qt = tu_random_array(&rng, nv, 1.0f), *kt = tu_random_array(&rng, nv, 1.0f), *vt = tu_random_array(&rng, nv, 1.0f);
+    float *qt = tu_random_array(&rng, nv, 1.0f), *kt = tu_random_array(&rng, nv, 1.0f);
+    float *vt = tu_random_array(&rng, nv, 1.0f);
     double *oref = tu_malloc(nv * sizeof *oref), *lref = tu_malloc(nl * sizeof *lref);
     assert_int_equal(ref_attention(&rp, qt, kt, vt, oref, lref), 0);
     const iha_buffer qtb = upload_as(qt, nv, 1, 0), ktb = upload_as(kt, nv, 1, 3), vtb = upload_as(vt, nv, 1, 0);
@@ -320,7 +322,7 @@ static void attention_backward(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    const iha_shape shapes[3] = {{1, 23, 1, 2, 32, 3}, {2, 9, 1, 1, 7, 2}, {1, 30, 1, 1, 64, 2}};
+    const iha_shape shapes[3] = {{1, 23, 1, 2, 16, 3}, {2, 9, 1, 1, 5, 2}, {1, 30, 1, 1, 59, 2}};
     attention_backward_case(&shapes[0], IHA_MASK_CAUSAL, 0, 161);
     attention_backward_case(&shapes[1], IHA_MASK_TOKEN_CAUSAL, 3, 162);
     attention_backward_case(&shapes[2], IHA_MASK_NONE, 0, 163);
@@ -411,10 +413,10 @@ static void layer_backward(void **state)
 /* A prompt of `prefill` tokens per sequence in one step, then a token at a time, with x, z and
  * the weights in `storage` and a bfloat16 cache: every step's rows against the float64 forward
  * over the prefix. */
-static void decode_case(int storage, int mask, int64_t window, size_t prefill)
+static void decode_case(const iha_shape *shape, int storage, int mask, int64_t window, size_t prefill)
 {
-    const iha_shape full = {2, 12, 32, 2, 16, 3};
-    iha_attention_options o = tu_options(mask, window, 1);
+    const iha_shape full = *shape;
+    iha_attention_options o = tu_options(mask, window, shape->head_dim % 2 == 0); /* rotary needs an even d */
     o.storage = o.weight_storage = storage;
     const int bf16 = storage == IHA_STORAGE_BF16;
     tu_layer l;
@@ -436,7 +438,7 @@ static void decode_case(int storage, int mask, int64_t window, size_t prefill)
         tu_buffer_release(xb.mem), tu_buffer_release(zb.mem);
         n += k;
     }
-    assert_int_equal(iha_kv_cache_length(cache, 1), N);
+    assert_int_equal(iha_kv_cache_length(cache, B - 1), N);
     tu_assert_close("z (decode, bfloat16 cache)", z, zref, B * N * D, TOL_BF16);
     iha_kv_cache_free(cache);
     free(xs), free(zs), free(z), free(zref);
@@ -448,9 +450,12 @@ static void decode_steps(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    decode_case(IHA_STORAGE_BF16, IHA_MASK_CAUSAL, 0, 5);
-    decode_case(IHA_STORAGE_F32, IHA_MASK_TOKEN_CAUSAL, 4, 7);
-    decode_case(IHA_STORAGE_BF16, IHA_MASK_CAUSAL, 3, 1);
+    /* d = 16 reads whole vectors of the cache; d = 5 and 59 also the tails (load_tail). */
+    const iha_shape shapes[3] = {{2, 12, 32, 2, 16, 3}, {1, 10, 9, 3, 5, 2}, {1, 9, 24, 1, 59, 2}};
+    decode_case(&shapes[0], IHA_STORAGE_BF16, IHA_MASK_CAUSAL, 0, 5);
+    decode_case(&shapes[0], IHA_STORAGE_F32, IHA_MASK_TOKEN_CAUSAL, 4, 7);
+    decode_case(&shapes[1], IHA_STORAGE_BF16, IHA_MASK_CAUSAL, 3, 1);
+    decode_case(&shapes[2], IHA_STORAGE_BF16, IHA_MASK_TOKEN_CAUSAL, 0, 4);
 }
 
 /* A prompt longer than a ring cache's tokens runs as chunks inside iha_decode_step. */

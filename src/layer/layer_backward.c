@@ -180,8 +180,8 @@ static iha_status edges_out(iha_context *ctx, const iha_plan *p, const grad_outp
     output_layout(p, elems, bytes);
     for (int i = 0; i < OUTPUTS; ++i)
         if (out->all[i].mem != NULL && bytes[i] != sizeof(float))
-            IHA_FORWARD_IF_ERROR(
-                iha__convert_enqueue(ctx, i == 0 ? p->act_storage : p->weight_storage, 1, outf->all[i], out->all[i], elems[i]));
+            IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, i == 0 ? p->act_storage : p->weight_storage, 1, outf->all[i],
+                                                      out->all[i], elems[i]));
     return IHA_OK;
 }
 

@@ -27,7 +27,8 @@ iha_status iha__project(iha_context *ctx, const iha_plan *p, size_t rows, size_t
     const iha_buffer wr = {w.mem, w.offset};
     IHA_RETURN_ERROR_IF(rows > INT_MAX || n > INT_MAX || k > INT_MAX, ctx, IHA_ERROR_UNSUPPORTED,
                         "a projection of %zu x %zu x %zu is too large for the 16-bit-weight kernels", rows, n, k);
-    if (rows <= HALF_GEMV_MAX_ROWS) return iha__gemv_16bit_weights_enqueue(ctx, p->weight_storage, rows, n, k, x, wr, out);
+    if (rows <= HALF_GEMV_MAX_ROWS)
+        return iha__gemv_16bit_weights_enqueue(ctx, p->weight_storage, rows, n, k, x, wr, out);
     cl_mem wf;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_WEIGHT, p->w_elems * sizeof(float), &wf));
     /* One slot serves all four matrices: the in-order queue finishes each product before the

@@ -35,7 +35,8 @@ static cli_option options[] = {
     {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
     {"half", NULL, "with --decode: store the cache in half precision", NULL},
     {"half-weights", NULL, "store the layer's (or with --decode the step's) weights, x and z in half precision", NULL},
-    {"bf16", NULL, "store the layer's (or the step's) weights, x and z, and with --decode the cache, in bfloat16", NULL},
+    {"bf16", NULL, "store the layer's (or the step's) weights, x and z, with --decode also the cache, in bfloat16",
+     NULL},
     {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
     {NULL, NULL, NULL, NULL},
 };

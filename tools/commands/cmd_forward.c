@@ -131,7 +131,9 @@ int cmd_forward(int argc, char **argv)
     printf("layer B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, mask %s, window %lld, rotary %s, storage %s\n", s->batch,
            s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask_names[attention.mask],
            (long long)attention.window, attention.rope ? "on" : "off",
-           attention.storage == IHA_STORAGE_F16 ? "half" : attention.storage == IHA_STORAGE_BF16 ? "bfloat16" : "float");
+           attention.storage == IHA_STORAGE_F16    ? "half"
+           : attention.storage == IHA_STORAGE_BF16 ? "bfloat16"
+                                                   : "float");
     printf("%s\n", summary);
     printf("wrote %s, float32 (%zu, %zu, %zu)\n", cli_get(&spec, "out"), shape[0], shape[1], shape[2]);
     rc = CLI_EXIT_OK;

@@ -145,9 +145,9 @@ int random_layer_poison_output(iha_context *ctx, random_layer *layer, char *err,
     const uint16_t nan_half = layer->storage == IHA_STORAGE_BF16 ? 0x7fc0u : 0x7e00u;
     size_t bytes = bytes_of(layer->shape.batch, layer->shape.tokens, layer->shape.model_dim);
     cl_command_queue queue = iha_context_cl_queue(ctx);
-    cl_int st = layer->storage != IHA_STORAGE_F32 ? clEnqueueFillBuffer(queue, layer->z_mem, &nan_half, sizeof nan_half, 0, bytes / 2, 0,
-                                                  NULL, NULL)
-                            : clEnqueueFillBuffer(queue, layer->z_mem, &nan, sizeof nan, 0, bytes, 0, NULL, NULL);
+    cl_int st = layer->storage != IHA_STORAGE_F32
+                    ? clEnqueueFillBuffer(queue, layer->z_mem, &nan_half, sizeof nan_half, 0, bytes / 2, 0, NULL, NULL)
+                    : clEnqueueFillBuffer(queue, layer->z_mem, &nan, sizeof nan, 0, bytes, 0, NULL, NULL);
     if (st == CL_SUCCESS)
         st = clFinish(queue);
     return st == CL_SUCCESS ? 0 : tool_fail(err, err_size, "filling the output with NaN failed: OpenCL error %d", (int)st);
