@@ -12,12 +12,12 @@
 #include "tune/choose.h"
 
 #define IHA_MAX_HEAD_DIM 256
+#define IHA_LOG2E 1.4426950408889634
 
 int iha__storage_known(int storage)
 {
     return storage == IHA_STORAGE_F32 || storage == IHA_STORAGE_F16 || storage == IHA_STORAGE_BF16;
 }
-#define IHA_LOG2E 1.4426950408889634
 
 static iha_status check_options(iha_context *ctx, const iha_attention_options *o, iha_plan *p)
 {
