@@ -1,6 +1,7 @@
 /* bfloat16 storage (IHA_STORAGE_BF16 in iha_attention_options.storage and weight_storage, and
  * in KV caches): the host conversions bit for bit (ties to even, NaN, infinities, overflow,
- * subnormals, all 65536 patterns); every call with bfloat16 activations and/or weights within
+ * subnormals, all 65536 patterns) and the device's loads and rounding stores against them;
+ * every call with bfloat16 activations and/or weights within
  * doc/spec.md's bfloat16 contract against float64 on the float inputs (the forward on the GEMV
  * and converted-weight paths, iha_forward_host, the core, attention and its backward, the layer's
  * backward pass and the saved pair, decode steps with a bfloat16 cache after a chunked prefill);
@@ -158,6 +159,80 @@ static void host_conversions(void **state)
     }
     iha_bf16_from_float(NULL, NULL, 0); /* n == 0 touches nothing */
     iha_bf16_to_float(NULL, NULL, 0);
+}
+
+/* ---- The device's conversions, bit for bit ---- */
+
+/* iha_attention with zero queries and keys under IHA_MASK_NONE gives each row the mean of its
+ * sequence's values exactly (every probability is exp2(0) = 1; the sum of two values must not
+ * overflow): one value repeated returns it,
+ * and two neighbouring bfloat16 values return their midpoint, which the device must round to
+ * the even neighbour as the host does. 512 sequences of 2 tokens of d = 128 hold every
+ * pattern. Subnormals may come back as zeros of their sign: OpenCL does not require float
+ * denormals. A NaN must come back a NaN. */
+static void device_conversions_bit_exact(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = {512, 2, 1, 1, 128, 1};
+    const size_t n = tu_count_virtual(&s), nl = s.batch * s.tokens;
+    iha_attention_options o = tu_options(IHA_MASK_NONE, 0, 0);
+    o.storage = IHA_STORAGE_BF16;
+    uint16_t *v = tu_malloc(n * sizeof *v), *got = tu_malloc(n * sizeof *got), *zero = tu_malloc(n * sizeof *zero);
+    memset(zero, 0, n * sizeof *zero);
+    cl_int err;
+    const cl_context cl = iha_context_cl_context(tu_ctx);
+    cl_mem q = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * 2, zero, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem vm = clCreateBuffer(cl, CL_MEM_READ_WRITE, n * 2, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem om = clCreateBuffer(cl, CL_MEM_READ_WRITE, n * 2, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem lse = tu_buffer_new(tu_ctx, nl);
+    const cl_command_queue queue = iha_context_cl_queue(tu_ctx);
+    for (int pass = 0; pass < 2; ++pass) {
+        /* Sequence b holds patterns 128 b .. 128 b + 127 at both tokens (pass 0), or at token 1
+         * each pattern's upper neighbour (pass 1). */
+        for (size_t b = 0; b < s.batch; ++b)
+            for (size_t c = 0; c < s.head_dim; ++c) {
+                const uint16_t a = (uint16_t)(b * s.head_dim + c);
+                v[(b * 2) * s.head_dim + c] = a;
+                v[(b * 2 + 1) * s.head_dim + c] = pass ? (uint16_t)(a + 1) : a;
+            }
+        assert_int_equal(clEnqueueWriteBuffer(queue, vm, CL_TRUE, 0, n * 2, v, 0, NULL, NULL), CL_SUCCESS);
+        tu_assert_status(tu_ctx,
+                         iha_attention(tu_ctx, &s, &o, (iha_buffer){q, 0}, (iha_buffer){q, 0}, (iha_buffer){vm, 0},
+                                       (iha_buffer){om, 0}, (iha_buffer){lse, 0}),
+                         IHA_OK);
+        assert_int_equal(clEnqueueReadBuffer(queue, om, CL_TRUE, 0, n * 2, got, 0, NULL, NULL), CL_SUCCESS);
+        size_t checked = 0;
+        for (size_t b = 0; b < s.batch; ++b)
+            for (size_t c = 0; c < s.head_dim; ++c) {
+                const uint16_t a = (uint16_t)(b * s.head_dim + c);
+                const int special = (a & 0x7f80u) == 0x7f80u, subnormal = (a & 0x7f80u) == 0 && (a & 0x7fu);
+                /* The sum of two values of the largest exponent overflows float; pass 1 takes
+                 * neighbours of one exponent, whose midpoint is exact in float. */
+                if ((a & 0x7f80u) == 0x7f00u || (pass && (special || (a & 0x7fu) == 0x7fu))) continue;
+                float mid = from_bf16(a);
+                if (pass) mid = (mid + from_bf16((uint16_t)(a + 1))) * 0.5f;
+                const uint16_t want = to_bf16(mid);
+                for (size_t t = 0; t < 2; ++t) {
+                    const uint16_t out = got[(b * 2 + t) * s.head_dim + c];
+                    /* A NaN's payload, and a zero's sign (the sum starts at +0), are not kept. */
+                    const int nan = special && (a & 0x7fu), out_nan = (out & 0x7f80u) == 0x7f80u && (out & 0x7fu);
+                    const int zero = (want & 0x7fffu) == 0 && (out & 0x7fffu) == 0;
+                    const int flushed = subnormal && (out & 0x7fffu) == 0 && (out & 0x8000u) == (a & 0x8000u);
+                    if (nan ? !out_nan : out != want && !zero && !flushed)
+                        fail_msg("pass %d: pattern 0x%04x, token %zu: the device stored 0x%04x, the host 0x%04x",
+                                 pass, a, t, out, want);
+                    ++checked;
+                }
+            }
+        assert_true(checked > (pass ? 100000u : 130000u));
+    }
+    assert_int_equal(to_bf16(1.0f + 0x1p-8f), 0x3f80); /* a tie pass 1 meets: 1 and its neighbour */
+    tu_buffer_release(q), tu_buffer_release(vm), tu_buffer_release(om), tu_buffer_release(lse);
+    free(v), free(got), free(zero);
 }
 
 /* ---- The layer ---- */
@@ -607,7 +682,8 @@ static void refusals(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest others[] = {
-        cmocka_unit_test(host_conversions),        cmocka_unit_test(core_and_attention),
+        cmocka_unit_test(host_conversions),        cmocka_unit_test(device_conversions_bit_exact),
+        cmocka_unit_test(core_and_attention),
         cmocka_unit_test(attention_backward),      cmocka_unit_test(layer_backward),
         cmocka_unit_test(decode_steps),            cmocka_unit_test(decode_ring_long_prompt),
         cmocka_unit_test(half_and_bf16_share_a_context), cmocka_unit_test(nonfinite_inputs),
