@@ -1,11 +1,12 @@
 /* bfloat16 storage (IHA_STORAGE_BF16 in iha_attention_options.storage and weight_storage, and
  * in KV caches): the host conversions bit for bit (ties to even, NaN, infinities, overflow,
  * subnormals, all 65536 patterns) and the device's loads and rounding stores against them;
- * every call with bfloat16 activations and/or weights within
- * doc/spec.md's bfloat16 contract against float64 on the float inputs (the forward on the GEMV
- * and converted-weight paths, iha_forward_host, the core, attention and its backward, the layer's
- * backward pass and the saved pair, decode steps with a bfloat16 cache after a chunked prefill);
- * non-finite inputs reaching the same outputs as with float storage; and the refusals. */
+ * every call with bfloat16 activations and/or weights within doc/spec.md's bfloat16 contract
+ * against float64 on the float inputs (the forward on the GEMV and converted-weight paths,
+ * iha_forward_host, the core, attention and its backward, the layer's backward pass and the
+ * saved pair, decode steps with a bfloat16 cache after a chunked prefill, a ring cache); half
+ * and bfloat16 calls on one context; non-finite inputs reaching the same outputs as with float
+ * storage; and the refusals. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
