@@ -9,7 +9,9 @@
 #      geometries (GPU and CPU), each output checked against the float64 reference, and the
 #      copy and attention-loops measurement kernels;
 #   2. tests/test_decode, tests/test_mha, tests/test_errors, tests/test_buffer_sizes,
-#      tests/test_half (the half conversions and the half-weight GEMV) and tests/test_nonfinite (NaN and infinities reach
+#      tests/test_half (the half conversions and the half-weight GEMV), tests/test_bf16 and
+#      tests/test_bf16_convert (the same for bfloat16, and its decoding cache; without the
+#      226-row forward, which the simulator takes minutes over) and tests/test_nonfinite (NaN and infinities reach
 #      exactly the outputs float64 makes non-finite): the decoding kernels, and
 #      numeric and refusal tests on a second, strict OpenCL implementation (anything passing
 #      on PoCL but not here is a portability bug). Memory checks only: the decoding
@@ -68,6 +70,8 @@ run mha -- "$tests/test_mha"
 run errors -- "$tests/test_errors"
 run buffer_sizes -- "$tests/test_buffer_sizes"
 run half -- "$tests/test_half"
+IHA_TEST_SKIP='many_rows_*' run bf16 -- "$tests/test_bf16"
+run bf16_convert -- "$tests/test_bf16_convert"
 run nonfinite -- "$tests/test_nonfinite"
 run gemm_races --data-races -- "$tests/test_gemm"
 run backward_races --data-races -- "$tests/test_backward"

@@ -16,8 +16,9 @@
 #   - test_nonfinite: the non-finite grid, with the forward, both backwards, decoding and half
 #     storage checked against float64;
 #   - test_decode without its long-cache cases, test_backward (the row kernels, which the
-#     library uses there, and the tile kernels forced), and test_half's attention and layer
-#     backwards;
+#     library uses there, and the tile kernels forced), test_half's attention and layer
+#     backwards, and test_bf16's decoding steps (bfloat16 x, z, weights and cache: its
+#     conversions, GEMV and cache kernels);
 #   - test_core_backward and test_accumulate: the core's backward, accumulation into outputs.
 # Each test's output stays in <build>/rusticl/.
 # Usage: .ci/rusticl.sh [build-dir]   (a configured and built release tree; default build)
@@ -57,4 +58,5 @@ run test_half IHA_TEST_ONLY='*_backward_half'
 run test_packed
 run test_core_backward
 run test_accumulate
+run test_bf16 IHA_TEST_ONLY='decode_steps'
 exit $failed

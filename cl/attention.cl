@@ -61,6 +61,10 @@
 #ifndef KV_HALF
 #define KV_HALF 0
 #endif
+/* 1: keys and values are stored as bfloat16 (IHA_STORAGE_BF16), read with bf16.clh's shifts. */
+#ifndef KV_BF16
+#define KV_BF16 0
+#endif
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -82,6 +86,14 @@
 #define LOAD_ONE(p, i) vload_half((i), (p))
 #define LOAD8(p) vload_half8(0, (p))
 #define LOAD4(p) vload_half4(0, (p))
+#elif KV_BF16
+#include "bf16.clh"
+#define kv_t ushort
+#define LOAD_KEYS(p) CAT(bf16_vload, ATT_KB)(0, (p))
+#define LOAD_V(p) CAT(bf16_vload, ATT_VD)(0, (p))
+#define LOAD_ONE(p, i) bf16_load((i), (p))
+#define LOAD8(p) bf16_vload8(0, (p))
+#define LOAD4(p) bf16_vload4(0, (p))
 #else
 #define kv_t float
 #define LOAD_KEYS(p) vloadK(0, (p))

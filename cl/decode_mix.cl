@@ -18,14 +18,22 @@
 #define ROPE_ROW(b, j, p, pos) ((size_t)(pos))
 #endif
 
-/* Cache storage: 1 stores half with vstore_half (core OpenCL, no cl_khr_fp16 needed). */
+/* Cache storage: CACHE_HALF 1 stores half with vstore_half (core OpenCL, no cl_khr_fp16
+ * needed), CACHE_BF16 1 bfloat16 with bf16.clh's rounding; neither, float. */
 #ifndef CACHE_HALF
 #define CACHE_HALF 0
+#endif
+#ifndef CACHE_BF16
+#define CACHE_BF16 0
 #endif
 
 #if CACHE_HALF
 #define cache_t half
 #define CACHE_STORE(x, i, p) vstore_half((x), (i), (p))
+#elif CACHE_BF16
+#include "bf16.clh"
+#define cache_t ushort
+#define CACHE_STORE(x, i, p) bf16_store((x), (i), (p))
 #else
 #define cache_t float
 #define CACHE_STORE(x, i, p) ((p)[(i)] = (x))

@@ -286,7 +286,13 @@ typedef enum iha_mask { IHA_MASK_CAUSAL = 0, IHA_MASK_TOKEN_CAUSAL = 1, IHA_MASK
  * nearest even), which are core OpenCL and need no cl_khr_fp16, so half storage works on every
  * device. It halves the bytes of what it stores; results meet doc/spec.md's half-storage contract
  * (relative L2 error at most 2e-3 against float64 on the same float inputs).
- * iha_half_from_float and iha_half_to_float below convert host arrays. */
+ * IHA_STORAGE_BF16 tensors hold bfloat16 (the upper 16 bits of a float32: float's range, 8
+ * significant bits) as uint16_t patterns, widened by a shift on load and rounded to nearest even
+ * on store (NaN stays a quiet NaN, infinities stay infinite), with no extension needed either;
+ * the same bytes as half, a coarser significand and no overflow below float's range. Results meet
+ * the bfloat16 contract: relative L2 error at most 1e-2 against float64 on the same float inputs.
+ * BF16 is accepted wherever F16 is. iha_half_from_float, iha_half_to_float, iha_bf16_from_float
+ * and iha_bf16_to_float below convert host arrays. */
 typedef enum iha_storage { IHA_STORAGE_F32 = 0, IHA_STORAGE_F16 = 1, IHA_STORAGE_BF16 = 2 } iha_storage;
 
 typedef struct iha_attention_options {
@@ -299,16 +305,17 @@ typedef struct iha_attention_options {
     /* iha_storage of the call's activations: x and z (iha_forward, iha_decode_step), q, k, v
      * and y (iha_attention_core), qt, kt, vt and o (iha_attention), qt, kt, vt, o, dout, dqt,
      * dkt and dvt (iha_attention_backward), x, dz and dx (iha_backward, iha_backward_saved; z
-     * for iha_forward_save). lse and the saved state stay float. Internal workspace is float: a half input is converted once on entry and a half
-     * output once on exit (memory-bound passes over B*N*D or B*H*T*d elements). A value other
-     * than IHA_STORAGE_F32 or IHA_STORAGE_F16 is IHA_ERROR_INVALID_ARGUMENT (also below). */
+     * for iha_forward_save). lse and the saved state stay float. Internal workspace is float: a half
+     * or bfloat16 input is converted once on entry and such an output once on exit (memory-bound
+     * passes over B*N*D or B*H*T*d elements). A value other than IHA_STORAGE_F32,
+     * IHA_STORAGE_F16 or IHA_STORAGE_BF16 is IHA_ERROR_INVALID_ARGUMENT (also below). */
     int storage;
     /* iha_storage of every weight: wq, wk, wv, wo, alpha_q, alpha_k, alpha_v and r, and of every
      * gradient of iha_layer_grads (the backward calls convert them from float at the end). With
-     * IHA_STORAGE_F16, a projection of at most 16 rows (a decoding step) reads the half weights
-     * directly (cl/convert.cl, memory-bound: half the bytes of float weights); larger ones
-     * convert each weight matrix into float workspace (D*H*d floats) and run the context's
-     * GEMM backend. */
+     * IHA_STORAGE_F16 or IHA_STORAGE_BF16, a projection of at most 16 rows (a decoding step) reads
+     * the 16-bit weights directly (cl/convert.cl, memory-bound: half the bytes of float
+     * weights); larger ones convert each weight matrix into float workspace (D*H*d floats) and
+     * run the context's GEMM backend. */
     int weight_storage;
     /* Packed sequences (doc/spec.md, "Packed sequences"; doc/guide.md, "Packed batches"):
      * seq_count lengths in tokens, in order over the call's B*N tokens (batch row 0 first),
@@ -559,8 +566,8 @@ IHA_API iha_status iha_backward_saved(iha_context *ctx, const iha_shape *shape, 
  * with every tensor in host memory (same shapes; alpha/r may be NULL under the same identity
  * rule). Copies in, runs, copies z out, and blocks until done. Host arrays are always float;
  * options->storage and weight_storage choose the device-side storage: with IHA_STORAGE_F16
- * the tensors are rounded to half on upload (and z is read back from half), which shows what
- * half storage does to a layer's results. */
+ * (IHA_STORAGE_BF16) the tensors are rounded to half (bfloat16) on upload and z is read back from
+ * it, which shows what that storage does to a layer's results. */
 typedef struct iha_host_weights {
     const float *wq, *wk, *wv, *wo;
     const float *alpha_q, *alpha_k, *alpha_v, *r;
@@ -570,8 +577,9 @@ IHA_API iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, co
 
 /* ---- Incremental decoding with a pseudo-token KV cache ---------------------------------- */
 
-/* The cache's storage type is an iha_storage (see "Problem description"): float, or half with
- * float arithmetic. A step's x and z follow options->storage, its weights weight_storage. */
+/* The cache's storage type is an iha_storage (see "Problem description"): float, or half or
+ * bfloat16 with float arithmetic. A step's x and z follow options->storage, its weights
+ * weight_storage. */
 
 /* The cache of one layer: pseudo-keys and pseudo-values after mixing and rotary,
  * [batch][heads][max_tokens*pseudo][head_dim] each, and the current length of every sequence.
@@ -661,7 +669,7 @@ IHA_API iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const 
                                    const iha_attention_options *options, const iha_layer_weights *weights,
                                    const uint32_t *counts, iha_buffer x, iha_buffer z);
 
-/* ---- Half-precision host arrays --------------------------------------------------------- */
+/* ---- Half-precision and bfloat16 host arrays --------------------------------------------- */
 
 /* Convert n elements between float and IEEE binary16 (as uint16_t bit patterns) in host memory,
  * for filling and reading IHA_STORAGE_F16 buffers. Rounding is to nearest even, as the device's
@@ -670,6 +678,15 @@ IHA_API iha_status iha_decode_step(iha_context *ctx, iha_kv_cache *cache, const 
  * context needed. */
 IHA_API void iha_half_from_float(const float *src, uint16_t *dst, size_t n);
 IHA_API void iha_half_to_float(const uint16_t *src, float *dst, size_t n);
+
+/* Convert n elements between float and bfloat16 (as uint16_t bit patterns: a float's upper 16
+ * bits) in host memory, for filling and reading IHA_STORAGE_BF16 buffers, bit-exact with the
+ * device. Rounding is to nearest even; finite values past the largest bfloat16 (about 3.39e38)
+ * become infinities, infinities stay infinite, NaN stays NaN (quiet), subnormals are kept.
+ * iha_bf16_to_float is exact. src and dst must not overlap; n == 0 does nothing. Thread-safe, no
+ * context needed. */
+IHA_API void iha_bf16_from_float(const float *src, uint16_t *dst, size_t n);
+IHA_API void iha_bf16_to_float(const uint16_t *src, float *dst, size_t n);
 
 #ifdef __cplusplus
 }

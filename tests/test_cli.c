@@ -229,6 +229,43 @@ static void forward_reads_seq_lens(void **state)
     unlink(packed);
 }
 
+/* --half and --bf16 store the layer in 16 bits on the device: Z differs from the float run's,
+ * within their contracts (relative L2 2e-3 and 1e-2 against float64; the float run is within
+ * 1e-5 of it). */
+static void forward_16bit_storage_close_to_float(void **state)
+{
+    (void)state;
+    char out[512], out16[512];
+    run_result r;
+    tf_path(out, sizeof out, "z_float.npy");
+    tf_path(out16, sizeof out16, "z_16bit.npy");
+    forward_on_device(out, &r);
+    npy_array z;
+    tf_read_npy(out, &z);
+    static const char *const flags[2] = {"--half", "--bf16"};
+    static const double limits[2] = {2e-3, 1e-2};
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"forward", "--in", layer_dir, "--out", out16, flags[i], NULL};
+        run_iha(args, NULL, 300, &r);
+        expect_status(&r, 0, flags[i]);
+        npy_array z16;
+        tf_read_npy(out16, &z16);
+        assert_int_equal(z16.header.count, z.header.count);
+        double diff = 0, norm = 0;
+        for (size_t k = 0; k < z.header.count; k++) {
+            diff += (z16.data[k] - z.data[k]) * (z16.data[k] - z.data[k]);
+            norm += z.data[k] * z.data[k];
+        }
+        /* Above 0: the rounding to 16 bits took place. */
+        if (!(sqrt(diff / norm) <= limits[i] + 1e-5) || diff == 0)
+            fail_msg("%s: relative L2 difference %.3e from the float run", flags[i], sqrt(diff / norm));
+        npy_free(&z16);
+    }
+    npy_free(&z);
+    assert_int_equal(unlink(out), 0);
+    assert_int_equal(unlink(out16), 0);
+}
+
 /* A new path, then the same file replaced: it keeps its mode (bits a new file never gets) and
  * as root its owner. */
 static void out_new_then_replaced_keeps_mode(void **state)
@@ -377,6 +414,10 @@ static void usage_and_range_errors_exit_2(void **state)
         {"forward", NULL},
         {"forward", "--in", "d", "--out", "z.npy", "--window", "-3", NULL},
         {"forward", "--in", "d", "--out", "z.npy", "--mask", "diagonal", NULL},
+        {"forward", "--in", "d", "--out", "z.npy", "--half", "--bf16", NULL},
+        {"demo", "--half", "--bf16", NULL},
+        {"bench", "--bf16", "--half-weights", "--no-ceilings", NULL},
+        {"bench", "--bf16", "--no-layer", "--no-ceilings", NULL},
         {"demo", "--d", "300", NULL},
         {"demo", "--d", "0", NULL},
         {"demo", "--n", "16777216", "--p", "256", "--model-dim", "1", "--heads", "1", "--d", "1", NULL},
@@ -435,6 +476,7 @@ int main(int argc, char **argv)
     setenv("POCL_CACHE_DIR", IHA_TEST_BINARY_DIR "/cache/pocl", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(out_new_then_replaced_keeps_mode),
+        cmocka_unit_test(forward_16bit_storage_close_to_float),
         cmocka_unit_test(out_symlink_writes_its_target),
         cmocka_unit_test(out_refuses_fifo_directory_device),
         cmocka_unit_test(input_fifo_refused_at_once),

@@ -49,6 +49,13 @@ def test_half_storage_gradients(context):
         assert reference.relative_l2(a.grad, b.grad) <= 2e-3, name
 
 
+def test_bfloat16_storage_gradients(context):
+    _, _, ours, exact = gradients(CASES[0], storage="bfloat16", context=context)
+    for name, a, b in zip(NAMES, ours, exact):
+        assert a.grad.dtype == torch.float32, name
+        assert reference.relative_l2(a.grad, b.grad) <= 1e-2, name
+
+
 def test_only_requested_gradients(context):
     x, weights = reference.random_layer(1, 5, 8, 2, 4, 2, seed=1)
     x = x.float().requires_grad_()

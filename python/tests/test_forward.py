@@ -72,6 +72,16 @@ def test_half_storage(context, mask):
     assert reference.relative_l2(z, expected) <= 2e-3
 
 
+@pytest.mark.parametrize("mask", ["causal", "none"])
+def test_bfloat16_storage(context, mask):
+    x, weights = reference.random_layer(2, 9, 16, 2, 8, 3, seed=22)
+    z = iha.forward(*numpy_args(x, weights), mask=mask, storage="bfloat16", context=context)
+    expected = reference.layer(x, *weights, mask=mask)
+    assert z.dtype == np.float32
+    error = reference.relative_l2(z, expected)
+    assert 0 < error <= 1e-2  # above 0: the tensors were rounded to bfloat16
+
+
 def test_layer_keeps_its_weights(context):
     x, weights = reference.random_layer(1, 5, 8, 2, 4, 2, seed=3)
     arrays = [w.numpy().astype(np.float32) for w in weights]

@@ -10,7 +10,8 @@ iha_status iha__accumulate_enqueue(iha_context *ctx, iha_storage storage, iha_bu
 {
     const char *name = storage == IHA_STORAGE_F32   ? "accumulate_f32"
                        : storage == IHA_STORAGE_F16 ? "accumulate_f16"
-                                                    : NULL;
+                       : storage == IHA_STORAGE_BF16 ? "accumulate_bf16"
+                                                     : NULL;
     IHA_RETURN_ERROR_IF(name == NULL, ctx, IHA_ERROR_UNSUPPORTED, "accumulate: no accumulation into storage %d",
                         (int)storage);
     if (n == 0) return IHA_OK;

@@ -1,4 +1,5 @@
-/* Host side of cl/convert.cl: half/float conversion and the half-weight GEMV. */
+/* Host side of cl/convert.cl: conversions between float and half or bfloat16, and the GEMV
+ * reading 16-bit weights. */
 #include "kernels/convert.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
@@ -14,10 +15,13 @@ size_t iha__convert_group_size(const iha_context *ctx)
     return want < ctx->info.max_work_group_size ? want : ctx->info.max_work_group_size;
 }
 
-iha_status iha__convert_enqueue(iha_context *ctx, int to_half, iha_buffer src, iha_buffer dst, size_t n)
+iha_status iha__convert_enqueue(iha_context *ctx, int storage, int to_storage, iha_buffer src, iha_buffer dst,
+                                size_t n)
 {
     if (n == 0) return IHA_OK;
-    const char *name = to_half ? "convert_float_to_half" : "convert_half_to_float";
+    const int bf16 = storage == IHA_STORAGE_BF16;
+    const char *name = to_storage ? (bf16 ? "convert_float_to_bf16" : "convert_float_to_half")
+                                  : (bf16 ? "convert_bf16_to_float" : "convert_half_to_float");
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "convert.cl", "", name, &k));
     iha_args a = iha__args_begin(k);
@@ -28,11 +32,12 @@ iha_status iha__convert_enqueue(iha_context *ctx, int to_half, iha_buffer src, i
     return iha__launch(ctx, &a, 1, global, local, name);
 }
 
-iha_status iha__gemv_half_weights_enqueue(iha_context *ctx, size_t m, size_t C, size_t K, iha_buffer x, iha_buffer w,
-                                          iha_buffer y)
+iha_status iha__gemv_16bit_weights_enqueue(iha_context *ctx, int storage, size_t m, size_t C, size_t K, iha_buffer x,
+                                           iha_buffer w, iha_buffer y)
 {
+    const char *name = storage == IHA_STORAGE_BF16 ? "gemv_bf16_weights" : "gemv_half_weights";
     cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "convert.cl", "", "gemv_half_weights", &k));
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "convert.cl", "", name, &k));
     iha_args a = iha__args_begin(k);
     iha__arg_tensor(&a, x.mem, x.offset);
     iha__arg_int(&a, (cl_int)m);
@@ -44,5 +49,5 @@ iha_status iha__gemv_half_weights_enqueue(iha_context *ctx, size_t m, size_t C, 
      * pieces), a GPU 64 per group for coalescing. */
     const size_t cols = (C + 7) / 8, rows = (m + GEMV_ROWS - 1) / GEMV_ROWS;
     const size_t global[2] = {cols, rows}, local[2] = {ctx->info.is_gpu ? 64 : 8, 1};
-    return iha__launch(ctx, &a, 2, global, local, "gemv_half_weights");
+    return iha__launch(ctx, &a, 2, global, local, name);
 }

@@ -60,8 +60,9 @@ static iha_status decode_mix(iha_context *ctx, const iha_decode_dims *dd, iha_bu
                              cl_mem cache, cl_mem rope, cl_mem step, int key_block)
 {
     const char *name = cache ? "decode_mix_cache" : "decode_mix_queries_f32";
-    char options[48];
-    snprintf(options, sizeof options, "-DCACHE_HALF=%d -DKV_RING=%d", cache && dd->half, dd->ring);
+    char options[64];
+    snprintf(options, sizeof options, "-DCACHE_HALF=%d -DCACHE_BF16=%d -DKV_RING=%d", cache && dd->half,
+             cache && dd->bf16, dd->ring);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "decode_mix.cl", options, name, &k));
     iha_args a = iha__mix_args_begin(k, src, alpha, cache ? (iha_buffer){cache, 0} : dst, cache == NULL, rope);
@@ -129,8 +130,9 @@ iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims
     config_of(ctx, dd, &cfg);
     char options[176];
     snprintf(options, sizeof options,
-             "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=1 -DATT_KB=%d -DATT_VD=%d -DKV_HALF=%d -DKV_RING=%d", dd->d,
-             cfg.rows, dd->cfg.key_block, cfg.vec, dd->half, dd->ring);
+             "-DHEAD_DIM=%zu -DATT_ROWS=%d -DATT_TILES=1 -DATT_KB=%d -DATT_VD=%d -DKV_HALF=%d -DKV_BF16=%d "
+             "-DKV_RING=%d",
+             dd->d, cfg.rows, dd->cfg.key_block, cfg.vec, dd->half, dd->bf16, dd->ring);
     const size_t splits = iha__decode_splits(ctx, dd), split_blocks = blocks_per_split(dd, splits);
     const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
 

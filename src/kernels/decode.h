@@ -31,6 +31,7 @@ typedef struct iha_decode_dims {
     int ring;
     iha_attention_config cfg; /* only key_block is used: the cache's layout */
     iha_decode_config tune;   /* rows 0 (not chosen): iha__decode_config_default */
+    int bf16;                 /* the cache stores bfloat16 (half is then 0) */
 } iha_decode_dims;
 
 /* Pseudo-queries of the new tokens -> rows [B][H][k*P][d]. step: int[2B] of (n0, count). */

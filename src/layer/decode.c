@@ -88,7 +88,7 @@ static iha_status plan_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *
     const size_t kb = (size_t)c->key_block;
     if (c->ring_tokens && t_cur > c->t_max + kb) t_cur = c->t_max + kb; /* the blocks a ring's splits cover */
     s->dd = (iha_decode_dims){c->B, p->dims.N, c->H, c->d, c->P, c->t_max, t_cur, c->storage == IHA_STORAGE_F16,
-                              c->ring_tokens != 0, p->attention, {0}};
+                              c->ring_tokens != 0, p->attention, {0}, c->storage == IHA_STORAGE_BF16};
     s->dd.cfg.key_block = c->key_block; /* fixed by the cache's layout */
     IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &s->dd, p->mask, p->window));
     s->rope_rows = p->rope && s->dd.ring ? c->B * p->dims.N * c->P * c->d : 0;

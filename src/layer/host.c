@@ -7,16 +7,20 @@
 
 enum { HOST_X, HOST_Z, HOST_WQ, HOST_WK, HOST_WV, HOST_WO, HOST_AQ, HOST_AK, HOST_AV, HOST_R, HOST_COUNT };
 
-/* Copies a host tensor into a new device buffer in storage half or float. */
-static iha_status upload(iha_context *ctx, const float *src, size_t elems, int half, cl_mem *out, const char *name)
+/* Copies a host tensor into a new device buffer in `storage`, an iha_storage. */
+static iha_status upload(iha_context *ctx, const float *src, size_t elems, int storage, cl_mem *out, const char *name)
 {
+    const int half = storage != IHA_STORAGE_F32;
     IHA_RETURN_ERROR_IF(src == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "host tensor %s is NULL", name);
     const void *data = src;
     uint16_t *halves = NULL;
     if (half) {
         halves = malloc(elems * sizeof *halves);
         IHA_RETURN_ERROR_IF(halves == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory converting %s", name);
-        iha_half_from_float(src, halves, elems);
+        if (storage == IHA_STORAGE_BF16)
+            iha_bf16_from_float(src, halves, elems);
+        else
+            iha_half_from_float(src, halves, elems);
         data = halves;
     }
     cl_int err = CL_SUCCESS;
@@ -27,7 +31,7 @@ static iha_status upload(iha_context *ctx, const float *src, size_t elems, int h
     return IHA_OK;
 }
 
-/* Reads z back (blocking), from half when the activations are half. */
+/* Reads z back (blocking), from 16 bits when the activations are half or bfloat16. */
 static iha_status download(iha_context *ctx, const iha_plan *p, cl_mem m, float *z)
 {
     if (!p->act_half) {
@@ -38,7 +42,10 @@ static iha_status download(iha_context *ctx, const iha_plan *p, cl_mem m, float 
     uint16_t *halves = malloc(p->x_elems * sizeof *halves);
     IHA_RETURN_ERROR_IF(halves == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory converting z");
     cl_int err = clEnqueueReadBuffer(ctx->queue, m, CL_TRUE, 0, p->x_elems * sizeof *halves, halves, 0, NULL, NULL);
-    if (err == CL_SUCCESS) iha_half_to_float(halves, z, p->x_elems);
+    if (err == CL_SUCCESS && p->act_storage == IHA_STORAGE_BF16)
+        iha_bf16_to_float(halves, z, p->x_elems);
+    else if (err == CL_SUCCESS)
+        iha_half_to_float(halves, z, p->x_elems);
     free(halves);
     if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clEnqueueReadBuffer (z)");
     return IHA_OK;
@@ -60,16 +67,16 @@ static iha_status forward_through_device(iha_context *ctx, const iha_shape *shap
                         "alpha_q, alpha_k, alpha_v and r may be NULL (identity) only when pseudo == 1, not %zu",
                         p.dims.P);
 
-    IHA_FORWARD_IF_ERROR(upload(ctx, x, p.x_elems, p.act_half, &m[HOST_X], "x"));
-    IHA_FORWARD_IF_ERROR(upload(ctx, w->wq, p.w_elems, p.weight_half, &m[HOST_WQ], "wq"));
-    IHA_FORWARD_IF_ERROR(upload(ctx, w->wk, p.w_elems, p.weight_half, &m[HOST_WK], "wk"));
-    IHA_FORWARD_IF_ERROR(upload(ctx, w->wv, p.w_elems, p.weight_half, &m[HOST_WV], "wv"));
-    IHA_FORWARD_IF_ERROR(upload(ctx, w->wo, p.w_elems, p.weight_half, &m[HOST_WO], "wo"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, x, p.x_elems, p.act_storage, &m[HOST_X], "x"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, w->wq, p.w_elems, p.weight_storage, &m[HOST_WQ], "wq"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, w->wk, p.w_elems, p.weight_storage, &m[HOST_WK], "wk"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, w->wv, p.w_elems, p.weight_storage, &m[HOST_WV], "wv"));
+    IHA_FORWARD_IF_ERROR(upload(ctx, w->wo, p.w_elems, p.weight_storage, &m[HOST_WO], "wo"));
     if (nulls == 0) {
-        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_q, p.mix_elems, p.weight_half, &m[HOST_AQ], "alpha_q"));
-        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_k, p.mix_elems, p.weight_half, &m[HOST_AK], "alpha_k"));
-        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_v, p.mix_elems, p.weight_half, &m[HOST_AV], "alpha_v"));
-        IHA_FORWARD_IF_ERROR(upload(ctx, w->r, p.mix_elems, p.weight_half, &m[HOST_R], "r"));
+        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_q, p.mix_elems, p.weight_storage, &m[HOST_AQ], "alpha_q"));
+        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_k, p.mix_elems, p.weight_storage, &m[HOST_AK], "alpha_k"));
+        IHA_FORWARD_IF_ERROR(upload(ctx, w->alpha_v, p.mix_elems, p.weight_storage, &m[HOST_AV], "alpha_v"));
+        IHA_FORWARD_IF_ERROR(upload(ctx, w->r, p.mix_elems, p.weight_storage, &m[HOST_R], "r"));
     }
     cl_int err = CL_SUCCESS;
     m[HOST_Z] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, p.x_elems * p.act_bytes, NULL, &err);

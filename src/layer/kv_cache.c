@@ -73,8 +73,9 @@ iha_status iha_kv_cache_create_with(iha_context *ctx, const iha_shape *shape, co
     iha_kv_cache_options o;
     iha_kv_cache_options_init(&o);
     if (options) o = *options;
-    IHA_RETURN_ERROR_IF(o.storage != IHA_STORAGE_F32 && o.storage != IHA_STORAGE_F16, ctx,
-                        IHA_ERROR_INVALID_ARGUMENT, "unknown cache storage %d", o.storage);
+    IHA_RETURN_ERROR_IF(!iha__storage_known(o.storage), ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "unknown cache storage %d (use IHA_STORAGE_F32, IHA_STORAGE_F16 or IHA_STORAGE_BF16)",
+                        o.storage);
     iha_attention_options defaults;
     iha_attention_options_init(&defaults);
     iha_plan p;
@@ -89,7 +90,7 @@ iha_status iha_kv_cache_create_with(iha_context *ctx, const iha_shape *shape, co
         rows = ((ring + 1) * p.dims.P - 1 + kb - 1) / kb * kb;
         keys = values = p.dims.B * p.dims.H * rows * p.dims.d; /* at most the whole cache's */
     }
-    const size_t element = o.storage == IHA_STORAGE_F16 ? 2 : 4;
+    const size_t element = o.storage == IHA_STORAGE_F32 ? 4 : 2;
     size_t bytes, key_bytes;
     IHA_RETURN_ERROR_IF(!iha__mul(values, element, &bytes) || !iha__mul(keys, element, &key_bytes), ctx,
                         IHA_ERROR_SIZE_OVERFLOW, "the cache's size overflows size_t");

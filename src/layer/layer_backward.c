@@ -116,7 +116,7 @@ static iha_status edges_in(iha_context *ctx, const iha_plan *p, int accumulate, 
         iha_buffer *acts[2] = {x, dz};
         for (int i = 0; i < 2; ++i, at_in += p->x_elems) {
             IHA_FORWARD_IF_ERROR(
-                iha__convert_enqueue(ctx, 0, *acts[i], (iha_buffer){in, at_in}, p->x_elems));
+                iha__convert_enqueue(ctx, p->act_storage, 0, *acts[i], (iha_buffer){in, at_in}, p->x_elems));
             *acts[i] = (iha_buffer){in, at_in};
         }
     }
@@ -125,7 +125,7 @@ static iha_status edges_in(iha_context *ctx, const iha_plan *p, int accumulate, 
         for (int i = 0; i < 8; ++i) {
             const size_t n = i < 4 ? p->w_elems : p->mix_elems;
             if (ws[i]->mem != NULL) {
-                IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, 0, *ws[i], (iha_buffer){in, at_in}, n));
+                IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, p->weight_storage, 0, *ws[i], (iha_buffer){in, at_in}, n));
                 *ws[i] = (iha_buffer){in, at_in};
             }
             at_in += n;
@@ -352,6 +352,7 @@ static iha_status layer_backward(iha_context *ctx, const iha_shape *shape, const
         if (acc && !stand_in(&p, acc, i)) add |= 1u << i;
     iha_plan pf = p;
     pf.act_half = pf.weight_half = 0;
+    pf.act_storage = pf.weight_storage = IHA_STORAGE_F32;
     pf.act_bytes = pf.weight_bytes = sizeof(float);
     const projections pr = {&p, w};
     IHA_FORWARD_IF_ERROR(run_stages(ctx, &pf, &wf, &pr, x, dz, from_saved, &outf, add, &g, rope, &mark));

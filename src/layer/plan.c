@@ -47,6 +47,11 @@ static iha_status check_sequences(iha_context *ctx, const iha_attention_options 
     return IHA_OK;
 }
 
+int iha__storage_known(int storage)
+{
+    return storage == IHA_STORAGE_F32 || storage == IHA_STORAGE_F16 || storage == IHA_STORAGE_BF16;
+}
+
 static iha_status check_options(iha_context *ctx, const iha_attention_options *o, iha_plan *p)
 {
     IHA_RETURN_ERROR_IF(o->mask != IHA_MASK_CAUSAL && o->mask != IHA_MASK_TOKEN_CAUSAL && o->mask != IHA_MASK_NONE,
@@ -73,14 +78,15 @@ static iha_status check_options(iha_context *ctx, const iha_attention_options *o
     p->scale = o->scale != 0.0f ? o->scale : (float)(1.0 / sqrt((double)p->dims.d));
     p->rope = o->rope != 0;
     p->rope_base = o->rope_base != 0.0f ? o->rope_base : 10000.0f;
-    IHA_RETURN_ERROR_IF(o->storage != IHA_STORAGE_F32 && o->storage != IHA_STORAGE_F16, ctx,
-                        IHA_ERROR_INVALID_ARGUMENT, "unknown storage %d (use IHA_STORAGE_F32 or IHA_STORAGE_F16)",
-                        o->storage);
-    IHA_RETURN_ERROR_IF(o->weight_storage != IHA_STORAGE_F32 && o->weight_storage != IHA_STORAGE_F16, ctx,
-                        IHA_ERROR_INVALID_ARGUMENT,
-                        "unknown weight_storage %d (use IHA_STORAGE_F32 or IHA_STORAGE_F16)", o->weight_storage);
-    p->act_half = o->storage == IHA_STORAGE_F16;
-    p->weight_half = o->weight_storage == IHA_STORAGE_F16;
+    IHA_RETURN_ERROR_IF(!iha__storage_known(o->storage), ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "unknown storage %d (use IHA_STORAGE_F32, IHA_STORAGE_F16 or IHA_STORAGE_BF16)", o->storage);
+    IHA_RETURN_ERROR_IF(!iha__storage_known(o->weight_storage), ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "unknown weight_storage %d (use IHA_STORAGE_F32, IHA_STORAGE_F16 or IHA_STORAGE_BF16)",
+                        o->weight_storage);
+    p->act_storage = o->storage;
+    p->weight_storage = o->weight_storage;
+    p->act_half = o->storage != IHA_STORAGE_F32;
+    p->weight_half = o->weight_storage != IHA_STORAGE_F32;
     p->act_bytes = p->act_half ? 2 : 4;
     p->weight_bytes = p->weight_half ? 2 : 4;
     return check_sequences(ctx, o, p);
@@ -183,7 +189,7 @@ iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, siz
                         buf.offset, elems);
     IHA_RETURN_ERROR_IF(end * elem_bytes > size, ctx, IHA_ERROR_BUFFER_TOO_SMALL,
                         "buffer %s holds %zu bytes but needs %zu (offset %zu + %zu %s)", name, size,
-                        end * elem_bytes, buf.offset, elems, elem_bytes == 2 ? "halves" : "floats");
+                        end * elem_bytes, buf.offset, elems, elem_bytes == 2 ? "16-bit elements" : "floats");
     return IHA_OK;
 }
 

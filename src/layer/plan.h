@@ -15,8 +15,10 @@ typedef struct iha_plan {
     size_t x_elems;        /* B*N*D: X, Z */
     size_t w_elems;        /* D*H*d: W_Q, W_K, W_V, W_O */
     size_t mix_elems;      /* H*H*P: alpha, R */
-    int act_half;          /* options->storage: activations are half */
-    int weight_half;       /* options->weight_storage: weights are half */
+    int act_half;          /* options->storage: activations are 16-bit (half or bfloat16) */
+    int weight_half;       /* options->weight_storage: weights are 16-bit (half or bfloat16) */
+    int act_storage;       /* options->storage, an iha_storage */
+    int weight_storage;    /* options->weight_storage, an iha_storage */
     size_t act_bytes;      /* bytes per activation element, 2 or 4 */
     size_t weight_bytes;   /* bytes per weight element, 2 or 4 */
     iha_attention_config attention;
@@ -32,6 +34,8 @@ typedef struct iha_plan {
     size_t seq_count;
 } iha_plan;
 
+/* 1 when storage is an iha_storage value. */
+int iha__storage_known(int storage);
 /* Checks shape and options; with_model_dim also checks and sizes D. Chooses no kernel
  * configuration: attention, mix_collapse and packed_elems are set by one of the two calls below. */
 iha_status iha__plan_make(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,

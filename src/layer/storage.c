@@ -15,7 +15,7 @@ iha_status iha__input_float(iha_context *ctx, const iha_plan *p, iha_buffer in, 
     cl_mem m;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, slot, elems * sizeof(float), &m));
     *out = (iha_buffer){m, 0};
-    return iha__convert_enqueue(ctx, 0, in, *out, elems);
+    return iha__convert_enqueue(ctx, p->act_storage, 0, in, *out, elems);
 }
 
 iha_status iha__output_float(iha_context *ctx, const iha_plan *p, iha_buffer out, size_t elems,
@@ -34,7 +34,7 @@ iha_status iha__output_float(iha_context *ctx, const iha_plan *p, iha_buffer out
 iha_status iha__output_finish(iha_context *ctx, const iha_plan *p, iha_buffer result, iha_buffer out, size_t elems)
 {
     if (!p->act_half) return IHA_OK;
-    return iha__convert_enqueue(ctx, 1, result, out, elems);
+    return iha__convert_enqueue(ctx, p->act_storage, 1, result, out, elems);
 }
 
 iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_layer_weights *out)
@@ -48,7 +48,7 @@ iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_laye
     const iha_buffer src[4] = {w->alpha_q, w->alpha_k, w->alpha_v, w->r};
     for (size_t i = 0; i < 4; ++i) {
         *dst[i] = (iha_buffer){m, i * n};
-        IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, 0, src[i], (iha_buffer){m, i * n}, n));
+        IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, p->weight_storage, 0, src[i], (iha_buffer){m, i * n}, n));
     }
     return IHA_OK;
 }
@@ -58,5 +58,5 @@ iha_status iha__grad_store(iha_context *ctx, iha_storage storage, int accumulate
 {
     if (accumulate) return iha__accumulate_enqueue(ctx, storage, result, out, elems);
     if (storage == IHA_STORAGE_F32) return IHA_OK; /* the result is the output itself */
-    return iha__convert_enqueue(ctx, 1, result, out, elems);
+    return iha__convert_enqueue(ctx, storage, 1, result, out, elems);
 }

@@ -1,6 +1,7 @@
-/* Half-precision storage at the edges of a layer call (iha_attention_options.storage and
- * weight_storage). The stages between run in float workspace: a half input is converted once
- * on entry, a float result once into its half output on exit (half weights: layer/project.h).
+/* 16-bit storage (half or bfloat16) at the edges of a layer call (iha_attention_options.storage
+ * and weight_storage). The stages between run in float workspace: a 16-bit input is converted
+ * once on entry, a float result once into its 16-bit output on exit (16-bit weights:
+ * layer/project.h).
  * With float storage every helper is a pass-through. */
 #ifndef IHA_LAYER_STORAGE_H
 #define IHA_LAYER_STORAGE_H
@@ -22,11 +23,8 @@ iha_status iha__output_finish(iha_context *ctx, const iha_plan *p, iha_buffer re
 iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_layer_weights *out);
 
 /* The storage of a plan's activations, and of its weights and their gradients. */
-static inline iha_storage iha__act_storage(const iha_plan *p) { return p->act_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32; }
-static inline iha_storage iha__weight_storage(const iha_plan *p)
-{
-    return p->weight_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
-}
+static inline iha_storage iha__act_storage(const iha_plan *p) { return (iha_storage)p->act_storage; }
+static inline iha_storage iha__weight_storage(const iha_plan *p) { return (iha_storage)p->weight_storage; }
 
 /* The backward calls' outputs, overwritten or, with options->accumulate, added into. A step
  * writes its float result into the output itself when the output is float and overwritten;

@@ -11,7 +11,9 @@
 #include <CL/cl.h>
 #include "iha.h"
 
-#define IHA_PROGRAM_MAX_KERNELS 4
+/* The most kernels one program hands out: cl/convert.cl has six (two storages each converted
+ * both ways, and a GEMV for each). */
+#define IHA_PROGRAM_MAX_KERNELS 8
 
 typedef struct iha_program_entry {
     uint64_t key;   /* disk-cache key: source, options, device, driver, platform, library version */

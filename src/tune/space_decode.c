@@ -67,7 +67,7 @@ void iha__tune_decode_bucket(const iha_decode_dims *dd, int mask, size_t window,
     b->count = K_COUNT;
     b->values[K_MASK] = mask;
     b->values[K_WINDOWED] = window != 0;
-    b->values[K_BYTES] = dd->half ? 2 : 4;
+    b->values[K_BYTES] = dd->half || dd->bf16 ? 2 : 4; /* bfloat16 caches share half's tuning */
     b->values[K_D] = (long)dd->d;
     b->values[K_P] = (long)dd->P;
     b->values[K_K] = iha__pow2_ceil((long)dd->k);

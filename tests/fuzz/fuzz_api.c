@@ -4,7 +4,7 @@
  * Each input picks a call (iha_forward, iha_attention_core, iha_attention, iha_forward_host,
  * iha_decode_step on a small KV cache with fuzzed per-sequence counts, iha_kv_cache_truncate,
  * iha_attention_backward, iha_backward, iha_forward_save, iha_backward_saved),
- * a shape, options (storage of activations and weights included: float, half or invalid), and
+ * a shape, options (storage of activations and weights included: float, half, bfloat16 or invalid), and
  * for every tensor a buffer from a pool (sizes 1 to 16384 floats, NULL,
  * or a buffer of another OpenCL context) and an element offset. Dimensions and offsets come
  * from a table of edge values (0, 1, tails, 256/257, 2^32, SIZE_MAX, ...) or are raw.
@@ -233,8 +233,8 @@ static int bad_shape_or_options(const call_case *c)
         return 1;
     if (o->mask < 0 || o->mask > 2 || o->window < 0 || !isfinite(o->scale))
         return 1;
-    if ((o->storage != IHA_STORAGE_F32 && o->storage != IHA_STORAGE_F16) ||
-        (o->weight_storage != IHA_STORAGE_F32 && o->weight_storage != IHA_STORAGE_F16))
+    if (o->storage < IHA_STORAGE_F32 || o->storage > IHA_STORAGE_BF16 || o->weight_storage < IHA_STORAGE_F32 ||
+        o->weight_storage > IHA_STORAGE_BF16)
         return 1;
     if (o->rope && (s->head_dim % 2 || !isfinite(o->rope_base) || o->rope_base < 0.0f))
         return 1;
@@ -242,8 +242,8 @@ static int bad_shape_or_options(const call_case *c)
 }
 
 /* Bytes per element of activations (a), and of the weights (wb): the storage options'. */
-static size_t act_bytes(const call_case *c) { return c->options.storage == IHA_STORAGE_F16 ? 2 : 4; }
-static size_t weight_bytes(const call_case *c) { return c->options.weight_storage == IHA_STORAGE_F16 ? 2 : 4; }
+static size_t act_bytes(const call_case *c) { return c->options.storage == IHA_STORAGE_F32 ? 4 : 2; }
+static size_t weight_bytes(const call_case *c) { return c->options.weight_storage == IHA_STORAGE_F32 ? 4 : 2; }
 
 /* Whether a call whose three inputs sit in X, WQ and WK and whose output in Z, n elements of
  * elem_bytes each, must refuse them: one does not fit its buffer, or the output overlaps an input. */

@@ -39,6 +39,8 @@ typedef struct bench_config {
                                       stored half */
     size_t seq_lens[BENCH_MAX_SEQS]; /* --seq-lens: the packed row's sequences (core.tokens is their sum) */
     size_t seq_count;                /* 0: no --seq-lens */
+    int bf16;                        /* --bf16: as --half-weights in bfloat16, and with --decode also
+                                        the cache */
 } bench_config;
 
 /* What a section holds: measured, skipped by an option, or not possible (note says why). */

@@ -24,8 +24,10 @@ static double visible_keys(const iha_shape *s, const iha_attention_options *o, s
     return (double)keys_tokens * (double)P;
 }
 
-/* Half copies of the layer's weights, for --half-weights (released with release_half). */
-static int upload_half_weights(iha_context *ctx, const random_layer *layer, iha_layer_weights *out)
+/* 16-bit copies of the layer's weights in `storage` (half for --half-weights, bfloat16 for --bf16;
+ * released with release_16bit). */
+static int upload_16bit_weights(iha_context *ctx, const random_layer *layer, iha_storage storage,
+                               iha_layer_weights *out)
 {
     const iha_shape *s = &layer->shape;
     const size_t nw = s->model_dim * s->heads * s->head_dim, nm = s->heads * s->heads * s->pseudo;
@@ -37,7 +39,10 @@ static int upload_half_weights(iha_context *ctx, const random_layer *layer, iha_
         const size_t n = i < 4 ? nw : nm;
         uint16_t *h = malloc(n * sizeof *h);
         if (!h) return -1;
-        iha_half_from_float(src[i], h, n);
+        if (storage == IHA_STORAGE_BF16)
+            iha_bf16_from_float(src[i], h, n);
+        else
+            iha_half_from_float(src[i], h, n);
         cl_int err = CL_SUCCESS;
         dst[i]->mem = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
                                      n * sizeof *h, h, &err);
@@ -47,7 +52,7 @@ static int upload_half_weights(iha_context *ctx, const random_layer *layer, iha_
     return 0;
 }
 
-static void release_half(iha_layer_weights *w)
+static void release_16bit(iha_layer_weights *w)
 {
     iha_buffer *all[8] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->alpha_q, &w->alpha_k, &w->alpha_v, &w->r};
     for (int i = 0; i < 8; ++i)
@@ -86,25 +91,28 @@ int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
     iha_kv_cache *cache = NULL;
     cl_mem xs = NULL, zs = NULL;
     int rc = -1;
-    /* --half-weights: the step reads half weights and half x, z (as an application storing its
-     * model in half would). */
+    /* --half-weights (--bf16): the step reads 16-bit weights and 16-bit x, z (as an application
+     * storing its model in half or bfloat16 would). */
     bench_config cc = *c;
-    iha_layer_weights half_w;
-    memset(&half_w, 0, sizeof half_w);
-    if (c->half_weights) {
-        cc.options.weight_storage = IHA_STORAGE_F16;
-        cc.options.storage = IHA_STORAGE_F16;
-        if (upload_half_weights(ctx, &layer, &half_w)) {
-            release_half(&half_w);
+    iha_layer_weights narrow_w;
+    memset(&narrow_w, 0, sizeof narrow_w);
+    const int narrow = c->half_weights || c->bf16;
+    const iha_storage narrow_storage = c->bf16 ? IHA_STORAGE_BF16 : IHA_STORAGE_F16;
+    if (narrow) {
+        cc.options.weight_storage = narrow_storage;
+        cc.options.storage = narrow_storage;
+        if (upload_16bit_weights(ctx, &layer, narrow_storage, &narrow_w)) {
+            release_16bit(&narrow_w);
             random_layer_free(&layer);
             out->state = BENCH_NOT_RUN;
-            snprintf(out->note, sizeof out->note, "could not upload half weights");
+            snprintf(out->note, sizeof out->note, "could not upload 16-bit weights");
             return 0;
         }
     }
-    const iha_layer_weights *weights = c->half_weights ? &half_w : &layer.weights;
+    const iha_layer_weights *weights = narrow ? &narrow_w : &layer.weights;
     c = &cc;
-    iha_status st = iha_kv_cache_create(ctx, &shape, c->decode_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32, &cache);
+    const iha_storage cache_storage = c->bf16 ? IHA_STORAGE_BF16 : c->decode_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    iha_status st = iha_kv_cache_create(ctx, &shape, cache_storage, &cache);
     if (st != IHA_OK) {
         rc = bench_fail(ctx, st, "iha_kv_cache_create");
         goto done;
@@ -115,18 +123,21 @@ int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
     const size_t x_elems =
         (chunk_rows < shape.batch * shape.tokens ? chunk_rows : shape.batch * shape.tokens) * shape.model_dim;
     const void *x_host = layer.x;
-    uint16_t *x_half = NULL; /* as many bytes as the float rows; the first half of them used */
-    if (c->half_weights) {
-        x_half = calloc(2 * x_elems, sizeof *x_half);
-        if (x_half) iha_half_from_float(layer.x, x_half, x_elems);
-        x_host = x_half;
+    uint16_t *x_16bit = NULL; /* as many bytes as the float rows; the first half of them used */
+    if (narrow) {
+        x_16bit = calloc(2 * x_elems, sizeof *x_16bit);
+        if (x_16bit && c->bf16)
+            iha_bf16_from_float(layer.x, x_16bit, x_elems);
+        else if (x_16bit)
+            iha_half_from_float(layer.x, x_16bit, x_elems);
+        x_host = x_16bit;
     }
     if (x_host)
         xs = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                             x_elems * sizeof(float), (void *)x_host, &e1);
     else
         e1 = CL_OUT_OF_HOST_MEMORY;
-    free(x_half);
+    free(x_16bit);
     zs = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, chunk_rows * shape.model_dim * sizeof(float),
                         NULL, &e2);
     if (e1 != CL_SUCCESS || e2 != CL_SUCCESS) {
@@ -165,14 +176,14 @@ int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
     out->step_seconds = timer_median(wall + 1, c->reps);
     out->attention_seconds = timer_median(att + 1, c->reps);
     free(wall);
-    const double element = c->decode_half ? 2.0 : 4.0;
+    const double element = cache_storage == IHA_STORAGE_F32 ? 4.0 : 2.0;
     out->cache_bytes_read = 2.0 * (double)(shape.batch * shape.heads) *
                             visible_keys(&shape, &c->options, c->decode_tokens + 1) * (double)shape.head_dim * element;
     out->cache_bytes_per_token = (double)iha_kv_cache_bytes(cache) / (double)shape.tokens;
     out->state = BENCH_RAN;
     rc = 0;
 done:
-    release_half(&half_w);
+    release_16bit(&narrow_w);
     if (xs) clReleaseMemObject(xs);
     if (zs) clReleaseMemObject(zs);
     iha_kv_cache_free(cache);

@@ -100,12 +100,12 @@ int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out)
         fprintf(stderr, "iha bench: layer: %s\n", err);
         return -1;
     }
-    /* --half-weights: x, z and the weights in half (the gradient buffers are float-sized, which
-     * holds their halves; dz is the half z). */
+    /* --half-weights (--bf16): x, z and the weights in half (bfloat16); the gradient buffers are
+     * float-sized, which holds their 16-bit elements; dz is the 16-bit z. */
     iha_attention_options o = c->options;
-    if (c->half_weights) {
-        o.storage = o.weight_storage = IHA_STORAGE_F16;
-        if (random_layer_use_half(ctx, &layer, err, sizeof err)) {
+    if (c->half_weights || c->bf16) {
+        o.storage = o.weight_storage = c->bf16 ? IHA_STORAGE_BF16 : IHA_STORAGE_F16;
+        if (random_layer_use_storage(ctx, &layer, (iha_storage)o.storage, err, sizeof err)) {
             fprintf(stderr, "iha bench: layer: %s\n", err);
             random_layer_free(&layer);
             return -1;

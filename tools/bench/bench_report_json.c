@@ -176,6 +176,7 @@ static void json_layer(json_writer *w, const bench_config *cfg, const bench_resu
     if (json_section(w, "layer", l->state, NULL)) {
         json_shape(w, &cfg->layer, &cfg->options, 1);
         json_bool(w, "half_weights", cfg->half_weights);
+        json_bool(w, "bf16", cfg->bf16);
         json_number(w, "seconds", l->wall);
         json_number(w, "flops", cost_total(&l->flops));
         json_number(w, "gflops", report_rate(1e-9 * cost_total(&l->flops), l->wall));
@@ -280,6 +281,7 @@ static void json_decode(json_writer *w, const bench_config *cfg, const bench_res
         json_size(w, "cached_tokens", cfg->decode_tokens);
         json_bool(w, "half", cfg->decode_half);
         json_bool(w, "half_weights", cfg->half_weights);
+        json_bool(w, "bf16", cfg->bf16);
     }
     if (d->state == BENCH_RAN) {
         const double bandwidth = report_rate(d->cache_bytes_read, d->attention_seconds);

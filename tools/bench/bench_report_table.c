@@ -177,7 +177,7 @@ static void print_layer(const bench_config *cfg, const bench_results *r)
     report_describe_mask(s, &cfg->options, mask, sizeof mask);
     printf("\nlayer: B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, %s%s (iha_forward, stages timed one by one)\n", s->batch,
            s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask,
-           cfg->half_weights ? ", weights, x and z half" : "");
+           cfg->bf16 ? ", weights, x and z bfloat16" : cfg->half_weights ? ", weights, x and z half" : "");
     const bench_layer *l = &r->layer;
     if (l->state != BENCH_RAN) {
         printf("  skipped (--no-layer)\n");
@@ -247,8 +247,8 @@ static void print_decode(const bench_config *cfg, const bench_results *r)
     printf("\ndecoding step: B=%zu H=%zu d=%zu P=%zu D=%zu, %zu cached tokens (%zu virtual) + 1, %s cache, %s weights, "
            "%s\n",
            s->batch, s->heads, s->head_dim, s->pseudo, cfg->layer.model_dim, cfg->decode_tokens,
-           cfg->decode_tokens * s->pseudo, cfg->decode_half ? "half" : "float",
-           cfg->half_weights ? "half" : "float", mask);
+           cfg->decode_tokens * s->pseudo, cfg->bf16 ? "bfloat16" : cfg->decode_half ? "half" : "float",
+           cfg->bf16 ? "bfloat16" : cfg->half_weights ? "half" : "float", mask);
     const bench_decode *d = &r->decode;
     if (d->state != BENCH_RAN) {
         printf("  %s\n", d->note);

@@ -41,6 +41,8 @@ static cli_option options[] = {
      NULL},
     {"seq-lens", "L1,L2,...", "time the attention core on one row packing these sequences against them one by one", NULL},
     {"half-weights", NULL, "store the layer's (or with --decode the step's) weights, x and z in half precision", NULL},
+    {"bf16", NULL, "store the layer's (or the step's) weights, x and z, with --decode also the cache, in bfloat16",
+     NULL},
     {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
     {NULL, NULL, NULL, NULL},
 };
@@ -70,6 +72,8 @@ static cli_spec spec = {
     "--cache-tokens, --half and --ring need --decode; --n, --baseline-reps and --backward refuse it.\n"
     "--half-weights stores the weights, x and z in half (IHA_STORAGE_F16 activations and weights):\n"
     "the layer's, and with --backward also dz, dx and every gradient; with --decode the step's.\n"
+    "--bf16 stores the same tensors in bfloat16 (IHA_STORAGE_BF16), and with --decode also the\n"
+    "cache; it excludes --half and --half-weights.\n"
     "The attention core stays float.\n"
     "With --seq-lens, instead of the core, baseline, layer and cold start: iha_attention on one\n"
     "batch row packing the sequences (options->seq_lens; H, d, P, mask and window as given), the\n"
@@ -159,6 +163,11 @@ static int read_options(int argc, char **argv, bench_config *c)
     c->run_backward = cli_get(&spec, "backward") != NULL;
     c->decode_half = cli_get(&spec, "half") != NULL;
     c->half_weights = cli_get(&spec, "half-weights") != NULL;
+    c->bf16 = cli_get(&spec, "bf16") != NULL;
+    if (c->bf16 && (c->decode_half || c->half_weights)) {
+        cli_error(&spec, "--bf16 excludes --half and --half-weights");
+        return CLI_EXIT_USAGE;
+    }
     c->decode_tokens = 4096;
     c->ring_tokens = 0;
     if (cli_get_size(&spec, "cache-tokens", 1, 1 << 22, &c->decode_tokens) ||
@@ -179,9 +188,9 @@ static int read_options(int argc, char **argv, bench_config *c)
             cli_error(&spec, "--%s sets the decoding step and needs --decode (see 'iha bench --help')", unused[i]);
         return CLI_EXIT_USAGE;
     }
-    if (c->half_weights && !c->run_decode && !c->run_layer) {
-        cli_error(&spec, "--half-weights applies to the layer (or with --decode the decoding step), which "
-                         "--no-layer skips");
+    if ((c->half_weights || c->bf16) && !c->run_decode && !c->run_layer) {
+        cli_error(&spec, "--%s applies to the layer (or with --decode the decoding step), which --no-layer skips",
+                  c->bf16 ? "bf16" : "half-weights");
         return CLI_EXIT_USAGE;
     }
     if (c->ring_tokens && (c->options.window < 1 || (uint64_t)c->options.window > c->ring_tokens ||

@@ -28,6 +28,7 @@ static cli_option options[] = {
     {"rows", "K", "output rows checked against the float64 reference (default 12)", NULL},
     CLI_OPTION_SEED,
     {"half", NULL, "store activations and weights in half precision (float arithmetic; limit 2e-3)", NULL},
+    {"bf16", NULL, "store activations and weights in bfloat16 (float arithmetic; limit 1e-2)", NULL},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -38,15 +39,15 @@ static cli_spec spec = {
     "the paper's hybrid layout does: a sliding-window causal layer with W = N/(2P^2) tokens and\n"
     "a global causal layer. Prints the median time and GFLOP/s of each stage (FLOPs counted as\n"
     "doc/spec.md's cost model says) and checks sampled rows against a float64 reference\n"
-    "(relative L2 error at most 1e-5; 2e-3 with --half). Exit status: 0 success, 1 failure or\n"
-    "check failed, 2 usage.",
+    "(relative L2 error at most 1e-5; 2e-3 with --half, 1e-2 with --bf16; not both). Exit status:\n"
+    "0 success, 1 failure or check failed, 2 usage.",
     options,
 };
 
 typedef struct demo_config {
     iha_shape shape;
     iha_attention_options sliding, global;
-    int half;
+    iha_storage storage; /* of activations and weights */
     size_t reps, rows;
     uint64_t seed;
 } demo_config;
@@ -77,8 +78,12 @@ static int read_options(int argc, char **argv, demo_config *c)
     c->seed = seed;
     c->global = c->sliding;
     c->global.window = 0;
-    c->half = cli_get(&spec, "half") != NULL;
-    c->global.storage = c->half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    if (cli_get(&spec, "half") && cli_get(&spec, "bf16")) {
+        cli_error(&spec, "--half and --bf16 exclude each other");
+        return CLI_EXIT_USAGE;
+    }
+    c->storage = cli_get(&spec, "half") ? IHA_STORAGE_F16 : cli_get(&spec, "bf16") ? IHA_STORAGE_BF16 : IHA_STORAGE_F32;
+    c->global.storage = c->storage;
     c->global.weight_storage = c->global.storage;
     c->sliding = c->global;
     c->sliding.window = (int64_t)window;
@@ -120,7 +125,9 @@ static int check_layer(iha_context *ctx, random_layer *layer, const iha_attentio
         cli_error(&spec, "%s", err);
         return -1;
     }
-    const double limit = layer->half ? LAYER_CHECK_F16_LIMIT : LAYER_CHECK_F32_LIMIT;
+    const double limit = layer->storage == IHA_STORAGE_F16    ? LAYER_CHECK_F16_LIMIT
+                         : layer->storage == IHA_STORAGE_BF16 ? LAYER_CHECK_BF16_LIMIT
+                                                              : LAYER_CHECK_F32_LIMIT;
     int rel_ok = rel <= limit; /* false for NaN */
     printf("  check: %zu of %zu outputs not finite %s\n", bad, count, bad ? "FAILED" : "ok");
     printf("  check: %zu of %zu rows vs float64 reference, relative L2 error %.2e (limit %.0e) %s\n", used,
@@ -173,7 +180,7 @@ int cmd_demo(int argc, char **argv)
     const iha_shape *s = &c.shape;
     random_layer layer;
     if (random_layer_create(ctx, s, c.seed, &layer, message, sizeof message) ||
-        (c.half && random_layer_use_half(ctx, &layer, message, sizeof message))) {
+        (c.storage != IHA_STORAGE_F32 && random_layer_use_storage(ctx, &layer, c.storage, message, sizeof message))) {
         if (layer.x) random_layer_free(&layer);
         cli_error(&spec, "%s", message);
         iha_context_free(ctx);
@@ -183,7 +190,9 @@ int cmd_demo(int argc, char **argv)
     printf("  device  %s\n", iha_context_device_name(ctx));
     printf("  shape   B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, rotary %s, seed %" PRIu64 "\n", s->batch, s->tokens,
            s->model_dim, s->heads, s->head_dim, s->pseudo, c.global.rope ? "on" : "off", c.seed);
-    printf("  storage %s\n", c.half ? "half (activations and weights; float arithmetic)" : "float");
+    static const char *const storage_names[3] = {"float", "half (activations and weights; float arithmetic)",
+                                                 "bfloat16 (activations and weights; float arithmetic)"};
+    printf("  storage %s\n", storage_names[c.storage]);
     printf("  timing  median of %zu runs after one checked warm-up run; stages timed one by one\n", c.reps);
     int ok = 1, failed = 0;
     const iha_attention_options *layers[2] = {&c.sliding, &c.global};
@@ -196,6 +205,6 @@ int cmd_demo(int argc, char **argv)
     iha_context_free(ctx);
     if (!failed && !ok)
         printf("\nFAILED: an output differs from the float64 reference beyond the %s contract\n",
-               c.half ? "half-storage" : "float32");
+               c.storage == IHA_STORAGE_F16 ? "half-storage" : c.storage == IHA_STORAGE_BF16 ? "bfloat16" : "float32");
     return failed || !ok ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 }

@@ -23,6 +23,7 @@ static cli_option options[] = {
     CLI_OPTION_ROPE_BASE("apply rotary embedding at virtual positions with this base (d even)"),
     {"scale", "S", "attention score scale (default 1/sqrt(d))", NULL},
     {"half", NULL, "store activations and weights on the device in half precision (float arithmetic)", NULL},
+    {"bf16", NULL, "store activations and weights on the device in bfloat16 (float arithmetic)", NULL},
     CLI_OPTION_DEVICE,
     {NULL, NULL, NULL, NULL},
 };
@@ -36,7 +37,8 @@ static cli_spec spec = {
     "d = columns of wq.npy / H. An optional seq_lens.npy, a 1-D integer array summing to B*N,\n"
     "packs sequences into the batch: attention stays within each, rotary restarts at each.\n"
     "With --half the tensors are rounded to half precision on the\n"
-    "device (doc/spec.md's contract: relative L2 error at most 2e-3); Z is still written as float32.\n"
+    "device (doc/spec.md's contract: relative L2 error at most 2e-3), with --bf16 to bfloat16\n"
+    "(at most 1e-2; not both); Z is still written as float32.\n"
     "FILE is replaced whole, through a temporary file beside it, keeping its permissions; a\n"
     "symbolic link is followed to its target and stays a link; a FIFO, a device, a socket or a\n"
     "directory is refused before the run (exit status 1).\n"
@@ -58,8 +60,13 @@ static int read_options(int argc, char **argv, iha_attention_options *attention)
     iha_attention_options_init(attention);
     if (cli_get_attention(&spec, 0, INT64_MAX, attention) || cli_get_positive_float(&spec, "scale", &attention->scale))
         return CLI_EXIT_USAGE;
-    const int half = cli_get(&spec, "half") != NULL;
-    attention->storage = half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    if (cli_get(&spec, "half") && cli_get(&spec, "bf16")) {
+        cli_error(&spec, "--half and --bf16 exclude each other");
+        return CLI_EXIT_USAGE;
+    }
+    attention->storage = cli_get(&spec, "half")   ? IHA_STORAGE_F16
+                         : cli_get(&spec, "bf16") ? IHA_STORAGE_BF16
+                                                  : IHA_STORAGE_F32;
     attention->weight_storage = attention->storage;
     return -1;
 }
@@ -152,7 +159,9 @@ int cmd_forward(int argc, char **argv)
     printf("layer B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, mask %s, window %lld, rotary %s, storage %s\n", s->batch,
            s->tokens, s->model_dim, s->heads, s->head_dim, s->pseudo, mask_names[attention.mask],
            (long long)attention.window, attention.rope ? "on" : "off",
-           attention.storage == IHA_STORAGE_F16 ? "half" : "float");
+           attention.storage == IHA_STORAGE_F16    ? "half"
+           : attention.storage == IHA_STORAGE_BF16 ? "bfloat16"
+                                                   : "float");
     if (seq_lens) printf("packed sequences: %zu (seq_lens.npy)\n", attention.seq_count);
     printf("%s\n", summary);
     printf("wrote %s, float32 (%zu, %zu, %zu)\n", cli_get(&spec, "out"), shape[0], shape[1], shape[2]);

@@ -13,6 +13,8 @@
 #define LAYER_CHECK_F32_LIMIT 1e-5
 /* doc/spec.md's contract for half-precision storage with float arithmetic. */
 #define LAYER_CHECK_F16_LIMIT 2e-3
+/* doc/spec.md's contract for bfloat16 storage with float arithmetic. */
+#define LAYER_CHECK_BF16_LIMIT 1e-2
 
 /* The number of NaN or infinite values among z[0 .. count-1]. */
 size_t layer_check_nonfinite(const float *z, size_t count);

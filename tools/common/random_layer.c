@@ -91,15 +91,17 @@ int random_layer_create(iha_context *ctx, const iha_shape *s, uint64_t seed, ran
     return 0;
 }
 
-/* A half copy of n floats, or NULL (status set). */
-static cl_mem upload_half(cl_context cl, const float *host, size_t n, cl_int *status)
+/* A 16-bit copy of n floats in `storage`, or NULL (status set). */
+static cl_mem upload_16bit(cl_context cl, const float *host, size_t n, iha_storage storage, cl_int *status)
 {
     uint16_t *h = malloc(n * sizeof *h);
     if (!h) {
         *status = CL_OUT_OF_HOST_MEMORY;
         return NULL;
     }
-    if (host)
+    if (host && storage == IHA_STORAGE_BF16)
+        iha_bf16_from_float(host, h, n);
+    else if (host)
         iha_half_from_float(host, h, n);
     else
         memset(h, 0, n * sizeof *h);
@@ -108,7 +110,8 @@ static cl_mem upload_half(cl_context cl, const float *host, size_t n, cl_int *st
     return m;
 }
 
-int random_layer_use_half(iha_context *ctx, random_layer *layer, char *err, size_t err_size)
+int random_layer_use_storage(iha_context *ctx, random_layer *layer, iha_storage storage, char *err,
+                             size_t err_size)
 {
     const iha_shape *s = &layer->shape;
     const size_t nx = s->batch * s->tokens * s->model_dim, nw = s->model_dim * s->heads * s->head_dim,
@@ -122,29 +125,29 @@ int random_layer_use_half(iha_context *ctx, random_layer *layer, char *err, size
     cl_mem fresh[10] = {NULL};
     cl_int st = CL_SUCCESS;
     for (int i = 0; i < 10 && st == CL_SUCCESS; i++)
-        fresh[i] = upload_half(iha_context_cl_context(ctx), host[i], counts[i], &st);
+        fresh[i] = upload_16bit(iha_context_cl_context(ctx), host[i], counts[i], storage, &st);
     if (st != CL_SUCCESS) {
         for (int i = 0; i < 10; i++)
             if (fresh[i]) clReleaseMemObject(fresh[i]);
-        return tool_fail(err, err_size, "creating half buffers failed: OpenCL error %d", (int)st);
+        return tool_fail(err, err_size, "creating 16-bit buffers failed: OpenCL error %d", (int)st);
     }
     for (int i = 0; i < 10; i++) {
         clReleaseMemObject(*mems[i]);
         *mems[i] = fresh[i];
     }
-    layer->half = 1;
+    layer->storage = storage;
     return 0;
 }
 
 int random_layer_poison_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size)
 {
     const float nan = NAN;
-    const uint16_t nan_half = 0x7e00u;
+    const uint16_t nan_half = layer->storage == IHA_STORAGE_BF16 ? 0x7fc0u : 0x7e00u;
     size_t bytes = bytes_of(layer->shape.batch, layer->shape.tokens, layer->shape.model_dim);
     cl_command_queue queue = iha_context_cl_queue(ctx);
-    cl_int st = layer->half ? clEnqueueFillBuffer(queue, layer->z_mem, &nan_half, sizeof nan_half, 0, bytes / 2, 0,
-                                                  NULL, NULL)
-                            : clEnqueueFillBuffer(queue, layer->z_mem, &nan, sizeof nan, 0, bytes, 0, NULL, NULL);
+    cl_int st = layer->storage != IHA_STORAGE_F32
+                    ? clEnqueueFillBuffer(queue, layer->z_mem, &nan_half, sizeof nan_half, 0, bytes / 2, 0, NULL, NULL)
+                    : clEnqueueFillBuffer(queue, layer->z_mem, &nan, sizeof nan, 0, bytes, 0, NULL, NULL);
     if (st == CL_SUCCESS)
         st = clFinish(queue);
     return st == CL_SUCCESS ? 0 : tool_fail(err, err_size, "filling the output with NaN failed: OpenCL error %d", (int)st);
@@ -153,7 +156,7 @@ int random_layer_poison_output(iha_context *ctx, random_layer *layer, char *err,
 int random_layer_read_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size)
 {
     size_t bytes = bytes_of(layer->shape.batch, layer->shape.tokens, layer->shape.model_dim);
-    if (!layer->half) {
+    if (layer->storage == IHA_STORAGE_F32) {
         cl_int st = clEnqueueReadBuffer(iha_context_cl_queue(ctx), layer->z_mem, CL_TRUE, 0, bytes, layer->z, 0, NULL,
                                         NULL);
         return st == CL_SUCCESS ? 0 : tool_fail(err, err_size, "reading the output failed: OpenCL error %d", (int)st);
@@ -162,7 +165,9 @@ int random_layer_read_output(iha_context *ctx, random_layer *layer, char *err, s
     if (!h)
         return tool_fail(err, err_size, "out of host memory reading the output");
     cl_int st = clEnqueueReadBuffer(iha_context_cl_queue(ctx), layer->z_mem, CL_TRUE, 0, bytes / 2, h, 0, NULL, NULL);
-    if (st == CL_SUCCESS)
+    if (st == CL_SUCCESS && layer->storage == IHA_STORAGE_BF16)
+        iha_bf16_to_float(h, layer->z, bytes / sizeof(float));
+    else if (st == CL_SUCCESS)
         iha_half_to_float(h, layer->z, bytes / sizeof(float));
     free(h);
     return st == CL_SUCCESS ? 0 : tool_fail(err, err_size, "reading the output failed: OpenCL error %d", (int)st);

@@ -16,7 +16,7 @@ typedef struct random_layer {
     /* Device copies, owned: the same tensors (z uninitialised). */
     cl_mem x_mem, z_mem;
     iha_layer_weights weights;
-    int half; /* the device copies are half precision (random_layer_use_half) */
+    iha_storage storage; /* of the device copies: float, or random_layer_use_storage's */
 } random_layer;
 
 /* Draws the layer from `seed` and uploads it on ctx's OpenCL context. Weights are scaled by
@@ -25,10 +25,12 @@ typedef struct random_layer {
 int random_layer_create(iha_context *ctx, const iha_shape *shape, uint64_t seed, random_layer *layer, char *err,
                         size_t err_size);
 
-/* Replaces the device copies of x, z and every weight with half-precision ones (the host
- * copies are rounded to half on upload), for calls with IHA_STORAGE_F16 activations and
- * weights. Returns 0, or -1 with a message in err (the float copies are then kept). */
-int random_layer_use_half(iha_context *ctx, random_layer *layer, char *err, size_t err_size);
+/* Replaces the device copies of x, z and every weight with 16-bit ones in `storage`
+ * (IHA_STORAGE_F16 or IHA_STORAGE_BF16; the host copies are rounded on upload), for calls with
+ * those activations and weights. Returns 0, or -1 with a message in err (the float copies are
+ * then kept). */
+int random_layer_use_storage(iha_context *ctx, random_layer *layer, iha_storage storage, char *err,
+                             size_t err_size);
 
 /* Fills the device output with NaN, so that an element the library skips shows up. */
 int random_layer_poison_output(iha_context *ctx, random_layer *layer, char *err, size_t err_size);

@@ -15,6 +15,10 @@ WEIGHT_NAMES = ("wq", "wk", "wv", "wo", "alpha_q", "alpha_k", "alpha_v", "r")
 # more on every device PoCL and the GPUs' drivers know), so a driver never needs a copy for
 # alignment's sake.
 _ALIGNMENT = 128
+# bfloat16 has no NumPy type: host arrays of bfloat16 storage hold its bit patterns in this
+# structured 2-byte type, which no arithmetic takes by mistake; host() and to_float32() convert
+# through the library (round to nearest even, bit-exact with the device).
+BFLOAT16 = np.dtype([("bfloat16", "<u2")])
 
 
 def empty(shape, dtype):
@@ -29,14 +33,28 @@ def empty(shape, dtype):
 def dtype_of(storage):
     if storage not in _lib.STORAGES:
         raise ValueError(f"storage must be one of {sorted(_lib.STORAGES)}, not {storage!r}")
-    return np.float16 if storage == "float16" else np.float32
+    return {"float16": np.dtype(np.float16), "bfloat16": BFLOAT16}.get(storage, np.dtype(np.float32))
 
 
 def host(array, dtype, name):
     """A C-contiguous array of dtype with `array`'s values (the array itself when it already is)."""
-    result = np.ascontiguousarray(array, dtype=dtype)
+    if np.dtype(dtype) == BFLOAT16 and getattr(array, "dtype", None) != BFLOAT16:
+        floats = np.ascontiguousarray(array, dtype=np.float32)
+        result = empty(floats.shape, BFLOAT16)
+        lib.iha_bf16_from_float(floats.ctypes.data, result.ctypes.data, floats.size)
+    else:
+        result = np.ascontiguousarray(array, dtype=dtype)
     if result.size == 0:
         raise ValueError(f"{name} is empty (shape {result.shape}): every dimension must be at least 1")
+    return result
+
+
+def to_float32(array):
+    """The values of a host array of any storage type as float32 (the array itself when it is)."""
+    if array.dtype != BFLOAT16:
+        return array.astype(np.float32, copy=False)
+    result = empty(array.shape, np.float32)
+    lib.iha_bf16_to_float(array.ctypes.data, result.ctypes.data, array.size)
     return result
 
 

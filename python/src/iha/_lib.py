@@ -22,7 +22,7 @@ c_uint16 = ctypes.c_uint16
 c_uint32 = ctypes.c_uint32
 
 MASKS = {"causal": 0, "token_causal": 1, "none": 2}
-STORAGES = {"float32": 0, "float16": 1}
+STORAGES = {"float32": 0, "float16": 1, "bfloat16": 2}
 
 
 class DeviceInfo(ctypes.Structure):
@@ -213,6 +213,8 @@ def _declare(lib):
         "iha_kv_cache_length": (c_size_t, [P, c_size_t]),
         "iha_kv_cache_bytes": (c_size_t, [P]),
         "iha_decode_step": (c_int, [P, P, S, O, W, ctypes.POINTER(c_uint32), B, B]),
+        "iha_bf16_from_float": (None, [P, P, c_size_t]),
+        "iha_bf16_to_float": (None, [P, P, c_size_t]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

@@ -17,8 +17,9 @@ class Layer:
 
     mask: "causal" (the default), "token_causal" or "none"; window: tokens, 0 for global;
     rope_base: None for no rotary, else the rotary base (rotary needs an even d);
-    scale: None for 1/sqrt(d); storage: "float32" or "float16" (half storage of activations
-    and weights, float arithmetic); context: an iha.Context (None: the default one).
+    scale: None for 1/sqrt(d); storage: "float32", "float16" or "bfloat16" (half or bfloat16
+    storage of activations and weights, float arithmetic); context: an iha.Context (None: the
+    default one).
     The weights are copied when the layer is made: later changes to the arrays do not reach it.
     """
 
@@ -51,7 +52,7 @@ class Layer:
         x = _calls.host(x, self.dtype, "x")
         shape = self._shape(x)
         z, _ = _calls.forward(self.context, shape, self.options, self._uploaded, x)
-        return z.astype(np.float32, copy=False)
+        return _calls.to_float32(z)
 
     __call__ = forward
 
@@ -130,7 +131,7 @@ class KVCache:
                                                    count_array, x_buffer.buffer(), z_buffer.buffer()))
             self.context.finish()
             _opencl.finish_output(self.context, z_buffer)
-        return z.astype(np.float32, copy=False)
+        return _calls.to_float32(z)
 
     def prefill(self, x, counts=None):
         """Appends x [B,k,D] (sequence b: its first counts[b] rows; counts None: all k) and

@@ -32,7 +32,8 @@ def _host(tensor, dtype, name):
 
 
 def _tensor(array, like):
-    return torch.from_numpy(np.ascontiguousarray(array)).to(like.dtype)
+    return torch.from_numpy(np.ascontiguousarray(_calls.to_float32(array) if array.dtype == _calls.BFLOAT16
+                                                 else array)).to(like.dtype)
 
 
 def _wants_graph(tensors):
