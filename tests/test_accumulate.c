@@ -1,7 +1,7 @@
 /*
  * test_accumulate.c - iha_attention_options.accumulate: every backward call (iha_attention_backward,
  * iha_backward, iha_backward_saved, iha_attention_core_backward) adds its gradients into outputs
- * that already hold values, in float and in half storage: prefilled outputs end as the prefill
+ * that already hold values, in float, half and bfloat16 storage: prefilled outputs end as the prefill
  * plus what the same call writes into NaN-poisoned ones, within one rounding of the storage.
  * And the use it exists for: two accumulated calls on the two halves of a batch give the weight
  * gradients of the whole batch.
@@ -25,7 +25,8 @@
 /* The sum is rounded once into the storage: float outputs differ from prefill + overwrite by an
  * ulp or so, half ones by a half ulp of each term. */
 #define TOL_SUM_F32 1e-6
-#define TOL_F16 2e-3 /* doc/spec.md: half storage */
+#define TOL_F16 2e-3  /* doc/spec.md: half storage */
+#define TOL_BF16 1e-2 /* and bfloat16 storage */
 #define GUARD 13
 #define SENTINEL (-3.0f)
 #define OUT_OFFSET 2
@@ -199,10 +200,11 @@ static void prefill_plus_overwrite(const call *c, fixture *f, const iha_attentio
         float *got = read_output(c, f, added[i], i);
         double *want = tu_malloc(n * sizeof *want);
         for (size_t j = 0; j < n; j++) want[j] = (double)prefill[i][j] + result[i][j];
-        const int half = (is_activation(c, i) ? f->act : f->weight) == IHA_STORAGE_F16;
+        const int st = is_activation(c, i) ? f->act : f->weight;
         char what[96];
         snprintf(what, sizeof what, "%s, output %d accumulated", c->name, i);
-        tu_assert_close(what, got, want, n, half ? TOL_F16 : TOL_SUM_F32);
+        tu_assert_close(what, got, want, n,
+                        st == IHA_STORAGE_F16 ? TOL_F16 : st == IHA_STORAGE_BF16 ? TOL_BF16 : TOL_SUM_F32);
         free(got), free(want), free(result[i]), free(prefill[i]);
         tu_buffer_release(fresh[i].mem), tu_buffer_release(added[i].mem);
     }
@@ -231,6 +233,12 @@ static void half_storage(void **state)
 {
     (void)state;
     each_call(IHA_STORAGE_F16, IHA_STORAGE_F16);
+}
+
+static void bf16_storage(void **state)
+{
+    (void)state;
+    each_call(IHA_STORAGE_BF16, IHA_STORAGE_BF16);
 }
 
 /* Float storage with CLBlast as the GEMM backend, whatever the device's default: its beta = 1
@@ -318,6 +326,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(float_storage),
         cmocka_unit_test(float_storage_clblast),
         cmocka_unit_test(half_storage),
+        cmocka_unit_test(bf16_storage),
         cmocka_unit_test(half_activations_float_weights),
         cmocka_unit_test(micro_batches_layer),
         cmocka_unit_test(micro_batches_core),

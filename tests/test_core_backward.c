@@ -2,8 +2,8 @@
  * test_core_backward.c - iha_attention_core_backward, the backward pass of the layer's core,
  * against the float64 reference (itself checked here against central differences of
  * ref_attention_core): every gradient within doc/spec.md's 1e-5 under every mask, windows,
- * rotary, P = 1 with the identity shortcut, ragged and odd head widths; half storage within the
- * half-storage contract; outputs left out (mem NULL, grads NULL); and the refusals (a device
+ * rotary, P = 1 with the identity shortcut, ragged and odd head widths, packed sequences; half
+ * and bfloat16 storage within their contracts; outputs left out (mem NULL, grads NULL); and the refusals (a device
  * too small among them), which must leave every output as it was.
  */
 #include <setjmp.h>
@@ -22,7 +22,8 @@
 #include "test_layer.h"
 #include "test_util.h"
 
-#define TOL_F16 2e-3 /* doc/spec.md: half storage, float accumulation */
+#define TOL_F16 2e-3  /* doc/spec.md: half storage, float accumulation */
+#define TOL_BF16 1e-2 /* and bfloat16 storage */
 #define GUARD 19     /* elements of sentinel after each tensor */
 #define SENTINEL (-7.0f)
 
@@ -131,13 +132,16 @@ static float *read_output(const core_device *d, const iha_shape *s, int i)
 }
 
 /* The outputs `want` selects (the others not given; grads NULL with null_grads) in the given
- * storage, against the reference within tol. */
-static void run_case(const core_case *cc, int act, int weight, unsigned want, int null_grads, double tol, uint64_t seed)
+ * storage, against the reference within tol; lens (0-terminated, or NULL) packs sequences. */
+static void run_packed_case(const core_case *cc, const size_t *lens, int act, int weight, unsigned want,
+                            int null_grads, double tol, uint64_t seed)
 {
     core_data c;
     data_init(&c, &cc->s, cc->identity, seed);
     iha_attention_options o = tu_options(cc->mask, cc->window, cc->rope);
     o.storage = act, o.weight_storage = weight;
+    while (lens != NULL && lens[o.seq_count]) ++o.seq_count;
+    o.seq_lens = o.seq_count ? lens : NULL;
     core_device d;
     device_upload(&c, act, weight, want, &d);
     tu_assert_status(tu_ctx, run_call(&d, &c.s, &o, null_grads), IHA_OK);
@@ -153,6 +157,12 @@ static void run_case(const core_case *cc, int act, int weight, unsigned want, in
     }
     device_release(&d);
     data_free(&c);
+}
+
+static void run_case(const core_case *cc, int act, int weight, unsigned want, int null_grads, double tol,
+                     uint64_t seed)
+{
+    run_packed_case(cc, NULL, act, weight, want, null_grads, tol, seed);
 }
 
 #define ALL ((1u << OUTPUTS) - 1u)
@@ -203,6 +213,34 @@ static void half_storage(void **state)
     run_case(&kCases[1], h, f, ALL, 0, TOL_F16, 661);
     run_case(&kCases[2], f, h, ALL, 0, TOL_F16, 662);
     run_case(&kCases[3], h, h, ALL, 0, TOL_F16, 663);
+}
+
+/* bfloat16 activations and mixing weights, together and apart. */
+static void bf16_storage(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const int b = IHA_STORAGE_BF16, f = IHA_STORAGE_F32;
+    run_case(&kCases[0], b, b, ALL, 0, TOL_BF16, 670);
+    run_case(&kCases[2], b, f, ALL, 0, TOL_BF16, 671);
+    run_case(&kCases[6], f, b, ALL, 0, TOL_BF16, 672);
+}
+
+/* Packed sequences: attention and rotary stay within each sequence (the reference runs each
+ * alone), on every mask, with windows, lengths of one token and batch rows packed differently. */
+static void packed_sequences(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const core_case cases[] = {
+        {{1, 9, 1, 2, 8, 2}, IHA_MASK_CAUSAL, 0, 1, 0},
+        {{2, 7, 1, 2, 6, 3}, IHA_MASK_TOKEN_CAUSAL, 2, 1, 0},
+        {{1, 12, 1, 1, 5, 2}, IHA_MASK_NONE, 3, 0, 0},
+        {{2, 6, 1, 2, 16, 1}, IHA_MASK_CAUSAL, 0, 1, 1},
+    };
+    static const size_t lens[][5] = {{4, 1, 4, 0}, {3, 4, 7, 0}, {5, 7, 0}, {1, 5, 2, 4, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_packed_case(&cases[i], lens[i], IHA_STORAGE_F32, IHA_STORAGE_F32, ALL, 0, TU_TOL_F32, 680 + i);
 }
 
 /* The reference against central differences of ref_attention_core, element by element of q, k,
@@ -356,6 +394,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(gradients_against_reference),
         cmocka_unit_test(outputs_left_out),
         cmocka_unit_test(half_storage),
+        cmocka_unit_test(bf16_storage),
+        cmocka_unit_test(packed_sequences),
         cmocka_unit_test(refusals),
         cmocka_unit_test(device_memory_refused_before_writing),
     };

@@ -476,18 +476,35 @@ void tu_copy_into(const char *path, void *arg)
 }
 
 /* Bytes per element of a tensor's storage. */
-static size_t tu_storage_bytes(int storage) { return storage == IHA_STORAGE_F16 ? sizeof(uint16_t) : sizeof(float); }
+static size_t tu_storage_bytes(int storage) { return storage == IHA_STORAGE_F32 ? sizeof(float) : sizeof(uint16_t); }
+
+/* The host converters of a 16-bit storage (half or bfloat16). */
+static void tu_to_16bit(int storage, const float *src, uint16_t *dst, size_t n)
+{
+    if (storage == IHA_STORAGE_BF16)
+        iha_bf16_from_float(src, dst, n);
+    else
+        iha_half_from_float(src, dst, n);
+}
+
+static void tu_from_16bit(int storage, const uint16_t *src, float *dst, size_t n)
+{
+    if (storage == IHA_STORAGE_BF16)
+        iha_bf16_to_float(src, dst, n);
+    else
+        iha_half_to_float(src, dst, n);
+}
 
 cl_mem tu_tensor_guarded(iha_context *ctx, int storage, const float *data, size_t n, size_t offset, size_t guard,
                          float sentinel)
 {
     if (storage == IHA_STORAGE_F32)
         return tu_buffer_guarded(ctx, data, n, offset, guard, sentinel);
-    assert_int_equal(storage, IHA_STORAGE_F16);
+    assert_true(storage == IHA_STORAGE_F16 || storage == IHA_STORAGE_BF16);
     const size_t total = offset + n + guard;
     float *host = tu_guarded_host(data, n, offset, guard, sentinel);
     uint16_t *h = tu_malloc(total * sizeof *h);
-    iha_half_from_float(host, h, total);
+    tu_to_16bit(storage, host, h, total);
     cl_int err = CL_SUCCESS;
     cl_mem mem = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                                 total * sizeof *h, h, &err);
@@ -508,9 +525,9 @@ void tu_tensor_read_checked(iha_context *ctx, int storage, cl_mem mem, size_t n,
     if (err != CL_SUCCESS)
         fail_msg("%s: clEnqueueReadBuffer: %d", what, err);
     unsigned char expected[sizeof(float)];
-    if (storage == IHA_STORAGE_F16) {
+    if (storage != IHA_STORAGE_F32) {
         uint16_t h;
-        iha_half_from_float(&sentinel, &h, 1);
+        tu_to_16bit(storage, &sentinel, &h, 1);
         memcpy(expected, &h, sizeof h);
     } else {
         memcpy(expected, &sentinel, sizeof sentinel);
@@ -518,10 +535,10 @@ void tu_tensor_read_checked(iha_context *ctx, int storage, cl_mem mem, size_t n,
     for (size_t i = 0; i < total; i++)
         if ((i < offset || i >= offset + n) && memcmp(raw + i * bytes, expected, bytes) != 0)
             fail_msg("%s: the library wrote outside the tensor (element %zu of the buffer)", what, i);
-    if (storage == IHA_STORAGE_F16) {
+    if (storage != IHA_STORAGE_F32) {
         uint16_t *h = tu_malloc(n * sizeof *h);
         memcpy(h, raw + offset * bytes, n * sizeof *h);
-        iha_half_to_float(h, out, n);
+        tu_from_16bit(storage, h, out, n);
         free(h);
     } else {
         memcpy(out, raw + offset * bytes, n * sizeof *out);
