@@ -326,12 +326,16 @@ typedef struct iha_attention_options {
      * positions restart there (virtual position (n - s)*P + p). Mixing, collapse and the
      * projections are per token and unchanged. Key blocks wholly in other sequences are
      * skipped, so a call costs about the sum of its sequences' costs. Honoured by
-     * iha_forward, iha_forward_save, iha_backward, iha_backward_saved, iha_attention,
-     * iha_attention_backward and iha_attention_core (pass the same lengths to a forward and
-     * its backward); iha_decode_step reads them as a packed step (see there). A zero length,
-     * a sum other than B*N, a sequence crossing a batch row, or a count without an array (or
-     * an array without a count) is IHA_ERROR_INVALID_ARGUMENT, nothing written. The array is
-     * read during the call and not kept. */
+     * iha_forward, iha_forward_host, iha_forward_save, iha_backward, iha_backward_saved,
+     * iha_attention, iha_attention_backward, iha_attention_core and
+     * iha_attention_core_backward (pass the same lengths to a forward and its backward);
+     * iha_decode_step reads them as a packed step with its own rules (see there); the
+     * measurement calls of iha_measure.h refuse them (IHA_ERROR_UNSUPPORTED). Elsewhere a zero
+     * length, a sum other than B*N, a sequence crossing a batch row, or a count without an
+     * array (or an array without a count) is IHA_ERROR_INVALID_ARGUMENT, nothing written. The
+     * array is read during the call and not kept. Workspace beyond each call's own: each
+     * token's sequence bounds (2*B*N ints) and, with rotary, a rotary table per batch row
+     * (B*T*d floats), counted with the rest before anything is enqueued. */
     const size_t *seq_lens;
     size_t seq_count;
     /* Backward calls: nonzero adds every gradient into its output buffer (accumulation over

@@ -64,7 +64,8 @@ IHA_API iha_status iha_measure_peak_fma(iha_context *ctx, double *gflops);
  * a GPU take it as a guide: the fused kernel runs many more work-groups. Returns the
  * argument errors of iha_attention for shape and options, IHA_ERROR_INVALID_ARGUMENT for a NULL
  * output, IHA_ERROR_UNSUPPORTED when the configuration is the local-memory variant
- * (cl/attention_local.cl, GPUs' built-in for d <= 64), whose loops differ, IHA_ERROR_BUILD. */
+ * (cl/attention_local.cl, GPUs' built-in for d <= 64), whose loops differ, or with packed
+ * sequences (options->seq_lens), IHA_ERROR_BUILD. */
 IHA_API iha_status iha_measure_attention_loops(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                                double *score_gflops, double *pv_gflops);
 
@@ -79,7 +80,8 @@ IHA_API iha_status iha_measure_copy_bandwidth(iha_context *ctx, size_t bytes, do
 
 /* The unfused baseline of iha_attention: the same contract (qt, kt, vt, o
  * [batch][heads][tokens*pseudo][head_dim], every mask and window, options->rope must be 0, o must
- * not overlap the inputs, no LSE), computed as a program without a fused kernel would: for each
+ * not overlap the inputs, no LSE; packed sequences, options->seq_lens, are
+ * IHA_ERROR_UNSUPPORTED), computed as a program without a fused kernel would: for each
  * (b, h) in turn, the whole score matrix S = scale * Qt Kt^T (T x T floats) by a CLBlast SGEMM,
  * a masked row softmax in place (cl/measure_softmax.cl; masked entries become 0), and
  * O = S Vt by the context's GEMM backend (see iha_tune.h). Masked blocks are computed and

@@ -6,7 +6,7 @@
  * mask, with windows and rotary, B = 1 and 2, uneven lengths with length-1 sequences. Also: a
  * packed batch equals its sequences run one by one, every forward attention variant honours the
  * bounds, bad lengths are refused with nothing written, and the packed decoding step (prefill
- * and generation) matches the forward.
+ * and generation, on a plain cache and on a ring in bfloat16) matches the forward.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -364,18 +364,26 @@ static void bad_lengths_refused(void **state)
     tu_device_layer_upload(tu_ctx, &l, 0, &d);
     const size_t nx = tu_count_x(&s);
     static const size_t zero[3] = {0, 5, 5}, short_sum[2] = {5, 4}, crossing[3] = {3, 4, 3}, long_sum[3] = {5, 5, 1};
-    static const size_t ok[2] = {5, 5};
+    static const size_t ok[2] = {5, 5}, many[11] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const struct {
         const size_t *lens;
         size_t count;
-    } bad[] = {{zero, 3}, {short_sum, 2}, {crossing, 3}, {long_sum, 3}, {NULL, 2}, {ok, 0}};
+        const char *message; /* a part of the refusal's message */
+    } bad[] = {{zero, 3, "is 0"},        {short_sum, 2, "sum to 9"},         {crossing, 3, "crosses"},
+               {long_sum, 3, "runs past"}, {NULL, 2, "seq_lens is NULL"}, {ok, 0, "seq_count is 0"},
+               {many, 11, "exceeds"}};
+    cl_mem dx = tu_buffer_guarded(tu_ctx, NULL, nx, 0, 0, 0.0f);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
         o.seq_lens = bad[i].lens;
         o.seq_count = bad[i].count;
         tu_assert_status(tu_ctx, iha_forward(tu_ctx, &s, &o, &d.weights, d.x, d.z), IHA_ERROR_INVALID_ARGUMENT);
-        assert_true(strlen(iha_context_message(tu_ctx)) > 0);
+        if (strstr(iha_context_message(tu_ctx), bad[i].message) == NULL)
+            fail_msg("refusal %zu: message \"%s\" lacks \"%s\"", i, iha_context_message(tu_ctx), bad[i].message);
         tu_assert_buffer_all(tu_ctx, d.z.mem, d.z.offset, nx, NAN); /* still the poison */
+        tu_assert_status(tu_ctx, iha_backward(tu_ctx, &s, &o, &d.weights, d.x, d.x, (iha_buffer){dx, 0}, NULL),
+                         IHA_ERROR_INVALID_ARGUMENT);
+        tu_assert_buffer_all(tu_ctx, dx, 0, nx, NAN);
         const size_t n = tu_count_virtual(&s);
         cl_mem v[4];
         for (int j = 0; j < 4; ++j) v[j] = tu_buffer_new(tu_ctx, n);
@@ -385,6 +393,7 @@ static void bad_lengths_refused(void **state)
                          IHA_ERROR_INVALID_ARGUMENT);
         for (int j = 0; j < 4; ++j) tu_buffer_release(v[j]);
     }
+    tu_buffer_release(dx);
     tu_device_layer_release(&d);
     tu_layer_free(&l);
 }
@@ -461,6 +470,67 @@ static void decode_packed(void **state)
     tu_layer_free(&l);
 }
 
+/* A packed step into a ring (L = 4 tokens, window 3) with bfloat16 activations and a half
+ * cache: a sequence of 0 tokens beside one of 7, which runs as sub-steps through the padded
+ * copies; every output row against the windowed float64 forward, within bfloat16's contract. */
+static void decode_packed_ring_bf16(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const size_t N = 10, D = 12;
+    const iha_shape full = {2, N, D, 2, 8, 2};
+    tu_layer l;
+    tu_layer_init(&l, &full, 6100);
+    tu_device_layer d;
+    tu_device_layer_upload(tu_ctx, &l, 0, &d);
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 3, 1);
+    double *zref = tu_layer_reference(&l, &o);
+    o.storage = IHA_STORAGE_BF16;
+    iha_kv_cache_options co;
+    iha_kv_cache_options_init(&co);
+    co.storage = IHA_STORAGE_F16;
+    co.window = 3;
+    co.cache_tokens = 4;
+    iha_kv_cache *cache = NULL;
+    tu_assert_status(tu_ctx, iha_kv_cache_create_with(tu_ctx, &full, &co, &cache), IHA_OK);
+    static const size_t steps[3][2] = {{0, 7}, {6, 0}, {2, 3}};
+    size_t done[2] = {0, 0};
+    for (int st = 0; st < 3; ++st) {
+        const size_t k = steps[st][0] > steps[st][1] ? steps[st][0] : steps[st][1];
+        const size_t total = steps[st][0] + steps[st][1];
+        const iha_shape step = {2, k, D, 2, 8, 2};
+        float *x = tu_malloc(total * D * sizeof *x);
+        double *want = tu_malloc(total * D * sizeof *want);
+        for (size_t b = 0, row = 0; b < 2; ++b)
+            for (size_t j = 0; j < steps[st][b]; ++j, ++row) {
+                memcpy(x + row * D, l.x + (b * N + done[b] + j) * D, D * sizeof *x);
+                for (size_t e = 0; e < D; ++e) want[row * D + e] = zref[(b * N + done[b] + j) * D + e];
+            }
+        const iha_buffer xb = {tu_tensor_guarded(tu_ctx, IHA_STORAGE_BF16, x, total * D, 0, 0, 0.0f), 0};
+        const iha_buffer zb = {tu_tensor_guarded(tu_ctx, IHA_STORAGE_BF16, NULL, total * D, 5, TU_GUARD, TU_SENTINEL), 5};
+        o.seq_lens = steps[st];
+        o.seq_count = 2;
+        tu_assert_status(tu_ctx, iha_decode_step(tu_ctx, cache, &step, &o, &d.weights, NULL, xb, zb), IHA_OK);
+        float *got = tu_malloc(total * D * sizeof *got);
+        tu_tensor_read_checked(tu_ctx, IHA_STORAGE_BF16, zb.mem, total * D, 5, TU_GUARD, TU_SENTINEL, got, "z");
+        tu_assert_close(st == 0 ? "z (packed prefill into a ring)" : "z (packed step on a ring)", got, want, total * D,
+                        1e-2);
+        for (size_t b = 0; b < 2; ++b) {
+            done[b] += steps[st][b];
+            assert_int_equal(iha_kv_cache_length(cache, b), done[b]);
+        }
+        tu_buffer_release(xb.mem);
+        tu_buffer_release(zb.mem);
+        free(got);
+        free(x);
+        free(want);
+    }
+    iha_kv_cache_free(cache);
+    free(zref);
+    tu_device_layer_release(&d);
+    tu_layer_free(&l);
+}
+
 int main(int argc, char **argv)
 {
     static const struct CMUnitTest tests[] = {
@@ -468,6 +538,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(attention_case),         cmocka_unit_test(attention_backward_case),
         cmocka_unit_test(attention_variants),     cmocka_unit_test(packed_equals_separate),
         cmocka_unit_test(bad_lengths_refused),    cmocka_unit_test(decode_packed),
+        cmocka_unit_test(decode_packed_ring_bf16),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

@@ -47,7 +47,8 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
     size_t partial = 0, total = SIZE_MAX, copies, floats;
     if ((!tiled || iha__attention_backward_partial_elements(ctx, &p.dims, &partial)) &&
         iha__mul(packed, tiled ? 2 : 0, &copies) && iha__add(copies, partial, &copies) &&
-        iha__mul(n, (p.act_half ? 5 : 0) + (stand_in ? 3 : 0), &floats) && iha__add(copies, floats, &copies))
+        iha__mul(n, (p.act_half ? 5 : 0) + (stand_in ? 3 : 0), &floats) && iha__add(copies, floats, &copies) &&
+        iha__add(copies, iha__plan_sequences_elements(&p), &copies))
         iha__add(copies, p.lse_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
     IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));

@@ -187,7 +187,7 @@ static iha_status plan_buffers(iha_context *ctx, const iha_plan *p, int accumula
     const size_t mixing = p->weight_half && w->alpha_q.mem != NULL ? 4 * p->mix_elems : 0;
     if (total)
         total += (p->act_half ? 3 * te : 0) + sizes[IHA_GRAD_DY] + sizes[IHA_GRAD_DQ] + sizes[IHA_GRAD_DK] +
-                 sizes[IHA_GRAD_DV] + sizes[IHA_GRAD_EDGE_OUT] + mixing;
+                 sizes[IHA_GRAD_DV] + sizes[IHA_GRAD_EDGE_OUT] + mixing + iha__plan_sequences_elements(p);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total ? total : SIZE_MAX, sizeof(float)));
     IHA_FORWARD_IF_ERROR(iha__core_grad_buffers(ctx, p, (iha_buffer){NULL, 0}, sizes, g));
     /* The edges' slots too (iha__input_float and iha__mixing_float find them large enough). */

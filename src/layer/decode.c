@@ -400,8 +400,12 @@ static iha_status packed_step(iha_context *ctx, iha_kv_cache *c, const iha_shape
     o.seq_count = 0;
     iha_plan p;
     iha_status st = iha__plan_make(ctx, shape, &o, 1, &p);
-    const size_t row = p.D * p.act_bytes, padded = c->B * shape->tokens * row;
-    if (st == IHA_OK) st = iha__check_weights(ctx, &p, w, 1);
+    size_t row = 0, padded = 0;
+    if (st == IHA_OK) {
+        row = p.D * p.act_bytes; /* the plan bounds B*N*D elements */
+        padded = c->B * shape->tokens * row;
+        st = iha__check_weights(ctx, &p, w, 1);
+    }
     if (st == IHA_OK) st = iha__check_buffer(ctx, x, total * p.D, p.act_bytes, "x");
     if (st == IHA_OK) st = iha__check_buffer(ctx, z, total * p.D, p.act_bytes, "z");
     if (st == IHA_OK) st = iha__check_disjoint(ctx, z, total * p.D, x, total * p.D, p.act_bytes, "z", "x");

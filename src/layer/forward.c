@@ -57,7 +57,8 @@ static iha_status check_workspace(iha_context *ctx, const iha_plan *p, int token
 {
     size_t tokens = 0, pseudo = 0, sum = 0, total = SIZE_MAX;
     if (iha__mul(p->token_elems, token_slots ? 4 : 0, &tokens) && iha__mul(p->virtual_elems, saved ? 2 : 3, &pseudo) &&
-        iha__add(tokens, pseudo, &sum) && iha__add(sum, p->packed_elems, &sum))
+        iha__add(tokens, pseudo, &sum) && iha__add(sum, p->packed_elems, &sum) &&
+        iha__add(sum, iha__plan_sequences_elements(p), &sum))
         total = sum;
     return iha__workspace_check_total(ctx, total, sizeof(float));
 }
@@ -176,7 +177,8 @@ static iha_status attention(iha_context *ctx, const iha_shape *shape, const iha_
     IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));
     /* Workspace: the packed keys, and float copies of half inputs and output. */
     size_t total = SIZE_MAX, copies;
-    if (iha__mul(n, p.act_half ? 4 : 0, &copies)) iha__add(copies, p.packed_elems, &total);
+    if (iha__mul(n, p.act_half ? 4 : 0, &copies) && iha__add(copies, iha__plan_sequences_elements(&p), &copies))
+        iha__add(copies, p.packed_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
     iha_buffer qf, kf, vf, of;
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, qt, n, IHA_WS_QT, &qf));

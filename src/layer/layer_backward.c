@@ -295,7 +295,8 @@ static void workspace_elements(const iha_context *ctx, const iha_plan *p, int sa
     for (size_t i = 0; i < sizeof own / sizeof own[0] && *total; ++i)
         if (!iha__add(*total, sizes[own[i]], total)) *total = 0;
     if (*total && !(iha__mul(te, 4, &qkvy) && iha__add(*total, qkvy, total) &&
-                    iha__add(*total, iha__project_workspace_elements(p, p->dims.B * p->dims.N), total)))
+                    iha__add(*total, iha__project_workspace_elements(p, p->dims.B * p->dims.N), total) &&
+                    iha__add(*total, iha__plan_sequences_elements(p), total)))
         *total = 0;
 }
 

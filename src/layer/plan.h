@@ -57,6 +57,9 @@ iha_status iha__plan_choose(iha_context *ctx, const iha_shape *shape, const iha_
 /* For a call that honours packed sequences, after iha__plan_choose: uploads the plan's sequence
  * bounds and sets dims.seq_bounds (nothing when there are none). layer/sequences.c. */
 iha_status iha__plan_sequences(iha_context *ctx, iha_plan *plan);
+/* The 4-byte elements of those device buffers (the bounds, and with rotary the per-row rotary
+ * tables), for the calls' memory checks; 0 without packed sequences. */
+size_t iha__plan_sequences_elements(const iha_plan *plan);
 /* The rotary table the mixing kernels take under the plan (iha__rope_table's, or with packed
  * sequences one per batch row, positions restarting at each sequence); NULL without rotary.
  * layer/sequences.c. */

@@ -18,7 +18,7 @@ iha_status iha__plan_sequences(iha_context *ctx, iha_plan *p)
     for (size_t i = 0, start = 0; i < p->seq_count; start += p->seq_lens[i++]) {
         /* Token indices within the batch row: a sequence never crosses one. */
         const cl_int first = (cl_int)(start % N), end = (cl_int)(start % N + p->seq_lens[i]);
-        for (size_t n = start; n < start + p->seq_lens[i]; ++n) {
+        for (size_t n = start; n < start + p->seq_lens[i] && n < tokens; ++n) {
             host[2 * n] = first;
             host[2 * n + 1] = end;
         }
@@ -34,6 +34,13 @@ iha_status iha__plan_sequences(iha_context *ctx, iha_plan *p)
     if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clEnqueueWriteBuffer (sequence bounds)");
     p->dims.seq_bounds = bounds;
     return IHA_OK;
+}
+
+size_t iha__plan_sequences_elements(const iha_plan *p)
+{
+    if (p->seq_lens == NULL) return 0;
+    /* iha__plan_make bounds B*N*D and B*H*T*d by SIZE_MAX / 8, so neither term overflows. */
+    return 2 * p->dims.B * p->dims.N + (p->rope ? p->dims.B * p->dims.T * p->dims.d : 0);
 }
 
 iha_status iha__plan_rope_table(iha_context *ctx, const iha_plan *p, cl_mem *out)

@@ -80,6 +80,8 @@ iha_status iha_measure_attention_loops(iha_context *ctx, const iha_shape *shape,
                         "score_gflops and pv_gflops must not be NULL");
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
+    IHA_RETURN_ERROR_IF(p.seq_lens != NULL, ctx, IHA_ERROR_UNSUPPORTED,
+                        "iha_measure_attention_loops: packed sequences (seq_lens) are not supported");
     IHA_FORWARD_IF_ERROR(iha__plan_lookup(ctx, shape, options, &p));
     loops_problem l = {0};
     iha_status st = measure(ctx, &p, &l, score_gflops, pv_gflops);

@@ -38,6 +38,8 @@ static iha_status unfused(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__measure_begin(ctx));
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, options, 0, &p));
+    IHA_RETURN_ERROR_IF(p.seq_lens != NULL, ctx, IHA_ERROR_UNSUPPORTED,
+                        "iha_attention_unfused: packed sequences (seq_lens) are not supported");
     IHA_FORWARD_IF_ERROR(iha__plan_lookup(ctx, shape, options, &p)); /* the context's GEMM backend */
     IHA_FORWARD_IF_ERROR(check_call(ctx, &p, qt, kt, vt, o));
     const size_t T = p.dims.T, d = p.dims.d, seq = T * d; /* T*d fits: the plan checked B*H*T*d */
