@@ -8,9 +8,13 @@
 
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention_configs.h"
+#include "reference.h"
+#include "test_layer.h"
+#include "test_util.h"
 #include "runtime/context.h"
 #include "tune/profile.h"
 #include "tune/state.h"
@@ -76,4 +80,29 @@ void ac_assert_last_ran(iha_context *ctx, const char *expected)
                      expected);
     }
     assert_true(found);
+}
+
+void ac_check_attention(iha_context *ctx, const iha_shape *s, const iha_attention_options *o, const char *expected,
+                        uint64_t seed)
+{
+    tu_rng rng = tu_rng_seeded(seed);
+    const size_t n = tu_count_virtual(s), nl = s->batch * s->heads * s->tokens * s->pseudo;
+    float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f);
+    float *vt = tu_random_array(&rng, n, 1.0f);
+    const ref_problem p = tu_problem(s, o);
+    double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(nl * sizeof *lref);
+    assert_int_equal(ref_attention(&p, qt, kt, vt, oref, lref), 0);
+    iha_buffer qb = {tu_buffer_guarded(ctx, qt, n, 2, TU_GUARD, TU_SENTINEL), 2};
+    iha_buffer kb = {tu_buffer_guarded(ctx, kt, n, 7, TU_GUARD, TU_SENTINEL), 7};
+    iha_buffer vb = {tu_buffer_guarded(ctx, vt, n, 1, TU_GUARD, TU_SENTINEL), 1};
+    iha_buffer ob = {tu_buffer_guarded(ctx, NULL, n, 4, TU_GUARD, TU_SENTINEL), 4};
+    iha_buffer lb = {tu_buffer_guarded(ctx, NULL, nl, 3, TU_GUARD, TU_SENTINEL), 3};
+    tu_assert_status(ctx, iha_attention(ctx, s, o, qb, kb, vb, ob, lb), IHA_OK);
+    tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
+    if (expected) ac_assert_last_ran(ctx, expected);
+    tu_assert_buffer_close(ctx, "o", ob, n, oref, TU_TOL_F32);
+    tu_assert_buffer_close(ctx, "lse", lb, nl, lref, TU_TOL_F32);
+    cl_mem m[5] = {qb.mem, kb.mem, vb.mem, ob.mem, lb.mem};
+    for (int i = 0; i < 5; i++) tu_buffer_release(m[i]);
+    free(oref), free(lref), free(qt), free(kt), free(vt);
 }

@@ -30,5 +30,11 @@ iha_context *ac_context_forcing(const iha_attention_config *cfg, char *expected,
  * taken from the profile's device-wide default: a configuration the library refused for the
  * bucket cannot pass unnoticed. */
 void ac_assert_last_ran(iha_context *ctx, const char *expected);
+/* iha_attention with the log-sum-exp on ctx (qt, kt, vt, o and lse guarded at odd offsets, qt
+ * and kt of amplitude 1.5 and vt of 1 from `seed`) against the float64 reference within the
+ * float32 tolerance; unless expected is NULL, the configuration that ran must be `expected`
+ * (ac_assert_last_ran). Needs test_util.h and test_layer.h. */
+void ac_check_attention(iha_context *ctx, const iha_shape *s, const iha_attention_options *o, const char *expected,
+                        uint64_t seed);
 
 #endif

@@ -161,25 +161,7 @@ static void attention_on(iha_context *ctx, const packed_case *c, const char *exp
 {
     const iha_shape s = shape_of(c);
     const iha_attention_options o = options_of(c, 0);
-    tu_rng rng = tu_rng_seeded(seed);
-    const size_t n = tu_count_virtual(&s), nl = n / c->d;
-    float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f), *vt = tu_random_array(&rng, n, 1.0f);
-    const ref_problem p = tu_problem(&s, &o);
-    double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(nl * sizeof *lref);
-    assert_int_equal(ref_attention(&p, qt, kt, vt, oref, lref), 0);
-    iha_buffer qb = {tu_buffer_guarded(ctx, qt, n, 2, TU_GUARD, TU_SENTINEL), 2};
-    iha_buffer kb = {tu_buffer_guarded(ctx, kt, n, 7, TU_GUARD, TU_SENTINEL), 7};
-    iha_buffer vb = {tu_buffer_guarded(ctx, vt, n, 1, TU_GUARD, TU_SENTINEL), 1};
-    iha_buffer ob = {tu_buffer_guarded(ctx, NULL, n, 4, TU_GUARD, TU_SENTINEL), 4};
-    iha_buffer lb = {tu_buffer_guarded(ctx, NULL, nl, 3, TU_GUARD, TU_SENTINEL), 3};
-    tu_assert_status(ctx, iha_attention(ctx, &s, &o, qb, kb, vb, ob, lb), IHA_OK);
-    tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
-    if (expected) ac_assert_last_ran(ctx, expected);
-    tu_assert_buffer_close(ctx, "o", ob, n, oref, TU_TOL_F32);
-    tu_assert_buffer_close(ctx, "lse", lb, nl, lref, TU_TOL_F32);
-    cl_mem m[5] = {qb.mem, kb.mem, vb.mem, ob.mem, lb.mem};
-    for (int i = 0; i < 5; i++) tu_buffer_release(m[i]);
-    free(oref), free(lref), free(qt), free(kt), free(vt);
+    ac_check_attention(ctx, &s, &o, expected, seed);
 }
 
 static void attention_case(void **state)

@@ -4,32 +4,34 @@
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
-#define CONVERT_VEC 8 /* elements per work-item, the kernel's default */
+#define ELEMENT_VEC 8 /* elements per work-item, CONVERT_VEC's and ACCUMULATE_VEC's default */
 #define GEMV_ROWS 4   /* rows per work-item, as in the kernel */
 
-/* A fixed work-group size: PoCL compiles a kernel once per work-group size, and letting the
- * implementation choose would give a new size (and a compile) for many new lengths. */
-size_t iha__convert_group_size(const iha_context *ctx)
+iha_status iha__elementwise_enqueue(iha_context *ctx, const char *program, const char *name, iha_buffer src,
+                                    iha_buffer dst, size_t n)
 {
+    if (n == 0) return IHA_OK;
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, program, "", name, &k));
+    iha_args a = iha__args_begin(k);
+    iha__arg_tensor(&a, src.mem, src.offset);
+    iha__arg_tensor(&a, dst.mem, dst.offset);
+    iha__arg_ulong(&a, n);
+    /* A fixed work-group size: PoCL compiles a kernel once per work-group size, and letting the
+     * implementation choose would give a new size (and a compile) for many new lengths. */
     const size_t want = ctx->info.is_gpu ? 64 : 256;
-    return want < ctx->info.max_work_group_size ? want : ctx->info.max_work_group_size;
+    const size_t group = want < ctx->info.max_work_group_size ? want : ctx->info.max_work_group_size;
+    const size_t global[1] = {(n + ELEMENT_VEC - 1) / ELEMENT_VEC}, local[1] = {group};
+    return iha__launch(ctx, &a, 1, global, local, name);
 }
 
 iha_status iha__convert_enqueue(iha_context *ctx, int storage, int to_storage, iha_buffer src, iha_buffer dst,
                                 size_t n)
 {
-    if (n == 0) return IHA_OK;
     const int bf16 = storage == IHA_STORAGE_BF16;
     const char *name = to_storage ? (bf16 ? "convert_float_to_bf16" : "convert_float_to_half")
                                   : (bf16 ? "convert_bf16_to_float" : "convert_half_to_float");
-    cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "convert.cl", "", name, &k));
-    iha_args a = iha__args_begin(k);
-    iha__arg_tensor(&a, src.mem, src.offset);
-    iha__arg_tensor(&a, dst.mem, dst.offset);
-    iha__arg_ulong(&a, n);
-    const size_t global[1] = {(n + CONVERT_VEC - 1) / CONVERT_VEC}, local[1] = {iha__convert_group_size(ctx)};
-    return iha__launch(ctx, &a, 1, global, local, name);
+    return iha__elementwise_enqueue(ctx, "convert.cl", name, src, dst, n);
 }
 
 iha_status iha__gemv_16bit_weights_enqueue(iha_context *ctx, int storage, size_t m, size_t C, size_t K, iha_buffer x,

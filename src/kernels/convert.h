@@ -3,9 +3,11 @@
 #define IHA_KERNELS_CONVERT_H
 #include "kernels/tensor.h"
 
-/* The fixed work-group size of the passes over a tensor's elements (here and
- * kernels/accumulate.h): PoCL compiles a kernel once per work-group size. */
-size_t iha__convert_group_size(const iha_context *ctx);
+/* One pass over n elements (here and kernels/accumulate.h): kernel `name` of `program`, taking
+ * (src, src_off, dst, dst_off, n) and 8 elements per work-item, on a fixed work-group size.
+ * Nothing is enqueued for n == 0. */
+iha_status iha__elementwise_enqueue(iha_context *ctx, const char *program, const char *name, iha_buffer src,
+                                    iha_buffer dst, size_t n);
 /* n elements from `storage` (IHA_STORAGE_F16 or IHA_STORAGE_BF16) to float, or back when
  * to_storage (round to nearest even). */
 iha_status iha__convert_enqueue(iha_context *ctx, int storage, int to_storage, iha_buffer src, iha_buffer dst,
