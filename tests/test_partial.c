@@ -1,7 +1,8 @@
 /*
  * test_partial.c - iha_attention_partial and iha_attention_partial_backward: a sequence split into
  * R = 2, 3, 4 key and query blocks (N not divisible by R), every mask, windows spanning blocks,
- * the blocks merged in ring order and in reverse; the merged o and lse against iha_attention on
+ * the blocks merged in ring order and in reverse, key blocks cut apart from the query blocks;
+ * the merged o and lse against iha_attention on
  * the whole sequence and the float64 reference, the summed block gradients against
  * iha_attention_backward on the whole; rows that see no key of a block; the refusals.
  */
@@ -27,6 +28,8 @@ typedef struct partial_case {
     int64_t window;
     size_t R;    /* blocks */
     int reverse; /* merge key blocks i, i+1, ... instead of the ring's i, i-1, ... */
+    float scale; /* 0: 1/sqrt(d) */
+    size_t Rk;   /* key blocks when they differ from the R query blocks; 0: R */
 } partial_case;
 
 /* Token boundaries of R nearly equal blocks: block j is tokens start[j] .. start[j+1]-1. */
@@ -82,6 +85,7 @@ static void run_case(const partial_case *c)
     iha_attention_options_init(&o);
     o.mask = c->mask;
     o.window = c->window;
+    o.scale = c->scale;
     tu_rng rng = tu_rng_seeded(1000 + c->N * 7 + c->R * 13 + (size_t)c->mask * 3 + (size_t)c->window);
     float *q = tu_random_array(&rng, n, 1.5f), *k = tu_random_array(&rng, n, 1.5f);
     float *v = tu_random_array(&rng, n, 1.0f), *g = tu_random_array(&rng, n, 1.0f);
@@ -108,10 +112,23 @@ static void run_case(const partial_case *c)
     tu_buffer_read(tu_ctx, bl, 0, l_whole, rows);
     for (int i = 0; i < 3; ++i) tu_buffer_read(tu_ctx, bd[i], 0, grad_whole + i * n, n);
 
-    /* Per-block device tensors. */
-    size_t start[MAX_R + 1];
+    /* Per-block device tensors: query blocks from one split, key blocks from another (the
+     * same one unless Rk is set); slots q, k, v, dout, o, lse, dq, dk, dv. */
+    const size_t Rk = c->Rk ? c->Rk : c->R;
+    size_t start[MAX_R + 1], kstart[MAX_R + 1];
     split(c->N, c->R, start);
-    cl_mem blk[MAX_R][9]; /* q, k, v, dout, o, lse, dq, dk, dv */
+    split(c->N, Rk, kstart);
+    cl_mem blk[MAX_R][9], kblk[MAX_R][9];
+    for (size_t j = 0; j < Rk; ++j) {
+        const size_t tj = (kstart[j + 1] - kstart[j]) * c->P, nj = BH * tj * d;
+        const float *src[2] = {k, v};
+        for (int s = 0; s < 2; ++s) {
+            copy_rows((float *)src[s], tmp, BH, T, kstart[j] * c->P, tj, d, 0);
+            kblk[j][1 + s] = upload(tmp, nj);
+        }
+        kblk[j][7] = upload(NULL, nj);
+        kblk[j][8] = upload(NULL, nj);
+    }
     for (size_t j = 0; j < c->R; ++j) {
         const size_t tj = (start[j + 1] - start[j]) * c->P, nj = BH * tj * d;
         const float *src[4] = {q, k, v, g};
@@ -127,12 +144,12 @@ static void run_case(const partial_case *c)
     /* Forward: each query block merges every key block, its own first. */
     for (size_t i = 0; i < c->R; ++i) {
         const iha_shape sq = {c->B, start[i + 1] - start[i], 1, c->H, d, c->P};
-        for (size_t s = 0; s < c->R; ++s) {
-            const size_t j = c->reverse ? (i + s) % c->R : (i + c->R - s) % c->R;
-            const iha_partial_block pb = {start[i], start[j], start[j + 1] - start[j], s == 0};
+        for (size_t s = 0; s < Rk; ++s) {
+            const size_t j = c->reverse ? (i + s) % Rk : (i + Rk - s) % Rk;
+            const iha_partial_block pb = {start[i], kstart[j], kstart[j + 1] - kstart[j], s == 0};
             tu_assert_status(tu_ctx,
                              iha_attention_partial(tu_ctx, &sq, &o, &pb, (iha_buffer){blk[i][0], 0},
-                                                   (iha_buffer){blk[j][1], 0}, (iha_buffer){blk[j][2], 0},
+                                                   (iha_buffer){kblk[j][1], 0}, (iha_buffer){kblk[j][2], 0},
                                                    (iha_buffer){blk[i][4], 0}, (iha_buffer){blk[i][5], 0}),
                              IHA_OK);
         }
@@ -144,7 +161,8 @@ static void run_case(const partial_case *c)
     }
     assert_close_f("o against iha_attention", c, o_part, o_whole, n, 1e-5);
     assert_close_f("lse against iha_attention", c, l_part, l_whole, rows, 1e-5);
-    ref_problem rp = {.B = c->B, .N = c->N, .H = c->H, .d = d, .P = c->P, .mask = c->mask, .window = c->window};
+    ref_problem rp = {.B = c->B, .N = c->N, .H = c->H, .d = d, .P = c->P, .mask = c->mask, .window = c->window,
+                      .scale = c->scale};
     double *ro = tu_malloc(3 * n * sizeof(double)), *rl = tu_malloc(rows * sizeof(double));
     assert_int_equal(ref_attention(&rp, q, k, v, ro, rl), 0);
     tu_assert_close("o against the reference", o_part, ro, n, 1e-5);
@@ -156,24 +174,29 @@ static void run_case(const partial_case *c)
         const iha_shape sq = {c->B, start[i + 1] - start[i], 1, c->H, d, c->P};
         iha_attention_options ob = o;
         ob.accumulate = i > 0;
-        for (size_t s = 0; s < c->R; ++s) {
-            const size_t j = c->reverse ? (i + s) % c->R : (i + c->R - s) % c->R;
-            const iha_partial_block pb = {start[i], start[j], start[j + 1] - start[j], s == 0};
+        for (size_t s = 0; s < Rk; ++s) {
+            const size_t j = c->reverse ? (i + s) % Rk : (i + Rk - s) % Rk;
+            const iha_partial_block pb = {start[i], kstart[j], kstart[j + 1] - kstart[j], s == 0};
             tu_assert_status(
                 tu_ctx,
                 iha_attention_partial_backward(
-                    tu_ctx, &sq, &ob, &pb, (iha_buffer){blk[i][0], 0}, (iha_buffer){blk[j][1], 0},
-                    (iha_buffer){blk[j][2], 0}, (iha_buffer){blk[i][4], 0}, (iha_buffer){blk[i][5], 0},
-                    (iha_buffer){blk[i][3], 0}, (iha_buffer){blk[i][6], 0}, (iha_buffer){blk[j][7], 0},
-                    (iha_buffer){blk[j][8], 0}),
+                    tu_ctx, &sq, &ob, &pb, (iha_buffer){blk[i][0], 0}, (iha_buffer){kblk[j][1], 0},
+                    (iha_buffer){kblk[j][2], 0}, (iha_buffer){blk[i][4], 0}, (iha_buffer){blk[i][5], 0},
+                    (iha_buffer){blk[i][3], 0}, (iha_buffer){blk[i][6], 0}, (iha_buffer){kblk[j][7], 0},
+                    (iha_buffer){kblk[j][8], 0}),
                 IHA_OK);
         }
     }
-    for (size_t j = 0; j < c->R; ++j) {
-        const size_t tj = (start[j + 1] - start[j]) * c->P;
-        for (int s = 0; s < 3; ++s) {
-            tu_buffer_read(tu_ctx, blk[j][6 + s], 0, tmp, BH * tj * d);
-            copy_rows(grad_part + s * n, tmp, BH, T, start[j] * c->P, tj, d, 1);
+    for (size_t i = 0; i < c->R; ++i) {
+        const size_t ti = (start[i + 1] - start[i]) * c->P;
+        tu_buffer_read(tu_ctx, blk[i][6], 0, tmp, BH * ti * d);
+        copy_rows(grad_part, tmp, BH, T, start[i] * c->P, ti, d, 1);
+    }
+    for (size_t j = 0; j < Rk; ++j) {
+        const size_t tj = (kstart[j + 1] - kstart[j]) * c->P;
+        for (int s = 1; s < 3; ++s) {
+            tu_buffer_read(tu_ctx, kblk[j][6 + s], 0, tmp, BH * tj * d);
+            copy_rows(grad_part + s * n, tmp, BH, T, kstart[j] * c->P, tj, d, 1);
         }
     }
     static const char *const what[3] = {"dqt", "dkt", "dvt"};
@@ -183,6 +206,8 @@ static void run_case(const partial_case *c)
 
     for (size_t j = 0; j < c->R; ++j)
         for (int s = 0; s < 9; ++s) tu_buffer_release(blk[j][s]);
+    for (size_t j = 0; j < Rk; ++j)
+        for (int s = 1; s < 9; s += s == 2 ? 5 : 1) tu_buffer_release(kblk[j][s]);
     tu_buffer_release(bq), tu_buffer_release(bk), tu_buffer_release(bv), tu_buffer_release(bg);
     tu_buffer_release(bo), tu_buffer_release(bl);
     for (int i = 0; i < 3; ++i) tu_buffer_release(bd[i]);
@@ -200,14 +225,20 @@ static void blocks_merge_to_whole(void **state)
         for (int mask = 0; mask < 3; ++mask)
             for (int w = 0; w < 3; ++w) {
                 const partial_case c = {1, R == 3 ? 11 : 13, 2, R == 4 ? 6 : 16, R == 2 ? 1 : 3,
-                                        mask, windows[w], R, (int)((R + (size_t)mask + (size_t)w) % 2)};
+                                        mask, windows[w], R, (int)((R + (size_t)mask + (size_t)w) % 2), 0.0f, 0};
                 run_case(&c);
             }
-    /* B = 2, d = 64, both orders. */
+    /* B = 2, d = 64, a scale of its own, both orders; then key blocks cut apart from the query
+     * blocks (3 query blocks against 2 and 4 key blocks), every mask. */
     for (int reverse = 0; reverse < 2; ++reverse) {
-        const partial_case c = {2, 10, 2, 64, 2, IHA_MASK_CAUSAL, 3, 3, reverse};
+        const partial_case c = {2, 10, 2, 64, 2, IHA_MASK_CAUSAL, 3, 3, reverse, 0.3f, 0};
         run_case(&c);
     }
+    for (size_t Rk = 2; Rk <= MAX_R; Rk += 2)
+        for (int mask = 0; mask < 3; ++mask) {
+            const partial_case c = {1, 11, 1, 8, 3, mask, mask == 1 ? 3 : 0, 3, 0, 0.0f, Rk};
+            run_case(&c);
+        }
 }
 
 /* A causal key block after the queries: the state stays bit for bit; with `first` it becomes
