@@ -2,9 +2,9 @@
  * test_partial.c - iha_attention_partial and iha_attention_partial_backward: a sequence split into
  * R = 2, 3, 4 key and query blocks (N not divisible by R), every mask, windows spanning blocks,
  * the blocks merged in ring order and in reverse, key blocks cut apart from the query blocks;
- * the merged o and lse against iha_attention on
- * the whole sequence and the float64 reference, the summed block gradients against
- * iha_attention_backward on the whole; rows that see no key of a block; the refusals.
+ * the merged o and lse against iha_attention on the whole sequence and the float64 reference,
+ * the summed block gradients against iha_attention_backward on the whole; rows that see no key
+ * of a block; the refusals.
  */
 #include <setjmp.h>
 #include <stdarg.h>
