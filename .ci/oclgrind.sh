@@ -26,7 +26,8 @@
 #   5. tests/test_backward with --data-races: the attention backward kernels on ragged shapes
 #      under every mask, windows, P = 1, d = 1 to 256; tests/test_layer_backward with
 #      --data-races: the layer backward's transposes, inverse rotary and mixing gradients, and
-#      the GEMM with beta = 1, on ragged shapes; tests/test_core_backward and tests/test_accumulate
+#      the GEMM with beta = 1, on ragged shapes; tests/test_partial with --data-races: the partial
+#      attention kernels and their merge over 2 to 4 blocks; tests/test_core_backward and tests/test_accumulate
 #      (memory checks): the core's backward and the accumulation kernels;
 #   6. --uninitialized where Oclgrind 21.10 can run it: the unfused baseline's softmax. For the
 #      other kernels it stops on LLVM's `freeze` instruction ("Unsupported instruction"),
@@ -77,6 +78,7 @@ run gemm_races --data-races -- "$tests/test_gemm"
 run backward_races --data-races -- "$tests/test_backward"
 run layer_backward_races --data-races -- "$tests/test_layer_backward"
 run packed_races --data-races -- "$tests/test_packed"
+run partial_races --data-races -- "$tests/test_partial"
 run core_backward -- "$tests/test_core_backward"
 run accumulate -- "$tests/test_accumulate"
 IHA_SMALL_SHAPES_FILTER='unfused*' run unfused_uninitialized --uninitialized -- "$tests/test_small_shapes"

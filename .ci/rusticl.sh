@@ -19,7 +19,8 @@
 #     library uses there, and the tile kernels forced), test_half's attention and layer
 #     backwards, and test_bf16's decoding steps (bfloat16 x, z, weights and cache: its
 #     conversions, GEMV and cache kernels);
-#   - test_core_backward and test_accumulate: the core's backward, accumulation into outputs.
+#   - test_core_backward and test_accumulate: the core's backward, accumulation into outputs;
+#   - test_partial: the partial attention kernels (one row per work-item) and their merge.
 # Each test's output stays in <build>/rusticl/.
 # Usage: .ci/rusticl.sh [build-dir]   (a configured and built release tree; default build)
 set -euo pipefail
@@ -58,5 +59,6 @@ run test_half IHA_TEST_ONLY='*_backward_half'
 run test_packed
 run test_core_backward
 run test_accumulate
+run test_partial
 run test_bf16 IHA_TEST_ONLY='decode_steps'
 exit $failed

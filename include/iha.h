@@ -486,6 +486,67 @@ IHA_API iha_status iha_attention_backward(iha_context *ctx, const iha_shape *sha
                                           iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
                                           iha_buffer dout, iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
 
+/* ---- Partial attention (sequence-parallel building block) ------------------------------- */
+
+/* Where one query block and one key block lie in a longer sequence, in tokens (virtual rows
+ * are tokens times P): the queries are tokens q_offset .. q_offset + shape->tokens - 1, the keys
+ * and values tokens k_offset .. k_offset + k_tokens - 1 of the same sequence (the blocks may
+ * overlap, lie in either order or be the same block). */
+typedef struct iha_partial_block {
+    size_t q_offset; /* first token of the query block */
+    size_t k_offset; /* first token of the key block */
+    size_t k_tokens; /* tokens of the key block, at least 1 */
+    int first;       /* nonzero: the call starts the running state (forward: o and lse; backward:
+                      * dqt) by overwriting it; zero: it merges (adds) into it */
+} iha_partial_block;
+
+/* One step of sequence-parallel (ring) attention, doc/spec.md "Partial attention": attends the
+ * query block over one key block and merges the result into a running state.
+ *   qt, o   [batch][heads][tokens*pseudo][head_dim]     the query block and its running output
+ *   lse     [batch][heads][tokens*pseudo]               its running natural-log sum-exp
+ *   kt, vt  [batch][heads][k_tokens*pseudo][head_dim]   the key block
+ * shape->tokens is the query block's length; masks and windows are those of iha_attention,
+ * evaluated at global virtual positions (query row t is position q_offset*P + t, key row u is
+ * k_offset*P + u): under IHA_MASK_CAUSAL a key block wholly after the queries contributes nothing,
+ * one wholly before them is visible but for the window, and the diagonal block is causal.
+ * The merge is the online-softmax rule, per row with block result (o_b, lse_b) over the row's
+ * visible keys of the block: M = max(lse, lse_b), w = exp(lse - M), w_b = exp(lse_b - M),
+ * o = (w o + w_b o_b) / (w + w_b), lse = M + log(w + w_b). A state with lse = -inf (and any o)
+ * is empty and takes the block's result; block->first overwrites the state (o = 0, lse = -inf for
+ * rows that see no key of the block) without reading it. A row that sees no key of the block keeps
+ * its state bit for bit. After every key block of the sequence has been merged, in any order,
+ * o and lse equal iha_attention's over the whole sequence within float rounding (the order
+ * changes only the rounding); rows that saw no key anywhere keep lse = -inf and o = 0.
+ * The state is read and written in place, so o and lse must lie apart from qt, kt, vt and each
+ * other (qt, kt and vt may share memory). Float32 only: options->storage other than
+ * IHA_STORAGE_F32, or options->seq_lens set, is IHA_ERROR_UNSUPPORTED; options->rope must be 0;
+ * options->accumulate is ignored. A NULL block, k_tokens 0, or a buffer too small is refused
+ * (nothing written); a block ending past virtual row INT_MAX/4 is IHA_ERROR_UNSUPPORTED. No
+ * workspace. One work-item per query row (cl/attention_partial.cl), the same kernel on every
+ * device: simpler and slower than iha_attention's tiles. */
+IHA_API iha_status iha_attention_partial(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                         const iha_partial_block *block, iha_buffer qt, iha_buffer kt, iha_buffer vt,
+                                         iha_buffer o, iha_buffer lse);
+
+/* The backward of one partial step, FlashAttention-2 style: given the query block qt, the FINAL
+ * o and lse (after every key block was merged), dout = dLoss/do and one key block kt, vt,
+ *   dqt  [batch][heads][tokens*pseudo][head_dim]    gets the block's share of dLoss/dqt:
+ *        overwritten with block->first, else added into (sum over the key blocks);
+ *   dkt, dvt  [batch][heads][k_tokens*pseudo][head_dim]  get the query block's share of
+ *        dLoss/dkt and dLoss/dvt: overwritten, or added into with options->accumulate (sum
+ *        over the query blocks).
+ * P_ij = exp(s_ij - lse_i) with the final lse and Delta_i = dout_i . o_i make each block's
+ * terms exact, so summing dqt over all key blocks and dkt, dvt over all query blocks gives
+ * iha_attention_backward on the whole sequence. Rows with lse = -inf get no gradient. Same
+ * shape, options and block rules as iha_attention_partial (block->first only decides dqt's
+ * overwrite); every output must lie apart from every input and the other outputs. Workspace:
+ * B*H*tokens*pseudo floats (Delta). */
+IHA_API iha_status iha_attention_partial_backward(iha_context *ctx, const iha_shape *shape,
+                                                  const iha_attention_options *options, const iha_partial_block *block,
+                                                  iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o,
+                                                  iha_buffer lse, iha_buffer dout, iha_buffer dqt, iha_buffer dkt,
+                                                  iha_buffer dvt);
+
 /* The gradients of one layer's parameters, laid out as iha_layer_weights (wq, wk, wv [D][H*d],
  * wo [H*d][D], alpha_q/k/v and r [H][H][P]). A member with mem == NULL is not computed. */
 typedef struct iha_layer_grads {

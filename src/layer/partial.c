@@ -1,0 +1,172 @@
+/* iha_attention_partial and iha_attention_partial_backward (doc/spec.md, "Partial attention"): one
+ * query block against one key block of a longer sequence, for sequence-parallel attention. Every
+ * argument is checked before anything is enqueued; the kernels are cl/attention_partial.cl's. */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/checked.h"
+#include "layer/call.h"
+#include "layer/plan.h"
+#include "layer/workspace.h"
+#include "runtime/error.h"
+#include "runtime/launch.h"
+#include "runtime/loop_limit.h"
+#include "runtime/program.h"
+
+/* The block geometry in virtual rows, and the mask arguments at global positions. */
+typedef struct partial_geometry {
+    size_t Tk;           /* key rows of the block */
+    size_t key_elems;    /* B*H*Tk*d */
+    cl_int q0, k0, Tg;   /* first query row, first key row, a length covering both blocks */
+    cl_int window;       /* tokens, 0 when the window hides nothing inside Tg */
+} partial_geometry;
+
+static iha_status plan_partial(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                               const iha_partial_block *block, const char *call, double *mark, iha_plan *p,
+                               partial_geometry *g)
+{
+    IHA_FORWARD_IF_ERROR(iha__call_plan(ctx, shape, options, 0, call, mark, p));
+    IHA_RETURN_ERROR_IF(block == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "%s: block is NULL", call);
+    IHA_RETURN_ERROR_IF(p->act_storage != IHA_STORAGE_F32, ctx, IHA_ERROR_UNSUPPORTED,
+                        "%s takes float32 tensors only (options->storage must be IHA_STORAGE_F32)", call);
+    IHA_RETURN_ERROR_IF(p->seq_lens != NULL, ctx, IHA_ERROR_UNSUPPORTED,
+                        "%s does not take packed sequences (options->seq_lens must be NULL)", call);
+    IHA_RETURN_ERROR_IF(block->k_tokens == 0, ctx, IHA_ERROR_INVALID_ARGUMENT, "%s: block->k_tokens must be at least 1",
+                        call);
+    const size_t P = p->dims.P, limit = INT_MAX / 4;
+    size_t q_end, k_end, q0, k0, Tk, bh;
+    const int ok = iha__add(block->q_offset, p->dims.N, &q_end) && iha__add(block->k_offset, block->k_tokens, &k_end) &&
+                   iha__mul(q_end, P, &q_end) && iha__mul(k_end, P, &k_end) && iha__mul(block->q_offset, P, &q0) &&
+                   iha__mul(block->k_offset, P, &k0) && iha__mul(block->k_tokens, P, &Tk) &&
+                   iha__mul(p->dims.B, p->dims.H, &bh) && iha__mul(bh, Tk, &g->key_elems) &&
+                   iha__mul(g->key_elems, p->dims.d, &g->key_elems);
+    IHA_RETURN_ERROR_IF(!ok, ctx, IHA_ERROR_SIZE_OVERFLOW, "%s: the block's offsets or key tokens overflow size_t", call);
+    IHA_RETURN_ERROR_IF(q_end > limit || k_end > limit, ctx, IHA_ERROR_UNSUPPORTED,
+                        "%s: the blocks end at virtual rows %zu (queries) and %zu (keys); the limit is %zu", call,
+                        q_end, k_end, limit);
+    const size_t Tg = q_end > k_end ? q_end : k_end;
+    g->Tk = Tk;
+    g->q0 = (cl_int)q0;
+    g->k0 = (cl_int)k0;
+    g->Tg = (cl_int)Tg;
+    /* A window of the whole covered span or more hides nothing; 0 keeps window*P in int range. */
+    g->window = (uint64_t)options->window >= Tg / P ? 0 : (cl_int)options->window;
+    return IHA_OK;
+}
+
+static void arg_buf(iha_args *a, iha_buffer b) { iha__arg_tensor(a, b.mem, b.offset); }
+
+static void arg_geometry(iha_args *a, const iha_plan *p, const partial_geometry *g, int flag)
+{
+    iha__arg_int(a, (cl_int)p->dims.T);
+    iha__arg_int(a, (cl_int)g->Tk);
+    iha__arg_int(a, g->q0);
+    iha__arg_int(a, g->k0);
+    iha__arg_int(a, g->Tg);
+    iha__arg_int(a, (cl_int)p->dims.P);
+    iha__arg_int(a, p->mask);
+    iha__arg_int(a, g->window);
+    iha__arg_float(a, p->scale);
+    iha__arg_int(a, flag);
+}
+
+/* Checks n tensors for size, and each output (from index first_out on) apart from every tensor
+ * before it; inputs may share memory. */
+static iha_status check_all(iha_context *ctx, int n, int first_out, const iha_buffer *b, const size_t *elems,
+                            const char *const *names)
+{
+    const size_t f = sizeof(float);
+    for (int i = 0; i < n; ++i) IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, b[i], elems[i], f, names[i]));
+    for (int j = first_out; j < n; ++j)
+        for (int i = 0; i < j; ++i)
+            IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, b[j], elems[j], f, b[i], elems[i], f, names[j], names[i]));
+    return IHA_OK;
+}
+
+static iha_status partial_forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                  const iha_partial_block *block, const iha_buffer b[5])
+{
+    static const char *const names[5] = {"qt", "kt", "vt", "o", "lse"};
+    double mark;
+    iha_plan p;
+    partial_geometry g;
+    IHA_FORWARD_IF_ERROR(plan_partial(ctx, shape, options, block, "iha_attention_partial", &mark, &p, &g));
+    const size_t elems[5] = {p.virtual_elems, g.key_elems, g.key_elems, p.virtual_elems, p.lse_elems};
+    IHA_FORWARD_IF_ERROR(check_all(ctx, 5, 3, b, elems, names));
+    char opts[32];
+    snprintf(opts, sizeof opts, "-DHEAD_DIM=%zu", p.dims.d);
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_partial.cl", opts, "attention_partial_f32", &k));
+    iha_args a = iha__args_begin(k);
+    for (int i = 0; i < 5; ++i) arg_buf(&a, b[i]);
+    arg_geometry(&a, &p, &g, block->first != 0);
+    const size_t rows[2] = {p.dims.T, p.dims.B * p.dims.H};
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, rows, NULL, "attention_partial_f32"));
+    return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
+}
+
+iha_status iha_attention_partial(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                 const iha_partial_block *block, iha_buffer qt, iha_buffer kt, iha_buffer vt,
+                                 iha_buffer o, iha_buffer lse)
+{
+    const iha_buffer b[5] = {qt, kt, vt, o, lse};
+    return iha__call_end(ctx, partial_forward(ctx, shape, options, block, b));
+}
+
+static iha_status partial_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                   const iha_partial_block *block, const iha_buffer b[9])
+{
+    static const char *const names[9] = {"qt", "kt", "vt", "o", "lse", "dout", "dqt", "dkt", "dvt"};
+    double mark;
+    iha_plan p;
+    partial_geometry g;
+    IHA_FORWARD_IF_ERROR(plan_partial(ctx, shape, options, block, "iha_attention_partial_backward", &mark, &p, &g));
+    const size_t q = p.virtual_elems, kv = g.key_elems;
+    const size_t elems[9] = {q, kv, kv, q, p.lse_elems, q, q, kv, kv};
+    IHA_FORWARD_IF_ERROR(check_all(ctx, 9, 6, b, elems, names));
+    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, p.lse_elems, sizeof(float)));
+    cl_mem delta;
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * sizeof(float), &delta));
+    char opts[32];
+    snprintf(opts, sizeof opts, "-DHEAD_DIM=%zu", p.dims.d);
+    const size_t BH = p.dims.B * p.dims.H, qrows[2] = {p.dims.T, BH}, krows[2] = {g.Tk, BH};
+    cl_kernel k;
+
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_partial.cl", opts, "attention_partial_rowdot_f32", &k));
+    iha_args a = iha__args_begin(k);
+    arg_buf(&a, b[3]);
+    arg_buf(&a, b[5]);
+    iha__arg_mem(&a, delta);
+    iha__arg_int(&a, (cl_int)p.dims.T);
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, qrows, NULL, "attention_partial_rowdot_f32"));
+
+    /* qt, kt, vt, dout, lse: the inputs both gradient kernels read, in their order. */
+    const int in[5] = {0, 1, 2, 5, 4};
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_partial.cl", opts, "attention_partial_dq_f32", &k));
+    a = iha__args_begin(k);
+    for (int i = 0; i < 5; ++i) arg_buf(&a, b[in[i]]);
+    iha__arg_mem(&a, delta);
+    arg_buf(&a, b[6]);
+    arg_geometry(&a, &p, &g, block->first != 0);
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, qrows, NULL, "attention_partial_dq_f32"));
+
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_partial.cl", opts, "attention_partial_dkv_f32", &k));
+    a = iha__args_begin(k);
+    for (int i = 0; i < 5; ++i) arg_buf(&a, b[in[i]]);
+    iha__arg_mem(&a, delta);
+    arg_buf(&a, b[7]);
+    arg_buf(&a, b[8]);
+    arg_geometry(&a, &p, &g, options->accumulate != 0);
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, krows, NULL, "attention_partial_dkv_f32"));
+    return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
+}
+
+iha_status iha_attention_partial_backward(iha_context *ctx, const iha_shape *shape,
+                                          const iha_attention_options *options, const iha_partial_block *block,
+                                          iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
+                                          iha_buffer dout, iha_buffer dqt, iha_buffer dkt, iha_buffer dvt)
+{
+    const iha_buffer b[9] = {qt, kt, vt, o, lse, dout, dqt, dkt, dvt};
+    return iha__call_end(ctx, partial_backward(ctx, shape, options, block, b));
+}
