@@ -214,7 +214,8 @@ typedef enum iha_check_state {
 #define IHA_CHECK_DECODE 4u
 #define IHA_CHECK_GEMM 8u
 #define IHA_CHECK_BACKWARD 16u /* the attention backward and the layer, forward and backward */
-#define IHA_CHECK_HALF 32u
+#define IHA_CHECK_HALF 32u /* the attention backward and the layer with half storage */
+#define IHA_CHECK_BF16 64u /* the same with bfloat16 storage */
 
 /* One kernel family in one configuration, over all of its cases. Fixed layout, no pointers. */
 typedef struct iha_check_row {
@@ -225,7 +226,7 @@ typedef struct iha_check_row {
     char shape[160];  /* the problem's sizes and the masks and windows it ran */
     double error;     /* the largest relative L2 error against float64 over the cases that ran
                          and their outputs; +inf when an output is not finite or a call failed */
-    double limit;     /* doc/spec.md's bound: 1e-5 for float storage, 2e-3 for half */
+    double limit;     /* doc/spec.md's bound: 1e-5 for float storage, 2e-3 for half, 1e-2 for bf16 */
     int state;        /* an iha_check_state */
     char note[256];   /* the worst case, or the status and message of a failed or refused call */
 } iha_check_row;

@@ -27,7 +27,7 @@ static void refusals(void **state)
     assert_int_equal(iha_check(NULL, &o, &row, 1, &summary), IHA_ERROR_INVALID_ARGUMENT);
     tu_assert_status(tu_ctx, iha_check(tu_ctx, &o, &row, 1, NULL), IHA_ERROR_INVALID_ARGUMENT);
     tu_assert_status(tu_ctx, iha_check(tu_ctx, &o, NULL, 1, &summary), IHA_ERROR_INVALID_ARGUMENT);
-    o.families = 64u;
+    o.families = 128u;
     tu_assert_status(tu_ctx, iha_check(tu_ctx, &o, &row, 1, &summary), IHA_ERROR_INVALID_ARGUMENT);
 }
 
@@ -93,12 +93,42 @@ static void leaves_the_context(void **state)
     for (size_t i = 0; i < n_before && i < 4; ++i) assert_memory_equal(&before[i], &after[i], sizeof before[i]);
 }
 
+/* The 16-bit families: the attention backward at both shapes and the layer, within their
+ * storage's limit, each row named for its storage. */
+static void sixteen_bit_families(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const struct {
+        unsigned family;
+        const char *name;
+        double limit;
+    } families[] = {{IHA_CHECK_HALF, "half", 2e-3}, {IHA_CHECK_BF16, "bf16", 1e-2}};
+    for (size_t f = 0; f < 2; ++f) {
+        iha_check_options o;
+        iha_check_options_init(&o);
+        o.families = families[f].family;
+        iha_check_row rows[8];
+        iha_check_summary summary;
+        tu_assert_status(tu_ctx, iha_check(tu_ctx, &o, rows, 8, &summary), IHA_OK);
+        assert_int_equal(summary.rows, 3);
+        assert_int_equal(summary.failed, 0);
+        for (size_t i = 0; i < 3; ++i) {
+            assert_string_equal(rows[i].family, families[f].name);
+            assert_int_equal(rows[i].state, IHA_CHECK_OK);
+            assert_true(rows[i].limit == families[f].limit);
+            assert_true(rows[i].error <= rows[i].limit);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(refusals),
         cmocka_unit_test(gemm_rows),
         cmocka_unit_test(leaves_the_context),
+        cmocka_unit_test(sixteen_bit_families),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

@@ -75,7 +75,8 @@ void iha__check_emit(iha_check_run *run, const iha_check_row *row)
 }
 
 #define ALL_FAMILIES \
-    (IHA_CHECK_ATTENTION | IHA_CHECK_ROWS | IHA_CHECK_DECODE | IHA_CHECK_GEMM | IHA_CHECK_BACKWARD | IHA_CHECK_HALF)
+    (IHA_CHECK_ATTENTION | IHA_CHECK_ROWS | IHA_CHECK_DECODE | IHA_CHECK_GEMM | IHA_CHECK_BACKWARD | IHA_CHECK_HALF | \
+     IHA_CHECK_BF16)
 
 static iha_status run_families(iha_check_run *run)
 {
@@ -85,12 +86,17 @@ static iha_status run_families(iha_check_run *run)
     if (f & IHA_CHECK_DECODE) IHA_FORWARD_IF_ERROR(iha__check_decode(run));
     if (f & IHA_CHECK_GEMM) IHA_FORWARD_IF_ERROR(iha__check_gemm(run));
     if (f & IHA_CHECK_BACKWARD) {
-        IHA_FORWARD_IF_ERROR(iha__check_backward(run, 0));
-        IHA_FORWARD_IF_ERROR(iha__check_layer(run, 0));
+        IHA_FORWARD_IF_ERROR(iha__check_backward(run, IHA_STORAGE_F32));
+        IHA_FORWARD_IF_ERROR(iha__check_layer(run, IHA_STORAGE_F32));
     }
-    if (f & IHA_CHECK_HALF) {
-        IHA_FORWARD_IF_ERROR(iha__check_backward(run, 1));
-        IHA_FORWARD_IF_ERROR(iha__check_layer(run, 1));
+    static const struct {
+        unsigned family;
+        int storage;
+    } sixteen[] = {{IHA_CHECK_HALF, IHA_STORAGE_F16}, {IHA_CHECK_BF16, IHA_STORAGE_BF16}};
+    for (size_t i = 0; i < sizeof sixteen / sizeof sixteen[0]; ++i) {
+        if (!(f & sixteen[i].family)) continue;
+        IHA_FORWARD_IF_ERROR(iha__check_backward(run, sixteen[i].storage));
+        IHA_FORWARD_IF_ERROR(iha__check_layer(run, sixteen[i].storage));
     }
     return IHA_OK;
 }

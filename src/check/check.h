@@ -34,8 +34,8 @@ iha_status iha__check_attention(iha_check_run *run);
 iha_status iha__check_rows(iha_check_run *run);
 iha_status iha__check_decode(iha_check_run *run);
 iha_status iha__check_gemm(iha_check_run *run);
-iha_status iha__check_backward(iha_check_run *run, int half);
-iha_status iha__check_layer(iha_check_run *run, int half);
+iha_status iha__check_backward(iha_check_run *run, int storage); /* an iha_storage */
+iha_status iha__check_layer(iha_check_run *run, int storage);
 
 /* ---- The float64 reference of doc/spec.md (reference.c) ---- */
 
