@@ -162,3 +162,43 @@ def test_partial_refusals(context):
         iha.attention_partial(q, q[:, :, :3], q[:, :, :3], q_offset=0, k_offset=0, first=True, pseudo=2)
     with pytest.raises(ValueError):
         iha.attention_partial(q, q, q, q_offset=-1, k_offset=0, first=True)
+
+
+def test_added_into_arrays_with_copies(copying_context):
+    """Arrays a call adds into travel to the device and back when the context copies."""
+    x, weights, dz = layer_and_data(seed=51)
+    layer = iha.Layer(*(w.numpy() for w in weights), context=copying_context)
+    once = layer.backward(x.numpy(), dz.numpy())
+    out = {"x": np.ones(x.shape, np.float32), "wv": np.ones(weights[2].shape, np.float32)}
+    layer.backward(x.numpy(), dz.numpy(), out=out, accumulate=True)
+    for name in out:
+        assert np.abs(out[name] - (1 + once[name])).max() <= 1e-5, name
+    g = torch.Generator().manual_seed(52)
+    qt, kt, vt = (torch.randn(1, 2, 8, 4, generator=g).numpy() for _ in range(3))
+    o_whole, lse_whole = iha.attention(qt, kt, vt, context=copying_context)
+    o, lse = iha.attention_partial(qt, kt[:, :, :4], vt[:, :, :4], q_offset=0, k_offset=0, first=True,
+                                   context=copying_context)
+    iha.attention_partial(qt, kt[:, :, 4:], vt[:, :, 4:], o, lse, q_offset=0, k_offset=4, context=copying_context)
+    assert np.abs(o - o_whole).max() <= 1e-5 and np.abs(lse - lse_whole).max() <= 1e-5
+
+
+def test_torch_attention_core_gradients(context):
+    import iha.torch
+    B, N, H, d, P = 2, 6, 2, 4, 3
+    _, weights, _ = layer_and_data(B, N, 8, H, d, P, seed=61)
+    g = torch.Generator().manual_seed(62)
+    exact = [torch.randn(B, N, H, d, generator=g, dtype=torch.float64) for _ in range(3)] + weights[4:]
+    exact = [t.clone().requires_grad_() for t in exact]
+    ours = [t.detach().float().requires_grad_() for t in exact]
+    seq_lens = [4, 2, 6]
+    y = iha.torch.attention_core(*ours, rope_base=10000.0, seq_lens=seq_lens, context=context)
+    pieces = []
+    for b, (start, stop) in ((0, (0, 4)), (0, (4, 6)), (1, (0, 6))):
+        pieces.append(core_reference(*(t[b:b + 1, start:stop] for t in exact[:3]), *exact[3:], rope_base=10000.0))
+    y_exact = torch.cat([torch.cat(pieces[:2], dim=1), pieces[2]], dim=0)
+    assert reference.relative_l2(y.detach(), y_exact.detach()) <= 1e-5
+    dy = torch.randn(y_exact.shape, generator=g, dtype=torch.float64)
+    y.backward(dy.float())
+    y_exact.backward(dy)
+    for name, a, b in zip(["q", "k", "v", "alpha_q", "alpha_k", "alpha_v", "r"], ours, exact):
+        assert reference.relative_l2(a.grad, b.grad) <= 1e-4, name

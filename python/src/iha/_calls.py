@@ -150,6 +150,13 @@ def upload_weights(context, weights):
     return buffers, _lib.LayerWeights(*(b.buffer() for b in buffers))
 
 
+def upload_mixing(context, mixing):
+    """upload_weights for the core calls: the four mixing weights only (the projections' slots
+    are empty, as the core calls ignore them)."""
+    buffers = [_opencl.input_buffer(context, array) for array in mixing]
+    return buffers, _lib.LayerWeights(*([_null()] * 4), *(b.buffer() for b in buffers))
+
+
 def _null():
     return _lib.Buffer(None, 0)
 

@@ -15,7 +15,7 @@ import torch
 from . import _calls
 from .context import default_context
 
-__all__ = ["InterleavedHeadAttention", "attention", "iha_layer"]
+__all__ = ["InterleavedHeadAttention", "attention", "attention_core", "iha_layer"]
 
 
 def _host(tensor, dtype, name):
@@ -122,6 +122,46 @@ def attention(qt, kt, vt, *, pseudo=1, mask="causal", window=0, scale=None, stor
     opts = _calls.options(mask, window, None, scale, storage, _lengths(seq_lens))
     config = (context, opts, _calls.dtype_of(storage), int(pseudo), _wants_graph((qt, kt, vt)))
     return _Attention.apply(config, qt, kt, vt)
+
+
+class _Core(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, config, q, k, v, *mixing):
+        context, opts, dtype, save = config
+        hosts = [_host(t, dtype, name) for name, t in (("q", q), ("k", k), ("v", v))]
+        weights = [None] * 4 + [_host(w, dtype, name) for name, w in zip(_calls.WEIGHT_NAMES[4:], mixing)]
+        shape = _calls.core_shape(*hosts, weights)
+        uploaded = _calls.upload_mixing(context, weights[4:])
+        y = _calls.core(context, shape, opts, uploaded, *hosts)
+        if save:
+            ctx.save_for_backward(q, k, v, *mixing)
+            ctx.state = (context, shape, opts, uploaded, hosts, weights[4:])
+        return _tensor(y, q)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        inputs = ctx.saved_tensors
+        context, shape, opts, uploaded, hosts, mixing = ctx.state
+        dyh = _host(dy, hosts[0].dtype, "dy")
+        likes = list(zip(("q", "k", "v") + _calls.WEIGHT_NAMES[4:], hosts + mixing))
+        outputs = _calls.gradient_arrays(likes, list(ctx.needs_input_grad[1:]))
+        _calls.core_backward(context, shape, opts, uploaded, *hosts, dyh, outputs)
+        return (None, *(None if g is None else _tensor(g, t) for g, t in zip(outputs, inputs)))
+
+
+def attention_core(q, k, v, alpha_q, alpha_k, alpha_v, r, *, mask="causal", window=0, rope_base=None, scale=None,
+                   storage="float32", seq_lens=None, context=None):
+    """The layer without its projections (iha_attention_core, iha_attention_core_backward),
+    differentiable in all seven tensors: y [B,N,H,d] from projected q, k, v [B,N,H,d] and the
+    mixing and collapse weights [H,H,P] (mixing, rotary, attention, collapse), for a model that
+    runs its projections itself. The backward recomputes the forward from q, k and v. Options
+    and seq_lens as iha_layer's."""
+    tensors = (q, k, v, alpha_q, alpha_k, alpha_v, r)
+    context = context if context is not None else default_context()
+    opts = _calls.options(mask, window, rope_base, scale, storage, _lengths(seq_lens))
+    config = (context, opts, _calls.dtype_of(storage), _wants_graph(tensors))
+    return _Core.apply(config, *tensors)
 
 
 class InterleavedHeadAttention(torch.nn.Module):
