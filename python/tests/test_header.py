@@ -31,6 +31,7 @@ STRUCTS = {
     "iha_layer_weights": _lib.LayerWeights,
     "iha_layer_grads": _lib.LayerGrads,
     "iha_kv_cache_options": _lib.KVCacheOptions,
+    "iha_partial_block": _lib.PartialBlock,
 }
 
 

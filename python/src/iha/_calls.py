@@ -58,9 +58,10 @@ def to_float32(array):
     return result
 
 
-def options(mask="causal", window=0, rope_base=None, scale=None, storage="float32"):
+def options(mask="causal", window=0, rope_base=None, scale=None, storage="float32", seq_lens=None):
     """An iha_attention_options; rope_base None leaves rotary off, scale None is 1/sqrt(d).
-    storage applies to the activations and the weights alike."""
+    storage applies to the activations and the weights alike; seq_lens (None: one sequence per
+    batch row) packs sequences of these lengths in tokens into the call's batch rows."""
     result = _lib.AttentionOptions()
     lib.iha_attention_options_init(ctypes.byref(result))
     if mask not in _lib.MASKS:
@@ -74,6 +75,32 @@ def options(mask="causal", window=0, rope_base=None, scale=None, storage="float3
     result.rope = 0 if rope_base is None else 1
     result.rope_base = 0.0 if rope_base is None else float(rope_base)
     result.storage = result.weight_storage = _lib.STORAGES[storage]
+    return with_options(result, seq_lens)
+
+
+def sequence_lengths(seq_lens):
+    """seq_lens as a list of ints (None stays None); the library checks their sum and bounds."""
+    if seq_lens is None:
+        return None
+    lengths = [int(n) for n in np.asarray(seq_lens).reshape(-1)]
+    if not lengths:
+        raise ValueError("seq_lens is empty: give at least one length, or None for one sequence per batch row")
+    if any(n < 0 for n in lengths) or any(n != v for n, v in zip(lengths, np.asarray(seq_lens).reshape(-1))):
+        raise ValueError(f"seq_lens must be whole numbers of tokens, not {list(np.asarray(seq_lens).reshape(-1))}")
+    return lengths
+
+
+def with_options(opts, seq_lens=None, accumulate=False):
+    """A copy of an iha_attention_options with packed sequence lengths (None: none) and the
+    accumulate flag set. The copy keeps its lengths array alive."""
+    result = _lib.AttentionOptions.from_buffer_copy(opts)
+    lengths = sequence_lengths(seq_lens)
+    if lengths is None:
+        result.seq_lens, result.seq_count = None, 0
+    else:
+        result.seq_lens = (ctypes.c_size_t * len(lengths))(*lengths)
+        result.seq_count = len(lengths)
+    result.accumulate = 1 if accumulate else 0
     return result
 
 
@@ -123,6 +150,13 @@ def upload_weights(context, weights):
     return buffers, _lib.LayerWeights(*(b.buffer() for b in buffers))
 
 
+def upload_mixing(context, mixing):
+    """upload_weights for the core calls: the four mixing weights only (the projections' slots
+    are empty, as the core calls ignore them)."""
+    buffers = [_opencl.input_buffer(context, array) for array in mixing]
+    return buffers, _lib.LayerWeights(*([_null()] * 4), *(b.buffer() for b in buffers))
+
+
 def _null():
     return _lib.Buffer(None, 0)
 
@@ -151,30 +185,114 @@ def forward(context, shape, opts, uploaded, x, save=False):
     return z, saved
 
 
+def _gradient_buffers(context, outputs, accumulate):
+    """Device tensors of the gradient arrays (None where not asked for): each starts with its
+    array's values when the call adds into it."""
+    make = _opencl.inout_buffer if accumulate else _opencl.output_buffer
+    return [make(context, array) if array is not None else None for array in outputs]
+
+
+def _finish(context, buffers):
+    context.finish()
+    for b in buffers:
+        if b:
+            _opencl.finish_output(context, b)
+
+
+def gradient_arrays(likes, wanted, given=None, accumulate=False):
+    """The output arrays of a backward call: given[i] where the caller passed one (checked
+    against likes[i]'s shape and storage type; it is added into with accumulate), a new array
+    where wanted[i] asks for one, else None."""
+    given = given or [None] * len(likes)
+    result = []
+    for (name, like), want, array in zip(likes, wanted, given):
+        if array is None:
+            if accumulate and want:
+                raise ValueError(f"accumulate=True adds into given gradients: pass the array for {name}")
+            result.append(empty(like.shape, like.dtype) if want else None)
+            continue
+        if not isinstance(array, np.ndarray) or array.dtype != like.dtype or tuple(array.shape) != tuple(like.shape) \
+                or not array.flags.c_contiguous or not array.flags.writeable:
+            raise ValueError(f"the gradient array for {name} must be a writeable C-contiguous {like.dtype} array of "
+                             f"shape {tuple(like.shape)}, not {getattr(array, 'dtype', type(array))} "
+                             f"{tuple(getattr(array, 'shape', ()))}")
+        result.append(array)
+    return result
+
+
 def backward_saved(context, shape, opts, uploaded, x, saved, dz, wanted):
     """iha_backward_saved with the forward's uploaded weights and saved state: wanted[0] asks
     for dx, wanted[1:9] for the weights' gradients (in WEIGHT_NAMES order). Returns nine arrays
     or None, in the storage types of x and the weights."""
-    outputs = [None] * 9
-    buffers, weight_struct = uploaded
+    buffers, _ = uploaded
+    likes = [("x", x)] + [(n, b.array) for n, b in zip(WEIGHT_NAMES, buffers)]
+    return backward(context, shape, opts, uploaded, x, dz, gradient_arrays(likes, wanted), saved=saved)
+
+
+def backward(context, shape, opts, uploaded, x, dz, outputs, saved=None):
+    """iha_backward (iha_backward_saved with a saved state) into outputs: nine arrays (dx and
+    the weights' gradients in WEIGHT_NAMES order) or None for those not computed; with
+    opts.accumulate the call adds into them. Returns outputs."""
+    _, weight_struct = uploaded
     with context.lock:
         x_buffer = _opencl.input_buffer(context, x)
         dz_buffer = _opencl.input_buffer(context, dz)
-        out_buffers = [None] * 9
-        for i, want in enumerate(wanted):
-            if want:
-                like = x if i == 0 else buffers[i - 1].array
-                outputs[i] = empty(like.shape, like.dtype)
-                out_buffers[i] = _opencl.output_buffer(context, outputs[i])
+        out_buffers = _gradient_buffers(context, outputs, opts.accumulate)
         grads = _lib.LayerGrads(*((b.buffer() if b else _null()) for b in out_buffers[1:]))
         dx = out_buffers[0].buffer() if out_buffers[0] else _null()
-        context.check(lib.iha_backward_saved(context.handle, ctypes.byref(shape), ctypes.byref(opts),
-                                             ctypes.byref(weight_struct), x_buffer.buffer(), saved.buffer(),
-                                             dz_buffer.buffer(), dx, ctypes.byref(grads)))
-        context.finish()
-        for b in out_buffers:
-            if b:
-                _opencl.finish_output(context, b)
+        if saved is not None:
+            status = lib.iha_backward_saved(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                            ctypes.byref(weight_struct), x_buffer.buffer(), saved.buffer(),
+                                            dz_buffer.buffer(), dx, ctypes.byref(grads))
+        else:
+            status = lib.iha_backward(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                      ctypes.byref(weight_struct), x_buffer.buffer(), dz_buffer.buffer(), dx,
+                                      ctypes.byref(grads))
+        context.check(status)
+        _finish(context, out_buffers)
+    return outputs
+
+
+def core_shape(q, k, v, weights):
+    """The iha_shape of a core call from q, k, v [B,N,H,d] and the mixing weights [H,H,P]."""
+    shape = _dims(q, 4, "q")
+    for name, array in (("k", k), ("v", v)):
+        if tuple(array.shape) != tuple(shape):
+            raise ValueError(f"{name} must have q's shape {tuple(shape)}, not {tuple(array.shape)}")
+    batch, tokens, heads, head_dim = shape
+    heads2, _, pseudo = _dims(weights[4], 3, "alpha_q")
+    if heads2 != heads:
+        raise ValueError(f"q has {heads} heads but the mixing weights are [{heads2},{heads2},{pseudo}]")
+    return _lib.Shape(batch, tokens, 1, heads, head_dim, pseudo)
+
+
+def core(context, shape, opts, uploaded, q, k, v):
+    """iha_attention_core: returns y [B,N,H,d] in q's storage type."""
+    y = empty(q.shape, q.dtype)
+    _, weight_struct = uploaded
+    with context.lock:
+        ins = [_opencl.input_buffer(context, a) for a in (q, k, v)]
+        y_buffer = _opencl.output_buffer(context, y)
+        context.check(lib.iha_attention_core(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                             ctypes.byref(weight_struct), *(b.buffer() for b in ins), y_buffer.buffer()))
+        _finish(context, [y_buffer])
+    return y
+
+
+def core_backward(context, shape, opts, uploaded, q, k, v, dy, outputs):
+    """iha_attention_core_backward into outputs: seven arrays (dq, dk, dv and the gradients of
+    alpha_q, alpha_k, alpha_v, r) or None; with opts.accumulate the call adds into them."""
+    _, weight_struct = uploaded
+    with context.lock:
+        ins = [_opencl.input_buffer(context, a) for a in (q, k, v, dy)]
+        out_buffers = _gradient_buffers(context, outputs, opts.accumulate)
+        grads = _lib.LayerGrads(_null(), _null(), _null(), _null(),
+                                *((b.buffer() if b else _null()) for b in out_buffers[3:]))
+        context.check(lib.iha_attention_core_backward(
+            context.handle, ctypes.byref(shape), ctypes.byref(opts), ctypes.byref(weight_struct),
+            *(b.buffer() for b in ins), *((b.buffer() if b else _null()) for b in out_buffers[:3]),
+            ctypes.byref(grads)))
+        _finish(context, out_buffers)
     return outputs
 
 
@@ -196,15 +314,39 @@ def attention(context, shape, opts, qt, kt, vt, want_lse):
     return o, lse
 
 
-def attention_backward(context, shape, opts, qt, kt, vt, o, lse, dout):
-    """iha_attention_backward: returns dqt, dkt, dvt in qt's storage type."""
-    grads = [empty(qt.shape, qt.dtype) for _ in range(3)]
+def attention_backward(context, shape, opts, qt, kt, vt, o, lse, dout, outputs=None):
+    """iha_attention_backward: returns dqt, dkt, dvt in qt's storage type (into outputs when
+    given, added into them with opts.accumulate)."""
+    grads = outputs if outputs is not None else [empty(qt.shape, qt.dtype) for _ in range(3)]
     with context.lock:
         ins = [_opencl.input_buffer(context, a) for a in (qt, kt, vt, o, lse, dout)]
-        outs = [_opencl.output_buffer(context, g) for g in grads]
+        outs = _gradient_buffers(context, grads, opts.accumulate)
         context.check(lib.iha_attention_backward(context.handle, ctypes.byref(shape), ctypes.byref(opts),
                                                  *(b.buffer() for b in ins), *(b.buffer() for b in outs)))
-        context.finish()
-        for b in outs:
-            _opencl.finish_output(context, b)
+        _finish(context, outs)
     return grads
+
+
+def partial(context, shape, opts, block, qt, kt, vt, o, lse):
+    """iha_attention_partial: merges the key block into the running state o, lse in place."""
+    with context.lock:
+        ins = [_opencl.input_buffer(context, a) for a in (qt, kt, vt)]
+        make = _opencl.output_buffer if block.first else _opencl.inout_buffer
+        states = [make(context, a) for a in (o, lse)]
+        context.check(lib.iha_attention_partial(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                                ctypes.byref(block), *(b.buffer() for b in ins),
+                                                *(b.buffer() for b in states)))
+        _finish(context, states)
+
+
+def partial_backward(context, shape, opts, block, qt, kt, vt, o, lse, dout, dqt, dkt, dvt):
+    """iha_attention_partial_backward into dqt (overwritten with block.first, else added into)
+    and dkt, dvt (added into with opts.accumulate)."""
+    with context.lock:
+        ins = [_opencl.input_buffer(context, a) for a in (qt, kt, vt, o, lse, dout)]
+        outs = [(_opencl.output_buffer if block.first else _opencl.inout_buffer)(context, dqt)]
+        outs += _gradient_buffers(context, [dkt, dvt], opts.accumulate)
+        context.check(lib.iha_attention_partial_backward(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                                         ctypes.byref(block), *(b.buffer() for b in ins),
+                                                         *(b.buffer() for b in outs)))
+        _finish(context, outs)

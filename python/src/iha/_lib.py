@@ -100,6 +100,10 @@ class LayerWeights(ctypes.Structure):
 LayerGrads = LayerWeights
 
 
+class PartialBlock(ctypes.Structure):
+    _fields_ = [("q_offset", c_size_t), ("k_offset", c_size_t), ("k_tokens", c_size_t), ("first", c_int)]
+
+
 class Error(Exception):
     """A failed library call: `status` is its iha_status, `name` the status's name, and the
     message is the library's explanation (iha_context_message)."""
@@ -182,6 +186,7 @@ def _declare(lib):
     S = ctypes.POINTER(Shape)
     O = ctypes.POINTER(AttentionOptions)
     W = ctypes.POINTER(LayerWeights)
+    BL = ctypes.POINTER(PartialBlock)
     signatures = {
         "iha_version_string": (c_char_p, []),
         "iha_status_name": (c_char_p, [c_int]),
@@ -199,6 +204,11 @@ def _declare(lib):
         "iha_context_trim": (None, [P]),
         "iha_attention_options_init": (None, [O]),
         "iha_forward": (c_int, [P, S, O, W, B, B]),
+        "iha_attention_core": (c_int, [P, S, O, W, B, B, B, B]),
+        "iha_attention_core_backward": (c_int, [P, S, O, W, B, B, B, B, B, B, B, W]),
+        "iha_backward": (c_int, [P, S, O, W, B, B, B, W]),
+        "iha_attention_partial": (c_int, [P, S, O, BL, B, B, B, B, B]),
+        "iha_attention_partial_backward": (c_int, [P, S, O, BL, B, B, B, B, B, B, B, B, B]),
         "iha_attention": (c_int, [P, S, O, B, B, B, B, B]),
         "iha_attention_backward": (c_int, [P, S, O, B, B, B, B, B, B, B, B, B]),
         "iha_saved_elements": (c_int, [P, S, ctypes.POINTER(c_size_t)]),

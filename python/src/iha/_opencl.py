@@ -102,6 +102,13 @@ def output_buffer(context, array):
     return buffer
 
 
+def inout_buffer(context, array):
+    """A device tensor that starts with a C-contiguous array's values and whose values end up
+    back in it after finish_output (a running state, or a gradient added into)."""
+    mode = CL_MEM_USE_HOST_PTR if context.host_pointers else CL_MEM_COPY_HOST_PTR
+    return DeviceBuffer(context, array.nbytes, CL_MEM_READ_WRITE | mode, array)
+
+
 def scratch_buffer(context, nbytes):
     """A device-only tensor (the state a forward keeps for its backward)."""
     return DeviceBuffer(context, nbytes, CL_MEM_READ_WRITE)

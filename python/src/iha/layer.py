@@ -47,14 +47,59 @@ class Layer:
     def _shape(self, x):
         return _calls.layer_shape(x, self._weights)
 
-    def forward(self, x):
-        """Z = IHA(X) for x [B,N,D]; returns z [B,N,D] float32."""
+    def forward(self, x, *, seq_lens=None):
+        """Z = IHA(X) for x [B,N,D]; returns z [B,N,D] float32. seq_lens (None: each batch row
+        one sequence) packs sequences of these lengths in tokens, in order over the B*N tokens
+        (together B*N, none crossing a batch row): attention, masks, windows and rotary stay
+        within each, as separate forward calls on each sequence would give."""
         x = _calls.host(x, self.dtype, "x")
         shape = self._shape(x)
-        z, _ = _calls.forward(self.context, shape, self.options, self._uploaded, x)
+        opts = _calls.with_options(self.options, seq_lens)
+        z, _ = _calls.forward(self.context, shape, opts, self._uploaded, x)
         return _calls.to_float32(z)
 
     __call__ = forward
+
+    def backward(self, x, dz, *, seq_lens=None, out=None, accumulate=False):
+        """The gradients of the layer (iha_backward) for x [B,N,D] and dz = dLoss/dz [B,N,D]:
+        a dict with "x" (dx) and each weight's name, float32 arrays (storage float32) or arrays
+        of the storage type. out: a dict of gradient arrays to write into (only the names it has
+        are computed), each C-contiguous of the storage type (float32, float16, or the bfloat16
+        bit patterns of iha.BFLOAT16); accumulate=True adds this call's gradients into them
+        (micro-batches) instead of overwriting them. seq_lens as in forward."""
+        x = _calls.host(x, self.dtype, "x")
+        dz = _calls.host(dz, self.dtype, "dz")
+        shape = self._shape(x)
+        if tuple(dz.shape) != tuple(x.shape):
+            raise ValueError(f"dz must have x's shape {tuple(x.shape)}, not {tuple(dz.shape)}")
+        names = ("x",) + _calls.WEIGHT_NAMES
+        outputs = _gradient_outputs(names, [x] + self._weights, out, accumulate)
+        opts = _calls.with_options(self.options, seq_lens, accumulate)
+        _calls.backward(self.context, shape, opts, self._uploaded, x, dz, outputs)
+        return _gradient_dict(names, outputs, out)
+
+    def core(self, q, k, v, *, seq_lens=None):
+        """The layer without its projections (iha_attention_core): y [B,N,H,d] float32 for
+        projected q, k, v [B,N,H,d], with the layer's mixing, rotary, attention and collapse
+        (wq, wk, wv and wo are not used). seq_lens as in forward."""
+        q, k, v = (_calls.host(a, self.dtype, n) for a, n in ((q, "q"), (k, "k"), (v, "v")))
+        shape = _calls.core_shape(q, k, v, self._weights)
+        opts = _calls.with_options(self.options, seq_lens)
+        return _calls.to_float32(_calls.core(self.context, shape, opts, self._uploaded, q, k, v))
+
+    def core_backward(self, q, k, v, dy, *, seq_lens=None, out=None, accumulate=False):
+        """The gradients of core (iha_attention_core_backward) for dy = dLoss/dy [B,N,H,d]: a
+        dict with "q", "k", "v" and the mixing weights' names ("alpha_q", "alpha_k", "alpha_v",
+        "r"). out and accumulate as in backward; seq_lens as in forward."""
+        q, k, v, dy = (_calls.host(a, self.dtype, n) for a, n in ((q, "q"), (k, "k"), (v, "v"), (dy, "dy")))
+        shape = _calls.core_shape(q, k, v, self._weights)
+        if tuple(dy.shape) != tuple(q.shape):
+            raise ValueError(f"dy must have q's shape {tuple(q.shape)}, not {tuple(dy.shape)}")
+        names = ("q", "k", "v") + _calls.WEIGHT_NAMES[4:]
+        outputs = _gradient_outputs(names, [q, k, v] + self._weights[4:], out, accumulate)
+        opts = _calls.with_options(self.options, seq_lens, accumulate)
+        _calls.core_backward(self.context, shape, opts, self._uploaded, q, k, v, dy, outputs)
+        return _gradient_dict(names, outputs, out)
 
     def kv_cache(self, batch, max_tokens, storage=None, *, cache_tokens=0, window=None):
         """An empty KVCache for `batch` sequences of up to max_tokens tokens each (storage None:
@@ -65,13 +110,30 @@ class Layer:
                        window=self.options.window if window is None else window)
 
 
+def _gradient_outputs(names, likes, out, accumulate):
+    if out is not None:
+        unknown = set(out) - set(names)
+        if unknown:
+            raise ValueError(f"out has no gradient named {sorted(unknown)}; the names are {list(names)}")
+    elif accumulate:
+        raise ValueError("accumulate=True adds into existing gradients: pass them as out")
+    wanted = [out is None or name in out for name in names]
+    given = [None if out is None else out.get(name) for name in names]
+    return _calls.gradient_arrays(list(zip(names, likes)), wanted, given, accumulate)
+
+
+def _gradient_dict(names, outputs, out):
+    return {name: (array if out is not None else _calls.to_float32(array))
+            for name, array in zip(names, outputs) if array is not None}
+
+
 def forward(x, wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r, *, mask="causal", window=0, rope_base=None, scale=None,
-            storage="float32", context=None):
+            storage="float32", seq_lens=None, context=None):
     """One IHA layer (iha_forward) on host arrays: returns z [B,N,D] float32. See Layer for
-    the options; for repeated calls with the same weights, a Layer uploads them once."""
+    the options and seq_lens; for repeated calls with the same weights, a Layer uploads them once."""
     layer = Layer(wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r, mask=mask, window=window, rope_base=rope_base,
                   scale=scale, storage=storage, context=context, _copy=False)
-    return layer.forward(x)
+    return layer.forward(x, seq_lens=seq_lens)
 
 
 class KVCache:
@@ -111,12 +173,23 @@ class KVCache:
         """True when the cache keeps only each sequence's last cache_tokens tokens."""
         return 0 < self.cache_tokens < self.max_tokens
 
-    def _run(self, x, counts):
+    def _run(self, x, counts, seq_lens=None):
         layer = self.layer
         x = _calls.host(x, layer.dtype, "x")
-        if x.ndim != 3 or x.shape[0] != self.batch or x.shape[2] != layer.model_dim:
+        opts = layer.options
+        if seq_lens is not None:
+            lengths = _calls.sequence_lengths(seq_lens)
+            if counts is not None or len(lengths) != self.batch:
+                raise ValueError(f"a packed prefill takes {self.batch} seq_lens and no counts")
+            if x.ndim != 2 or x.shape[0] != sum(lengths) or x.shape[1] != layer.model_dim:
+                raise ValueError(f"x must be [sum(seq_lens) = {sum(lengths)}, {layer.model_dim}], not {tuple(x.shape)}")
+            tokens = max(max(lengths), 1)
+            opts = _calls.with_options(opts, lengths)
+        elif x.ndim != 3 or x.shape[0] != self.batch or x.shape[2] != layer.model_dim:
             raise ValueError(f"x must be [{self.batch}, k, {layer.model_dim}], not {tuple(x.shape)}")
-        shape = _lib.Shape(self.batch, x.shape[1], layer.model_dim, layer.heads, layer.head_dim, layer.pseudo)
+        else:
+            tokens = x.shape[1]
+        shape = _lib.Shape(self.batch, tokens, layer.model_dim, layer.heads, layer.head_dim, layer.pseudo)
         count_array = None
         if counts is not None:
             if len(counts) != self.batch:
@@ -127,16 +200,18 @@ class KVCache:
             x_buffer = _opencl.input_buffer(self.context, x)
             z_buffer = _opencl.output_buffer(self.context, z)
             self.context.check(lib.iha_decode_step(self.context.handle, self._handle, ctypes.byref(shape),
-                                                   ctypes.byref(layer.options), ctypes.byref(layer._uploaded[1]),
+                                                   ctypes.byref(opts), ctypes.byref(layer._uploaded[1]),
                                                    count_array, x_buffer.buffer(), z_buffer.buffer()))
             self.context.finish()
             _opencl.finish_output(self.context, z_buffer)
         return _calls.to_float32(z)
 
-    def prefill(self, x, counts=None):
+    def prefill(self, x, counts=None, *, seq_lens=None):
         """Appends x [B,k,D] (sequence b: its first counts[b] rows; counts None: all k) and
-        returns their outputs [B,k,D] (rows past counts[b] are 0)."""
-        return self._run(x, counts)
+        returns their outputs [B,k,D] (rows past counts[b] are 0). A packed prefill: seq_lens
+        (B lengths, 0 allowed) with x [sum(seq_lens),D], the new tokens of every sequence back
+        to back, sequence 0's first, and outputs in the same layout."""
+        return self._run(x, counts, seq_lens)
 
     def step(self, x):
         """Appends one token per sequence, x [B,D], and returns its outputs [B,D]."""

@@ -15,7 +15,7 @@ import torch
 from . import _calls
 from .context import default_context
 
-__all__ = ["InterleavedHeadAttention", "attention", "iha_layer"]
+__all__ = ["InterleavedHeadAttention", "attention", "attention_core", "iha_layer"]
 
 
 def _host(tensor, dtype, name):
@@ -65,16 +65,26 @@ class _Layer(torch.autograd.Function):
         return (None, *(None if g is None else _tensor(g, t) for g, t in zip(grads, inputs)))
 
 
+def _lengths(seq_lens):
+    if isinstance(seq_lens, torch.Tensor):
+        if seq_lens.is_floating_point() or seq_lens.is_complex():
+            raise TypeError(f"seq_lens must hold integers, not {seq_lens.dtype}")
+        seq_lens = seq_lens.detach().cpu().numpy()
+    return seq_lens
+
+
 def iha_layer(x, wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r, *, mask="causal", window=0, rope_base=None,
-              scale=None, storage="float32", context=None):
+              scale=None, storage="float32", seq_lens=None, context=None):
     """One IHA layer, differentiable in all nine tensors: z [B,N,D] for x [B,N,D].
 
     The forward runs iha_forward_save (iha_forward when no gradient is needed), the backward
     iha_backward_saved, which reads the attention output and log-sum-exp the forward kept on
-    the device. Options as iha.Layer."""
+    the device. Options as iha.Layer; seq_lens (a sequence or an integer tensor of lengths in
+    tokens, None: each batch row one sequence) packs documents into the batch rows as
+    iha.Layer.forward's, forward and backward alike."""
     tensors = (x, wq, wk, wv, wo, alpha_q, alpha_k, alpha_v, r)
     context = context if context is not None else default_context()
-    opts = _calls.options(mask, window, rope_base, scale, storage)
+    opts = _calls.options(mask, window, rope_base, scale, storage, _lengths(seq_lens))
     config = (context, opts, _calls.dtype_of(storage), _wants_graph(tensors))
     return _Layer.apply(config, *tensors)
 
@@ -102,15 +112,56 @@ class _Attention(torch.autograd.Function):
                         for g, t, need in zip(grads, inputs, ctx.needs_input_grad[1:])))
 
 
-def attention(qt, kt, vt, *, pseudo=1, mask="causal", window=0, scale=None, storage="float32", context=None):
+def attention(qt, kt, vt, *, pseudo=1, mask="causal", window=0, scale=None, storage="float32", seq_lens=None,
+              context=None):
     """The attention core over interleaved sequences, differentiable in qt, kt and vt
     (iha_attention, iha_attention_backward): qt, kt, vt [B,H,T,d] with T = N*P, already mixed
     (and rotated); returns o [B,H,T,d]. `pseudo` (P) gives the masks and windows their token
-    structure: virtual position t belongs to token t // P."""
+    structure: virtual position t belongs to token t // P. seq_lens as iha_layer's, in tokens."""
     context = context if context is not None else default_context()
-    opts = _calls.options(mask, window, None, scale, storage)
+    opts = _calls.options(mask, window, None, scale, storage, _lengths(seq_lens))
     config = (context, opts, _calls.dtype_of(storage), int(pseudo), _wants_graph((qt, kt, vt)))
     return _Attention.apply(config, qt, kt, vt)
+
+
+class _Core(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, config, q, k, v, *mixing):
+        context, opts, dtype, save = config
+        hosts = [_host(t, dtype, name) for name, t in (("q", q), ("k", k), ("v", v))]
+        weights = [None] * 4 + [_host(w, dtype, name) for name, w in zip(_calls.WEIGHT_NAMES[4:], mixing)]
+        shape = _calls.core_shape(*hosts, weights)
+        uploaded = _calls.upload_mixing(context, weights[4:])
+        y = _calls.core(context, shape, opts, uploaded, *hosts)
+        if save:
+            ctx.save_for_backward(q, k, v, *mixing)
+            ctx.state = (context, shape, opts, uploaded, hosts, weights[4:])
+        return _tensor(y, q)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        inputs = ctx.saved_tensors
+        context, shape, opts, uploaded, hosts, mixing = ctx.state
+        dyh = _host(dy, hosts[0].dtype, "dy")
+        likes = list(zip(("q", "k", "v") + _calls.WEIGHT_NAMES[4:], hosts + mixing))
+        outputs = _calls.gradient_arrays(likes, list(ctx.needs_input_grad[1:]))
+        _calls.core_backward(context, shape, opts, uploaded, *hosts, dyh, outputs)
+        return (None, *(None if g is None else _tensor(g, t) for g, t in zip(outputs, inputs)))
+
+
+def attention_core(q, k, v, alpha_q, alpha_k, alpha_v, r, *, mask="causal", window=0, rope_base=None, scale=None,
+                   storage="float32", seq_lens=None, context=None):
+    """The layer without its projections (iha_attention_core, iha_attention_core_backward),
+    differentiable in all seven tensors: y [B,N,H,d] from projected q, k, v [B,N,H,d] and the
+    mixing and collapse weights [H,H,P] (mixing, rotary, attention, collapse), for a model that
+    runs its projections itself. The backward recomputes the forward from q, k and v. Options
+    and seq_lens as iha_layer's."""
+    tensors = (q, k, v, alpha_q, alpha_k, alpha_v, r)
+    context = context if context is not None else default_context()
+    opts = _calls.options(mask, window, rope_base, scale, storage, _lengths(seq_lens))
+    config = (context, opts, _calls.dtype_of(storage), _wants_graph(tensors))
+    return _Core.apply(config, *tensors)
 
 
 class InterleavedHeadAttention(torch.nn.Module):
@@ -151,10 +202,12 @@ class InterleavedHeadAttention(torch.nn.Module):
             alpha[:, :, 0] = eye
         self.r.copy_(eye[:, :, None].expand(-1, -1, self.pseudo) / self.pseudo)
 
-    def forward(self, x):
+    def forward(self, x, seq_lens=None):
+        """z for x [B,N,model_dim]; seq_lens (None: each batch row one sequence) packs
+        sequences of these lengths in tokens into the rows (iha_layer)."""
         return iha_layer(x, self.wq, self.wk, self.wv, self.wo, self.alpha_q, self.alpha_k, self.alpha_v, self.r,
                          mask=self.mask, window=self.window, rope_base=self.rope_base, scale=self.scale,
-                         storage=self.storage, context=self.context)
+                         storage=self.storage, seq_lens=seq_lens, context=self.context)
 
     def extra_repr(self):
         return (f"model_dim={self.model_dim}, heads={self.heads}, head_dim={self.head_dim}, pseudo={self.pseudo}, "
