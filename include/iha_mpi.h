@@ -52,8 +52,7 @@ extern "C" {
  * tokens % ranks ranks hold tokens / ranks + 1, the others tokens / ranks, in
  * rank order. *first and *count get 0 when ranks is 0 or rank is out of range.
  */
-IHA_MPI_API void iha_mpi_split(size_t tokens, int ranks, int rank,
-                               size_t *first, size_t *count);
+IHA_MPI_API void iha_mpi_split(size_t tokens, int ranks, int rank, size_t *first, size_t *count);
 
 /* The message of this thread's last libiha_mpi call that did not return IHA_OK
  * ("" if none): what was refused or failed, and on which rank. The string lives
@@ -82,12 +81,9 @@ IHA_MPI_API const char *iha_mpi_message(void);
  * device memory: 2 such blocks, and B*H*count*P floats for lse when lse.mem is
  * NULL.
  *   - o and lse must lie apart from qt, kt, vt and each other. */
-IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm,
-                                         const iha_shape *shape,
-                                         const iha_attention_options *options,
-                                         iha_buffer qt, iha_buffer kt,
-                                         iha_buffer vt, iha_buffer o,
-                                         iha_buffer lse);
+IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, const iha_shape *shape,
+                                         const iha_attention_options *options, iha_buffer qt, iha_buffer kt,
+                                         iha_buffer vt, iha_buffer o, iha_buffer lse);
 
 /* The backward of iha_mpi_attention, as iha_attention_backward over the whole
  * sequence: inputs   qt, kt, vt, o, dout [batch][heads][count*pseudo][head_dim]
@@ -103,11 +99,10 @@ IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm,
  * iha_mpi_attention. Host memory: 8 blocks of the largest rank's floats (K, V,
  * dK, dV held and arriving); device memory: 4 such blocks. Every output must
  * lie apart from every input and the other outputs. */
-IHA_MPI_API iha_status iha_mpi_attention_backward(
-    iha_context *ctx, MPI_Comm comm, const iha_shape *shape,
-    const iha_attention_options *options, iha_buffer qt, iha_buffer kt,
-    iha_buffer vt, iha_buffer o, iha_buffer lse, iha_buffer dout,
-    iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
+IHA_MPI_API iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, const iha_shape *shape,
+                                                  const iha_attention_options *options, iha_buffer qt, iha_buffer kt,
+                                                  iha_buffer vt, iha_buffer o, iha_buffer lse, iha_buffer dout,
+                                                  iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
 
 #ifdef __cplusplus
 }
