@@ -55,7 +55,7 @@ extern "C" {
 IHA_MPI_API void iha_mpi_split(size_t tokens, int ranks, int rank, size_t *first, size_t *count);
 
 /* The message of this thread's last libiha_mpi call that did not return IHA_OK
- * ("" if none): what was refused or failed, and on which rank. The string lives
+ * ("" if none): what the call refused or what failed, and on which rank. The string lives
  * until the thread's next call. */
 IHA_MPI_API const char *iha_mpi_message(void);
 

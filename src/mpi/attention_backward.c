@@ -106,8 +106,8 @@ iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, const iha
             held = arriving;
             arriving = t;
         }
-        /* held is this rank's own block now, its gradients summed over every rank.
-         */
+        /* After the last hop, held is this rank's own block, its gradients summed over every
+         * rank. */
         if (local_st == IHA_OK) local_st = deliver(ctx, held + 2 * blk, arriving, dkt, n, options->accumulate);
         if (local_st == IHA_OK) local_st = deliver(ctx, held + 3 * blk, arriving, dvt, n, options->accumulate);
         if (local_st == IHA_OK) local_st = iha_context_finish(ctx);
