@@ -17,9 +17,10 @@ packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers lib
 # CI's reliability stages: the OpenCL simulator, Mesa's OpenCL drivers (rusticl on llvmpipe,
 # a second implementation), clang with libFuzzer and the sanitizer runtimes (a recommendation
 # of clang, so named here), llvm-symbolizer, shellcheck; for the package stage clang++ (in
-# clang), dpkg-shlibdeps (dpkg-dev, with file) and lintian.
+# clang), dpkg-shlibdeps (dpkg-dev, with file) and lintian; Open MPI for libiha_mpi and its
+# mpirun tests (doc/mpi.md).
 [ "$mode" = ci-deps ] && packages+=(oclgrind mesa-opencl-icd clang libclang-rt-dev llvm shellcheck
-                                   dpkg-dev file lintian)
+                                   dpkg-dev file lintian libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,111 @@
+/*
+ * iha_mpi.h - libiha_mpi: sequence-parallel (ring) IHA attention over the ranks
+ * of an MPI communicator (doc/mpi.md). An optional component, built when CMake
+ * finds MPI
+ * (-DIHA_MPI=AUTO, the default; ON requires it, OFF skips it); link iha_mpi,
+ * which links libiha and MPI. libiha itself never includes mpi.h.
+ *
+ * The sequence of shape->tokens = N tokens is split into contiguous runs, one
+ * per rank of the communicator, each with all P pseudo-tokens of its tokens, so
+ * the token structure of the masks stays aligned: rank r of R holds tokens
+ * iha_mpi_split's first .. first + count - 1, where the first N % R ranks hold
+ * floor(N/R) + 1 tokens and the others floor(N/R). Every rank calls with the
+ * same shape (the whole sequence's N), options and communicator, and passes its
+ * own run's tensors: [B][H][count*P][d] in virtual rows of its own tokens.
+ *
+ * Each call is collective over the communicator: every rank must make it.
+ * Arguments are checked on every rank and the result agreed on (an
+ * MPI_Allreduce) before anything is written, so a refusal on one rank is a
+ * refusal on all (the others return IHA_ERROR_INVALID_ARGUMENT and a message
+ * naming the rank that refused). A call's message is iha_mpi_message()'s; a
+ * failure of a libiha call inside it leaves libiha's own message in
+ * iha_context_message(ctx) as well. The context's queue is finished before a
+ * call returns.
+ *
+ * Under a causal mask a contiguous split is unbalanced: rank r attends r + 1 of
+ * the R key blocks, so the last rank does about twice the average work and sets
+ * the time. A zig-zag split (each rank holding chunk r and chunk 2R - 1 - r of
+ * 2R chunks) would give every rank the same work; this version keeps the
+ * contiguous split, so ranks skip the key blocks wholly after their queries but
+ * wait for the slowest rank.
+ */
+#ifndef IHA_MPI_H
+#define IHA_MPI_H
+
+#include <mpi.h>
+
+#include "iha.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef IHA_MPI_API
+#if defined(__GNUC__) || defined(__clang__)
+#define IHA_MPI_API __attribute__((visibility("default")))
+#else
+#define IHA_MPI_API
+#endif
+#endif
+
+/* The tokens rank `rank` of `ranks` holds of a sequence of `tokens`: the first
+ * tokens % ranks ranks hold tokens / ranks + 1, the others tokens / ranks, in
+ * rank order. *first and *count get 0 when ranks is 0 or rank is out of range.
+ */
+IHA_MPI_API void iha_mpi_split(size_t tokens, int ranks, int rank, size_t *first, size_t *count);
+
+/* The message of this thread's last libiha_mpi call that did not return IHA_OK
+ * ("" if none): what the call refused or what failed, and on which rank. The string lives
+ * until the thread's next call. */
+IHA_MPI_API const char *iha_mpi_message(void);
+
+/* iha_attention over a sequence split across the ranks of comm:
+ *   qt, kt, vt, o  [batch][heads][count*pseudo][head_dim]  this rank's tokens
+ * (iha_mpi_split) lse            [batch][heads][count*pseudo] written when
+ * lse.mem is not NULL with shape->tokens the WHOLE sequence's N (at least the
+ * number of ranks) and the same mask, window and scale as iha_attention; o and
+ * lse equal iha_attention's rows for this rank's tokens within float rounding.
+ * The ring: each rank starts with its own key and value block and, R - 1 times,
+ * sends the block it holds to rank + 1 and receives the next from rank - 1 with
+ * MPI_Isend/MPI_Irecv while the held block is attended with
+ * iha_attention_partial, merging into (o, lse). Blocks travel as host copies:
+ * each is read from the device once on its owner, sent as MPI_FLOAT and written
+ * to a device staging buffer on arrival. Under IHA_MASK_CAUSAL and
+ * IHA_MASK_TOKEN_CAUSAL a block wholly after this rank's queries is passed on
+ * without being attended.
+ *   - Float32 only, as iha_attention_partial: options->storage other than
+ * IHA_STORAGE_F32, options->seq_lens set or options->rope nonzero is
+ * IHA_ERROR_UNSUPPORTED (rotate at global positions before calling); a block of
+ * more than INT_MAX floats is IHA_ERROR_UNSUPPORTED (one MPI message).
+ *   - Host memory: 4 blocks of the largest rank's B*H*ceil(N/R)*P*d floats;
+ * device memory: 2 such blocks, and B*H*count*P floats for lse when lse.mem is
+ * NULL.
+ *   - o and lse must lie apart from qt, kt, vt and each other. */
+IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, const iha_shape *shape,
+                                         const iha_attention_options *options, iha_buffer qt, iha_buffer kt,
+                                         iha_buffer vt, iha_buffer o, iha_buffer lse);
+
+/* The backward of iha_mpi_attention, as iha_attention_backward over the whole
+ * sequence: inputs   qt, kt, vt, o, dout [batch][heads][count*pseudo][head_dim]
+ * this rank's tokens lse                  [batch][heads][count*pseudo]
+ * (required: iha_mpi_attention's) outputs  dqt, dkt, dvt
+ * [batch][heads][count*pseudo][head_dim] overwritten, or added into with
+ * options->accumulate. The ring carries each key and value block together with
+ * its running dK and dV: at each hop the held block's K and V are sent on
+ * (MPI_Isend/MPI_Irecv) while iha_attention_partial_backward adds this rank's
+ * queries' share into its dK and dV and the block's share into dqt; then dK and
+ * dV follow. After R steps every block's dK and dV hold all ranks' shares and
+ * make one more hop, back to their owner. Same shape and option rules as
+ * iha_mpi_attention. Host memory: 8 blocks of the largest rank's floats (K, V,
+ * dK, dV held and arriving); device memory: 4 such blocks. Every output must
+ * lie apart from every input and the other outputs. */
+IHA_MPI_API iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, const iha_shape *shape,
+                                                  const iha_attention_options *options, iha_buffer qt, iha_buffer kt,
+                                                  iha_buffer vt, iha_buffer o, iha_buffer lse, iha_buffer dout,
+                                                  iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IHA_MPI_H */

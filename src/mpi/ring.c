@@ -1,0 +1,139 @@
+/* The ring's shared pieces: the split, argument checks every rank agrees on,
+ * host staging. */
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "mpi/ring.h"
+
+static _Thread_local char mpi_message[512];
+
+const char *iha_mpi_message(void) { return mpi_message; }
+
+iha_status mpi_fail(iha_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(mpi_message, sizeof mpi_message, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void iha_mpi_split(size_t tokens, int ranks, int rank, size_t *first, size_t *count)
+{
+    size_t f = 0, c = 0;
+    if (ranks > 0 && rank >= 0 && rank < ranks) {
+        const size_t R = (size_t)ranks, r = (size_t)rank, base = tokens / R, extra = tokens % R;
+        f = r * base + (r < extra ? r : extra);
+        c = base + (r < extra ? 1 : 0);
+    }
+    if (first != NULL) *first = f;
+    if (count != NULL) *count = c;
+}
+
+size_t mpi_ring_tokens(const mpi_ring *ring, int j) { return ring->start[j + 1] - ring->start[j]; }
+
+static int mul_ok(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, const iha_shape *shape, const iha_attention_options *options,
+                         const char *call)
+{
+    mpi_message[0] = '\0';
+    ring->start = NULL;
+    ring->comm = comm;
+    if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &ring->R) != MPI_SUCCESS ||
+        MPI_Comm_rank(comm, &ring->rank) != MPI_SUCCESS)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: comm is not a usable communicator", call);
+    ring->next = (ring->rank + 1) % ring->R;
+    ring->prev = (ring->rank + ring->R - 1) % ring->R;
+    ring->start = malloc(((size_t)ring->R + 1) * sizeof *ring->start);
+    if (ring->start == NULL) return mpi_fail(IHA_ERROR_HOST_MEMORY, "%s: no host memory for the split", call);
+    if (shape == NULL || options == NULL)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: shape and options must not be NULL", call);
+    if (shape->batch == 0 || shape->heads == 0 || shape->head_dim == 0 || shape->pseudo == 0)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: batch, heads, head_dim and pseudo must be at least 1", call);
+    if (shape->tokens < (size_t)ring->R)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: %zu tokens over %d ranks; every rank needs at least one", call,
+                        shape->tokens, ring->R);
+    if (options->storage != IHA_STORAGE_F32 || options->seq_lens != NULL || options->rope != 0)
+        return mpi_fail(IHA_ERROR_UNSUPPORTED,
+                        "%s takes float32 tensors without packed sequences or "
+                        "rotary (storage F32, seq_lens NULL, "
+                        "rope 0)",
+                        call);
+    for (int j = 0; j <= ring->R; ++j) iha_mpi_split(shape->tokens, ring->R, j, &ring->start[j], NULL);
+    ring->start[ring->R] = shape->tokens;
+    ring->max_tokens = (shape->tokens + (size_t)ring->R - 1) / (size_t)ring->R;
+    size_t bh, blk;
+    if (!mul_ok(shape->batch, shape->heads, &bh) || !mul_ok(bh, shape->pseudo, &ring->lse_elems) ||
+        !mul_ok(ring->lse_elems, shape->head_dim, &ring->row_elems) || !mul_ok(ring->row_elems, ring->max_tokens, &blk))
+        return mpi_fail(IHA_ERROR_SIZE_OVERFLOW, "%s: the block sizes overflow size_t", call);
+    if (blk > INT_MAX / 4)
+        return mpi_fail(IHA_ERROR_UNSUPPORTED, "%s: a block of %zu floats exceeds one MPI message's int count", call,
+                        blk);
+    return IHA_OK;
+}
+
+void mpi_ring_close(mpi_ring *ring)
+{
+    free(ring->start);
+    ring->start = NULL;
+}
+
+iha_status mpi_check_buffer(iha_buffer b, size_t floats, const char *call, const char *name)
+{
+    if (b.mem == NULL) return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: %s.mem is NULL", call, name);
+    size_t bytes = 0;
+    if (clGetMemObjectInfo(b.mem, CL_MEM_SIZE, sizeof bytes, &bytes, NULL) != CL_SUCCESS)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: %s.mem is not a buffer", call, name);
+    if (b.offset > bytes / sizeof(float) || floats > bytes / sizeof(float) - b.offset)
+        return mpi_fail(IHA_ERROR_BUFFER_TOO_SMALL, "%s: %s holds %zu floats past its offset %zu; %zu needed", call,
+                        name, bytes / sizeof(float) - (b.offset < bytes / sizeof(float) ? b.offset : 0), b.offset,
+                        floats);
+    return IHA_OK;
+}
+
+iha_status mpi_agree(const mpi_ring *ring, iha_status local, const char *call)
+{
+    /* The lowest failing rank, or R when none failed. */
+    int mine = local == IHA_OK ? ring->R : ring->rank, lowest = ring->R;
+    if (MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, ring->comm) != MPI_SUCCESS)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: MPI_Allreduce failed", call);
+    if (local != IHA_OK) return local;
+    if (lowest < ring->R)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: rank %d refused the call or failed", call, lowest);
+    return IHA_OK;
+}
+
+iha_status mpi_read(iha_context *ctx, iha_buffer src, float *dst, size_t floats)
+{
+    const cl_int e = clEnqueueReadBuffer(iha_context_cl_queue(ctx), src.mem, CL_TRUE, src.offset * sizeof(float),
+                                         floats * sizeof(float), dst, 0, NULL, NULL);
+    return e == CL_SUCCESS ? IHA_OK : mpi_fail(IHA_ERROR_OPENCL, "clEnqueueReadBuffer failed (%d)", (int)e);
+}
+
+iha_status mpi_write(iha_context *ctx, const float *src, iha_buffer dst, size_t floats)
+{
+    const cl_int e = clEnqueueWriteBuffer(iha_context_cl_queue(ctx), dst.mem, CL_TRUE, dst.offset * sizeof(float),
+                                          floats * sizeof(float), src, 0, NULL, NULL);
+    return e == CL_SUCCESS ? IHA_OK : mpi_fail(IHA_ERROR_OPENCL, "clEnqueueWriteBuffer failed (%d)", (int)e);
+}
+
+cl_mem mpi_device_buffer(iha_context *ctx, size_t floats, const char *call)
+{
+    cl_int e = CL_SUCCESS;
+    cl_mem m =
+        clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, (floats ? floats : 1) * sizeof(float), NULL, &e);
+    if (m == NULL || e != CL_SUCCESS) {
+        mpi_fail(IHA_ERROR_DEVICE_MEMORY, "%s: a staging buffer of %zu floats could not be made (%d)", call, floats,
+                 (int)e);
+        return NULL;
+    }
+    return m;
+}

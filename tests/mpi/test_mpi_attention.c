@@ -1,0 +1,297 @@
+/*
+ * test_mpi_attention.c - iha_mpi_attention and iha_mpi_attention_backward under
+ * mpirun: every rank builds the same random sequence, runs the single-process
+ * iha_attention and iha_attention_backward on the whole of it, runs the ring on
+ * its own tokens, and compares its rows (and the forward against the float64
+ * reference); every mask, windows spanning ranks, N not divisible by R,
+ * gradients added into with accumulate; the refusals agreed by every rank. A
+ * plain main: nonzero when any rank saw a failure.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iha_mpi.h"
+#include "reference.h"
+
+static int rank_id, failures;
+
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "rank %d: ", rank_id);                                                                     \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fprintf(stderr, "\n");                                                                                     \
+            ++failures;                                                                                                \
+        }                                                                                                              \
+    } while (0)
+
+static uint64_t rng_state;
+static float rnd(float scale)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return scale * ((float)((rng_state >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f);
+}
+
+static cl_mem dev(iha_context *ctx, const float *x, size_t n)
+{
+    cl_int e;
+    cl_mem m = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, (n ? n : 1) * sizeof(float), NULL, &e);
+    if (x != NULL) clEnqueueWriteBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), x, 0, NULL, NULL);
+    return m;
+}
+
+static void get(iha_context *ctx, cl_mem m, float *x, size_t n)
+{
+    clEnqueueReadBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), x, 0, NULL, NULL);
+}
+
+/* This rank's rows [bh][t0 .. t0+rows) of a [BH][T][w] tensor. */
+static void rows_of(const float *whole, float *mine, size_t BH, size_t T, size_t t0, size_t rows, size_t w)
+{
+    for (size_t bh = 0; bh < BH; ++bh)
+        memcpy(mine + bh * rows * w, whole + (bh * T + t0) * w, rows * w * sizeof(float));
+}
+
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const double e = (double)a[i] - (double)b[i];
+        num += e * e;
+        den += (double)b[i] * (double)b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static double rel_l2_d(const float *a, const double *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const double e = (double)a[i] - b[i];
+        num += e * e;
+        den += b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+typedef struct mpi_case {
+    size_t B, N, H, d, P;
+    int mask;
+    int64_t window;
+    int accumulate;
+} mpi_case;
+
+static void run_case(iha_context *ctx, int R, const mpi_case *c)
+{
+    const size_t BH = c->B * c->H, T = c->N * c->P, d = c->d, n = BH * T * d;
+    const iha_shape whole = {c->B, c->N, 1, c->H, d, c->P};
+    iha_attention_options op;
+    iha_attention_options_init(&op);
+    op.mask = c->mask;
+    op.window = c->window;
+    rng_state = 12345 + c->N * 31 + (uint64_t)c->mask * 7 + (uint64_t)c->window;
+    float *x[4];
+    for (int i = 0; i < 4; ++i) {
+        x[i] = malloc(n * sizeof(float));
+        for (size_t e = 0; e < n; ++e) x[i][e] = rnd(i == 0 || i == 1 ? 1.5f : 1.0f);
+    }
+    /* The whole sequence, single process. */
+    cl_mem w[4], wo = dev(ctx, NULL, n), wl = dev(ctx, NULL, BH * T), wd[3];
+    for (int i = 0; i < 4; ++i) w[i] = dev(ctx, x[i], n);
+    for (int i = 0; i < 3; ++i) wd[i] = dev(ctx, NULL, n);
+    CHECK(iha_attention(ctx, &whole, &op, (iha_buffer){w[0], 0}, (iha_buffer){w[1], 0}, (iha_buffer){w[2], 0},
+                        (iha_buffer){wo, 0}, (iha_buffer){wl, 0}) == IHA_OK,
+          "iha_attention: %s", iha_context_message(ctx));
+    CHECK(iha_attention_backward(ctx, &whole, &op, (iha_buffer){w[0], 0}, (iha_buffer){w[1], 0}, (iha_buffer){w[2], 0},
+                                 (iha_buffer){wo, 0}, (iha_buffer){wl, 0}, (iha_buffer){w[3], 0},
+                                 (iha_buffer){wd[0], 0}, (iha_buffer){wd[1], 0}, (iha_buffer){wd[2], 0}) == IHA_OK,
+          "iha_attention_backward: %s", iha_context_message(ctx));
+    float *ref[6];
+    for (int i = 0; i < 6; ++i) ref[i] = malloc(n * sizeof(float));
+    get(ctx, wo, ref[0], n);
+    get(ctx, wl, ref[1], BH * T);
+    for (int i = 0; i < 3; ++i) get(ctx, wd[i], ref[2 + i], n);
+
+    /* This rank's tokens through the ring. */
+    size_t first, count;
+    iha_mpi_split(c->N, R, rank_id, &first, &count);
+    const size_t rows = count * c->P, nm = BH * rows * d;
+    float *mine = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+    cl_mem m[4], mo = dev(ctx, NULL, nm), ml = dev(ctx, NULL, BH * rows), md[3];
+    for (int i = 0; i < 4; ++i) {
+        rows_of(x[i], mine, BH, T, first * c->P, rows, d);
+        m[i] = dev(ctx, mine, nm);
+    }
+    for (int i = 0; i < 3; ++i) {
+        for (size_t e = 0; e < nm; ++e) mine[e] = c->accumulate ? 0.25f * (float)(e % 7) : NAN;
+        md[i] = dev(ctx, mine, nm);
+    }
+    const iha_status sf =
+        iha_mpi_attention(ctx, MPI_COMM_WORLD, &whole, &op, (iha_buffer){m[0], 0}, (iha_buffer){m[1], 0},
+                          (iha_buffer){m[2], 0}, (iha_buffer){mo, 0}, (iha_buffer){ml, 0});
+    CHECK(sf == IHA_OK, "iha_mpi_attention: %s: %s", iha_status_name(sf), iha_mpi_message());
+    const char *what = "";
+    char label[160];
+    snprintf(label, sizeof label, "R=%d N=%zu P=%zu mask=%d window=%lld accumulate=%d", R, c->N, c->P, c->mask,
+             (long long)c->window, c->accumulate);
+    get(ctx, mo, got, nm);
+    rows_of(ref[0], want, BH, T, first * c->P, rows, d);
+    double e = rel_l2(got, want, nm);
+    CHECK(e <= 1e-5, "%s o: relative L2 %.3g against iha_attention", label, e);
+    get(ctx, ml, got, BH * rows);
+    rows_of(ref[1], want, BH, T, first * c->P, rows, 1);
+    e = rel_l2(got, want, BH * rows);
+    CHECK(e <= 1e-5, "%s lse: relative L2 %.3g against iha_attention", label, e);
+    if (!c->accumulate) {
+        ref_problem rp = {.B = c->B, .N = c->N, .H = c->H, .d = d, .P = c->P, .mask = c->mask, .window = c->window};
+        double *ro = malloc(n * sizeof(double)), *rl = malloc(BH * T * sizeof(double));
+        if (ref_attention(&rp, x[0], x[1], x[2], ro, rl) == 0) {
+            double *rm = malloc(nm * sizeof(double));
+            for (size_t bh = 0; bh < BH; ++bh)
+                memcpy(rm + bh * rows * d, ro + (bh * T + first * c->P) * d, rows * d * sizeof(double));
+            get(ctx, mo, got, nm);
+            e = rel_l2_d(got, rm, nm);
+            CHECK(e <= 1e-5, "%s o: relative L2 %.3g against the float64 reference", label, e);
+            free(rm);
+        } else
+            CHECK(0, "%s: ref_attention failed", label);
+        free(ro);
+        free(rl);
+    }
+
+    iha_attention_options ob = op;
+    ob.accumulate = c->accumulate;
+    const iha_status sb = iha_mpi_attention_backward(ctx, MPI_COMM_WORLD, &whole, &ob, (iha_buffer){m[0], 0},
+                                                     (iha_buffer){m[1], 0}, (iha_buffer){m[2], 0}, (iha_buffer){mo, 0},
+                                                     (iha_buffer){ml, 0}, (iha_buffer){m[3], 0}, (iha_buffer){md[0], 0},
+                                                     (iha_buffer){md[1], 0}, (iha_buffer){md[2], 0});
+    CHECK(sb == IHA_OK, "iha_mpi_attention_backward: %s: %s", iha_status_name(sb), iha_mpi_message());
+    for (int i = 0; i < 3; ++i) {
+        what = i == 0 ? "dqt" : i == 1 ? "dkt" : "dvt";
+        get(ctx, md[i], got, nm);
+        rows_of(ref[2 + i], want, BH, T, first * c->P, rows, d);
+        if (c->accumulate)
+            for (size_t q = 0; q < nm; ++q) want[q] += 0.25f * (float)(q % 7);
+        e = rel_l2(got, want, nm);
+        CHECK(e <= 2e-5, "%s %s: relative L2 %.3g against iha_attention_backward", label, what, e);
+    }
+    for (int i = 0; i < 4; ++i) {
+        clReleaseMemObject(w[i]);
+        clReleaseMemObject(m[i]);
+        free(x[i]);
+    }
+    for (int i = 0; i < 3; ++i) {
+        clReleaseMemObject(wd[i]);
+        clReleaseMemObject(md[i]);
+    }
+    for (int i = 0; i < 6; ++i) free(ref[i]);
+    clReleaseMemObject(wo);
+    clReleaseMemObject(wl);
+    clReleaseMemObject(mo);
+    clReleaseMemObject(ml);
+    free(mine);
+    free(got);
+    free(want);
+}
+
+/* Refusals are agreed: a bad buffer on one rank is refused on every rank,
+ * nothing written. */
+static void refusals(iha_context *ctx, int R)
+{
+    const iha_shape s = {1, 8, 1, 1, 4, 2};
+    iha_attention_options op;
+    iha_attention_options_init(&op);
+    size_t first, count;
+    iha_mpi_split(s.tokens, R, rank_id, &first, &count);
+    const size_t nm = count * 2 * 4;
+    float *fill = malloc(nm * sizeof(float)), *back = malloc(nm * sizeof(float));
+    for (size_t i = 0; i < nm; ++i) fill[i] = 7.0f;
+    cl_mem a = dev(ctx, fill, nm), o = dev(ctx, fill, nm), small = dev(ctx, fill, 1);
+    const iha_buffer q = {rank_id == R - 1 ? small : a, 0};
+    iha_status st = iha_mpi_attention(ctx, MPI_COMM_WORLD, &s, &op, q, (iha_buffer){a, 0}, (iha_buffer){a, 0},
+                                      (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
+    if (rank_id == R - 1)
+        CHECK(st == IHA_ERROR_BUFFER_TOO_SMALL, "short qt: %s", iha_status_name(st));
+    else
+        CHECK(st == IHA_ERROR_INVALID_ARGUMENT && strstr(iha_mpi_message(), "rank") != NULL,
+              "short qt elsewhere: %s (%s)", iha_status_name(st), iha_mpi_message());
+    get(ctx, o, back, nm);
+    CHECK(memcmp(back, fill, nm * sizeof(float)) == 0, "a refused call wrote o");
+    op.rope = 1;
+    st = iha_mpi_attention(ctx, MPI_COMM_WORLD, &s, &op, (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){a, 0},
+                           (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
+    CHECK(st == IHA_ERROR_UNSUPPORTED, "rope: %s", iha_status_name(st));
+    op.rope = 0;
+    const iha_shape tiny = {1, (size_t)R - 1, 1, 1, 4, 2};
+    if (R > 1) {
+        st = iha_mpi_attention(ctx, MPI_COMM_WORLD, &tiny, &op, (iha_buffer){a, 0}, (iha_buffer){a, 0},
+                               (iha_buffer){a, 0}, (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
+        CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "fewer tokens than ranks: %s", iha_status_name(st));
+    }
+    /* The backward: lse is required; one rank without it refuses, every rank agrees, and no
+     * gradient is written anywhere. */
+    cl_mem dq = dev(ctx, fill, nm), lb = dev(ctx, fill, nm);
+    const iha_buffer l = {rank_id == 0 ? NULL : lb, 0};
+    st = iha_mpi_attention_backward(ctx, MPI_COMM_WORLD, &s, &op, (iha_buffer){a, 0}, (iha_buffer){a, 0},
+                                    (iha_buffer){a, 0}, (iha_buffer){a, 0}, l, (iha_buffer){a, 0},
+                                    (iha_buffer){dq, 0}, (iha_buffer){o, 0}, (iha_buffer){o, 0});
+    CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "backward without lse on rank 0: %s (%s)", iha_status_name(st),
+          iha_mpi_message());
+    get(ctx, dq, back, nm);
+    CHECK(memcmp(back, fill, nm * sizeof(float)) == 0, "a refused backward wrote dqt");
+    clReleaseMemObject(dq);
+    clReleaseMemObject(lb);
+    clReleaseMemObject(a);
+    clReleaseMemObject(o);
+    clReleaseMemObject(small);
+    free(fill);
+    free(back);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int R;
+    MPI_Comm_size(MPI_COMM_WORLD, &R);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_id);
+    iha_context *ctx = NULL;
+    char message[256] = "";
+    iha_context_options co;
+    iha_context_options_init(&co);
+    const iha_status cs = iha_context_create(&ctx, &co, message, sizeof message);
+    int ok = cs == IHA_OK, all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) {
+        if (!ok) fprintf(stderr, "rank %d: iha_context_create: %s\n", rank_id, message);
+        if (ctx != NULL) iha_context_free(ctx);
+        MPI_Finalize();
+        return 1;
+    }
+    size_t s0, s1;
+    iha_mpi_split(10, 4, 0, &s0, &s1);
+    CHECK(s0 == 0 && s1 == 3, "split of 10 over 4, rank 0: %zu %zu", s0, s1);
+    iha_mpi_split(10, 4, 3, &s0, &s1);
+    CHECK(s0 == 8 && s1 == 2, "split of 10 over 4, rank 3: %zu %zu", s0, s1);
+    /* N = 7 and 10 split unevenly over 2, 3 and 4 ranks; windows of 2 and 3
+     * tokens span ranks. */
+    static const size_t Ns[2] = {7, 10};
+    static const int64_t windows[3] = {0, 2, 3};
+    for (int ni = 0; ni < 2; ++ni)
+        for (int mask = 0; mask < 3; ++mask)
+            for (int wi = 0; wi < 3; ++wi) {
+                const mpi_case c = {1, Ns[ni], 2, 8, ni == 0 ? 3 : 2, mask, windows[wi], 0};
+                run_case(ctx, R, &c);
+            }
+    const mpi_case acc = {2, 9, 1, 4, 2, IHA_MASK_CAUSAL, 0, 1};
+    run_case(ctx, R, &acc);
+    refusals(ctx, R);
+    iha_context_free(ctx);
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank_id == 0) printf("test_mpi_attention: %d ranks, %d failures\n", R, total);
+    MPI_Finalize();
+    return total == 0 ? 0 : 1;
+}
