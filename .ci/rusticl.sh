@@ -12,7 +12,7 @@
 #   - test_attention_variants: every attention variant forced (register tiles, local memory,
 #     local tiles);
 #   - test_mha: multi-head attention (P = 1, the identity shortcut);
-#   - test_backward: the row kernels, which the library uses there, and the tile kernels forced;
+#   - test_backward without both_kernel_families: the row kernels, which the library uses there;
 #   - test_packed's attention backward (sequence bounds in the forward and backward kernels) and
 #     test_partial's invisible block (the partial attention kernels and their merge).
 # With IHA_RUSTICL_ALL=1 also:
@@ -23,7 +23,8 @@
 #   - test_decode without its long-cache cases, test_half's attention and layer backwards, and
 #     test_bf16's decoding steps (bfloat16 x, z, weights and cache: its conversions, GEMV and
 #     cache kernels);
-#   - the whole of test_packed and test_partial, test_core_backward and test_accumulate.
+#   - the whole of test_backward (the tile kernels forced), test_packed and test_partial,
+#     test_core_backward and test_accumulate.
 # Each test's output stays in <build>/rusticl/.
 # Usage: .ci/rusticl.sh [build-dir]   (a configured and built release tree; default build)
 set -euo pipefail
@@ -54,8 +55,8 @@ run() {
 run test_loop_limit
 run test_attention_variants
 run test_mha
-run test_backward
 if [ "${IHA_RUSTICL_ALL:-0}" = 1 ]; then
+  run test_backward
   run test_small_shapes
   run test_nonfinite
   run test_decode IHA_TEST_SKIP='long_*'
@@ -66,6 +67,7 @@ if [ "${IHA_RUSTICL_ALL:-0}" = 1 ]; then
   run test_partial
   run test_bf16 IHA_TEST_ONLY='decode_steps'
 else
+  run test_backward IHA_TEST_SKIP='both_kernel_families'
   run test_packed IHA_TEST_ONLY='attention_backward_case'
   run test_partial IHA_TEST_ONLY='invisible_block_keeps_state'
 fi
