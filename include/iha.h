@@ -486,6 +486,59 @@ IHA_API iha_status iha_attention_backward(iha_context *ctx, const iha_shape *sha
                                           iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o, iha_buffer lse,
                                           iha_buffer dout, iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
 
+/* ---- Layer stages (the per-token ends of a layer, for sequence-parallel layers) ---------- */
+
+/* iha_forward is expand, attention, collapse: iha_layer_expand runs the per-token stages
+ * before attention and iha_layer_collapse those after it, so that an application (or
+ * libiha_mpi, include/iha_mpi.h) can run the attention step its own way, over a sequence split
+ * across devices, and still use the library's projections, mixing, rotary and collapse:
+ *     iha_layer_expand(ctx, &shape, &options, &weights, 0, x, qt, kt, vt);
+ *     iha_attention(ctx, &shape, &attention_options, qt, kt, vt, o, lse);   rope 0 there
+ *     iha_layer_collapse(ctx, &shape, &options, &weights, o, z);
+ * gives iha_forward's z within float rounding. Mixing, rotary and collapse are per token, so a
+ * run of tokens of a longer sequence goes through them on its own: `first_token` is the run's
+ * first token in the whole sequence, which sets its rotary positions.
+ *
+ * iha_layer_expand: x [B][N][D] -> qt, kt, vt [B][H][N*P][d] (T = N*P virtual rows per head):
+ * Q = X W_Q, K = X W_K, V = X W_V, mixing by alpha_Q, alpha_K, alpha_V, and with options->rope
+ * rotary of Qt and Kt at virtual position (first_token + n)*P + p of token n's pseudo-token p.
+ * options->mask, window and scale are ignored; storage and weight_storage as in iha_forward
+ * (qt, kt, vt in options->storage). With options->seq_lens rotary restarts at each sequence as
+ * in iha_forward, and first_token must be 0 (IHA_ERROR_UNSUPPORTED otherwise). The outputs must
+ * lie apart from x, the weights and each other; weights->wo and r are ignored. */
+IHA_API iha_status iha_layer_expand(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                    const iha_layer_weights *weights, size_t first_token, iha_buffer x,
+                                    iha_buffer qt, iha_buffer kt, iha_buffer vt);
+
+/* iha_layer_collapse: o [B][H][N*P][d] (the attention step's output) -> z [B][N][D]: collapse
+ * by R, then Z = Y W_O. options->storage as in iha_forward (o and z); only storage and
+ * weight_storage are read from options. weights->wq, wk, wv and alpha_q/k/v are ignored. z must
+ * lie apart from o and the weights. */
+IHA_API iha_status iha_layer_collapse(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                      const iha_layer_weights *weights, iha_buffer o, iha_buffer z);
+
+/* The backward of iha_layer_collapse: given its o and dz = dLoss/dz [B][N][D], writes
+ * dout = dLoss/do [B][H][N*P][d] and grads->wo and grads->r (the other members are ignored;
+ * grads may be NULL, and any output with mem NULL is not computed). Outputs are overwritten,
+ * or added into with options->accumulate. Y is recomputed from o. Every output must lie apart
+ * from o, dz, the weights and the other outputs. */
+IHA_API iha_status iha_layer_collapse_backward(iha_context *ctx, const iha_shape *shape,
+                                               const iha_attention_options *options,
+                                               const iha_layer_weights *weights, iha_buffer o, iha_buffer dz,
+                                               iha_buffer dout, const struct iha_layer_grads *grads);
+
+/* The backward of iha_layer_expand: given its x and first_token and dqt, dkt, dvt =
+ * dLoss/dqt, dLoss/dkt, dLoss/dvt [B][H][N*P][d] (as iha_attention_backward writes them),
+ * writes dx = dLoss/dx [B][N][D] and grads->wq, wk, wv and alpha_q, alpha_k, alpha_v (wo and r
+ * are ignored; grads may be NULL, and any output with mem NULL is not computed). The inverse
+ * rotary runs at the same positions as the forward's. Q, K and V are recomputed from x.
+ * Outputs are overwritten, or added into with options->accumulate. Every output must lie apart
+ * from x, dqt, dkt, dvt, the weights and the other outputs. */
+IHA_API iha_status iha_layer_expand_backward(iha_context *ctx, const iha_shape *shape,
+                                             const iha_attention_options *options, const iha_layer_weights *weights,
+                                             size_t first_token, iha_buffer x, iha_buffer dqt, iha_buffer dkt,
+                                             iha_buffer dvt, iha_buffer dx, const struct iha_layer_grads *grads);
+
 /* ---- Partial attention (sequence-parallel building block) ------------------------------- */
 
 /* Where one query block and one key block lie in a longer sequence, in tokens (virtual rows

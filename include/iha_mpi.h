@@ -5,13 +5,13 @@
  * (-DIHA_MPI=AUTO, the default; ON requires it, OFF skips it); link iha_mpi,
  * which links libiha and MPI. libiha itself never includes mpi.h.
  *
- * The sequence of shape->tokens = N tokens is split into contiguous runs, one
- * per rank of the communicator, each with all P pseudo-tokens of its tokens, so
- * the token structure of the masks stays aligned: rank r of R holds tokens
- * iha_mpi_split's first .. first + count - 1, where the first N % R ranks hold
- * floor(N/R) + 1 tokens and the others floor(N/R). Every rank calls with the
- * same shape (the whole sequence's N), options and communicator, and passes its
- * own run's tensors: [B][H][count*P][d] in virtual rows of its own tokens.
+ * The sequence of shape->tokens = N tokens is split over the ranks of the
+ * communicator in runs of whole tokens, each with all P pseudo-tokens of its
+ * tokens, so the token structure of the masks stays aligned. Which runs a rank
+ * holds is the call's layout (iha_mpi_layout, iha_mpi_runs below); every rank
+ * passes the same layout, shape (the whole sequence's N), options and
+ * communicator, and its own runs' tensors: [B][H][count*P][d] in virtual rows
+ * of its own tokens (attention calls) or [B][count][D] (layer calls).
  *
  * Each call is collective over the communicator: every rank must make it.
  * Arguments are checked on every rank and the result agreed on (an
@@ -21,13 +21,6 @@
  * failure of a libiha call inside it leaves libiha's own message in
  * iha_context_message(ctx) as well. The context's queue is finished before a
  * call returns.
- *
- * Under a causal mask a contiguous split is unbalanced: rank r attends r + 1 of
- * the R key blocks, so the last rank does about twice the average work and sets
- * the time. A zig-zag split (each rank holding chunk r and chunk 2R - 1 - r of
- * 2R chunks) would give every rank the same work; this version keeps the
- * contiguous split, so ranks skip the key blocks wholly after their queries but
- * wait for the slowest rank.
  */
 #ifndef IHA_MPI_H
 #define IHA_MPI_H
@@ -53,6 +46,29 @@ extern "C" {
  * rank order. *first and *count get 0 when ranks is 0 or rank is out of range.
  */
 IHA_MPI_API void iha_mpi_split(size_t tokens, int ranks, int rank, size_t *first, size_t *count);
+
+/* Which tokens each rank holds.
+ *   IHA_MPI_CONTIGUOUS  rank r holds one run, iha_mpi_split's: the fewest bytes per hop and,
+ *                       with a window shorter than a run, work equal on every rank; under a
+ *                       causal mask without a window rank r attends r + 1 of the R key blocks,
+ *                       so the last rank does about twice the average work and sets the time.
+ *   IHA_MPI_ZIGZAG      the sequence is split (as iha_mpi_split) into 2R chunks and rank r
+ *                       holds chunk r and chunk 2R - 1 - r, back to back (run 0 then run 1):
+ *                       under a causal mask every rank then attends the same number of key
+ *                       chunk pairs, so no rank waits for another; needs at least 2R tokens.
+ * A rank's tensors hold its runs' tokens in run order. */
+typedef enum iha_mpi_layout { IHA_MPI_CONTIGUOUS = 0, IHA_MPI_ZIGZAG = 1 } iha_mpi_layout;
+
+/* A run of tokens: first .. first + count - 1 of the whole sequence. */
+typedef struct iha_mpi_run {
+    size_t first;
+    size_t count;
+} iha_mpi_run;
+
+/* The runs rank `rank` of `ranks` holds under `layout`, into runs[0] and runs[1] (a
+ * contiguous layout's second run has count 0); returns the number of runs (1 or 2), or 0 for
+ * a rank or layout out of range (both runs then 0, 0). */
+IHA_MPI_API int iha_mpi_runs(size_t tokens, int ranks, int rank, iha_mpi_layout layout, iha_mpi_run runs[2]);
 
 /* The message of this thread's last libiha_mpi call that did not return IHA_OK
  * ("" if none): what the call refused or what failed, and on which rank. The string lives
@@ -81,7 +97,7 @@ IHA_MPI_API const char *iha_mpi_message(void);
  * device memory: 2 such blocks, and B*H*count*P floats for lse when lse.mem is
  * NULL.
  *   - o and lse must lie apart from qt, kt, vt and each other. */
-IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, const iha_shape *shape,
+IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                                          const iha_attention_options *options, iha_buffer qt, iha_buffer kt,
                                          iha_buffer vt, iha_buffer o, iha_buffer lse);
 
@@ -99,10 +115,36 @@ IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, const 
  * iha_mpi_attention. Host memory: 8 blocks of the largest rank's floats (K, V,
  * dK, dV held and arriving); device memory: 4 such blocks. Every output must
  * lie apart from every input and the other outputs. */
-IHA_MPI_API iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, const iha_shape *shape,
-                                                  const iha_attention_options *options, iha_buffer qt, iha_buffer kt,
-                                                  iha_buffer vt, iha_buffer o, iha_buffer lse, iha_buffer dout,
-                                                  iha_buffer dqt, iha_buffer dkt, iha_buffer dvt);
+IHA_MPI_API iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout,
+                                                  const iha_shape *shape, const iha_attention_options *options,
+                                                  iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o,
+                                                  iha_buffer lse, iha_buffer dout, iha_buffer dqt, iha_buffer dkt,
+                                                  iha_buffer dvt);
+
+/* The whole layer (iha_forward) over a sequence split across the ranks of comm:
+ *   x, z  [batch][count][model_dim]   this rank's tokens under `layout` (iha_mpi_runs)
+ * with shape->tokens the WHOLE sequence's N and the same options and weights on every rank
+ * (each rank holds a full copy of the weights). z equals iha_forward's rows for this rank's
+ * tokens within float rounding. Each rank runs iha_layer_expand on its runs (rotary at their
+ * global positions), the ring of iha_mpi_attention, then iha_layer_collapse. Float32
+ * activations and weights; options->seq_lens set is IHA_ERROR_UNSUPPORTED. Workspace: qt, kt,
+ * vt and o of this rank's tokens (4*B*H*count*P*d floats) and lse (B*H*count*P), with
+ * iha_mpi_attention's. */
+IHA_MPI_API iha_status iha_mpi_forward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
+                                       const iha_attention_options *options, const iha_layer_weights *weights,
+                                       iha_buffer x, iha_buffer z);
+
+/* The backward of iha_mpi_forward, as iha_backward over the whole sequence: given this rank's
+ * x and dz = dLoss/dz [batch][count][model_dim], writes this rank's dx (skipped when dx.mem is
+ * NULL) and every member of *grads whose mem is not NULL with the WHOLE sequence's gradient,
+ * summed over the ranks (MPI_Allreduce), the same on every rank. Outputs are overwritten, or
+ * added into with options->accumulate. The forward is recomputed (expand, ring attention),
+ * then collapse's backward, the ring backward and expand's backward run on this rank's
+ * tokens. Same rules as iha_mpi_forward; every output must lie apart from x, dz, the weights
+ * and the other outputs. */
+IHA_MPI_API iha_status iha_mpi_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
+                                        const iha_attention_options *options, const iha_layer_weights *weights,
+                                        iha_buffer x, iha_buffer dz, iha_buffer dx, const iha_layer_grads *grads);
 
 #ifdef __cplusplus
 }

@@ -16,12 +16,12 @@ static int block_hidden(const iha_attention_options *options, const mpi_ring *ri
            ring->start[j] >= ring->start[ring->rank + 1];
 }
 
-iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, const iha_shape *shape,
+iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                              const iha_attention_options *options, iha_buffer qt, iha_buffer kt, iha_buffer vt,
                              iha_buffer o, iha_buffer lse)
 {
     mpi_ring ring;
-    iha_status st = mpi_ring_open(&ring, comm, shape, options, call);
+    iha_status st = mpi_ring_open(&ring, comm, layout, shape, options, call);
     if (ring.start == NULL) return st; /* no communicator to agree over, or no memory */
     if (st == IHA_OK && ctx == NULL) st = mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: ctx is NULL", call);
     const size_t mine = st == IHA_OK ? mpi_ring_tokens(&ring, ring.rank) : 0;

@@ -25,13 +25,13 @@ static iha_status deliver(iha_context *ctx, const float *grad, float *scratch, i
     return st == IHA_OK ? mpi_write(ctx, scratch, out, n) : st;
 }
 
-iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, const iha_shape *shape,
+iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                                       const iha_attention_options *options, iha_buffer qt, iha_buffer kt, iha_buffer vt,
                                       iha_buffer o, iha_buffer lse, iha_buffer dout, iha_buffer dqt, iha_buffer dkt,
                                       iha_buffer dvt)
 {
     mpi_ring ring;
-    iha_status st = mpi_ring_open(&ring, comm, shape, options, call);
+    iha_status st = mpi_ring_open(&ring, comm, layout, shape, options, call);
     if (ring.start == NULL) return st;
     if (st == IHA_OK && ctx == NULL) st = mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: ctx is NULL", call);
     const size_t mine = st == IHA_OK ? mpi_ring_tokens(&ring, ring.rank) : 0;

@@ -32,6 +32,35 @@ void iha_mpi_split(size_t tokens, int ranks, int rank, size_t *first, size_t *co
     if (count != NULL) *count = c;
 }
 
+int iha_mpi_runs(size_t tokens, int ranks, int rank, iha_mpi_layout layout, iha_mpi_run runs[2])
+{
+    if (runs == NULL) return 0;
+    runs[0] = runs[1] = (iha_mpi_run){0, 0};
+    if (ranks <= 0 || rank < 0 || rank >= ranks) return 0;
+    if (layout == IHA_MPI_CONTIGUOUS) {
+        iha_mpi_split(tokens, ranks, rank, &runs[0].first, &runs[0].count);
+        return 1;
+    }
+    if (layout != IHA_MPI_ZIGZAG || ranks > INT_MAX / 2) return 0;
+    iha_mpi_split(tokens, 2 * ranks, rank, &runs[0].first, &runs[0].count);
+    iha_mpi_split(tokens, 2 * ranks, 2 * ranks - 1 - rank, &runs[1].first, &runs[1].count);
+    return 2;
+}
+
+iha_status mpi_copy_rows(iha_context *ctx, iha_buffer src, size_t src_rows, size_t src_row, iha_buffer dst,
+                         size_t dst_rows, size_t dst_row, size_t rows, size_t row_floats, size_t slabs)
+{
+    if (rows == 0 || row_floats == 0 || slabs == 0) return IHA_OK;
+    const size_t f = sizeof(float), pitch_s = src_rows * row_floats * f, pitch_d = dst_rows * row_floats * f;
+    const size_t so[3] = {(src.offset + src_row * row_floats) * f, 0, 0};
+    const size_t doff[3] = {(dst.offset + dst_row * row_floats) * f, 0, 0};
+    const size_t region[3] = {rows * row_floats * f, slabs, 1};
+    const cl_int e = clEnqueueCopyBufferRect(iha_context_cl_queue(ctx), src.mem, dst.mem, so, doff, region, pitch_s, 0,
+                                             pitch_d, 0, 0, NULL, NULL);
+    if (e != CL_SUCCESS) return mpi_fail(IHA_ERROR_OPENCL, "clEnqueueCopyBufferRect failed (%d)", (int)e);
+    return IHA_OK;
+}
+
 size_t mpi_ring_tokens(const mpi_ring *ring, int j) { return ring->start[j + 1] - ring->start[j]; }
 
 static int mul_ok(size_t a, size_t b, size_t *out)
@@ -41,8 +70,8 @@ static int mul_ok(size_t a, size_t b, size_t *out)
     return 1;
 }
 
-iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, const iha_shape *shape, const iha_attention_options *options,
-                         const char *call)
+iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
+                         const iha_attention_options *options, const char *call)
 {
     mpi_message[0] = '\0';
     ring->start = NULL;
@@ -58,6 +87,9 @@ iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, const iha_shape *shape, 
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: shape and options must not be NULL", call);
     if (shape->batch == 0 || shape->heads == 0 || shape->head_dim == 0 || shape->pseudo == 0)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: batch, heads, head_dim and pseudo must be at least 1", call);
+    if (layout != IHA_MPI_CONTIGUOUS)
+        return mpi_fail(layout == IHA_MPI_ZIGZAG ? IHA_ERROR_UNSUPPORTED : IHA_ERROR_INVALID_ARGUMENT,
+                        "%s: layout %d is not supported (IHA_MPI_CONTIGUOUS)", call, (int)layout);
     if (shape->tokens < (size_t)ring->R)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: %zu tokens over %d ranks; every rank needs at least one", call,
                         shape->tokens, ring->R);

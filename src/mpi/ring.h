@@ -20,8 +20,8 @@ typedef struct mpi_ring {
 /* Fills *ring for shape over comm and checks what every call checks (shape,
  * options, the split); returns the local status, with the message set on
  * failure. */
-iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, const iha_shape *shape, const iha_attention_options *options,
-                         const char *call);
+iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
+                         const iha_attention_options *options, const char *call);
 void mpi_ring_close(mpi_ring *ring);
 
 /* Tokens of block j. */
@@ -43,6 +43,11 @@ iha_status mpi_fail(iha_status status, const char *fmt, ...);
  * failure. */
 iha_status mpi_read(iha_context *ctx, iha_buffer src, float *dst, size_t floats);
 iha_status mpi_write(iha_context *ctx, const float *src, iha_buffer dst, size_t floats);
+/* Copies, in each of `slabs` consecutive slabs, `rows` rows of `row_floats` floats from row
+ * src_row of src (slabs of src_rows rows) to row dst_row of dst (slabs of dst_rows rows):
+ * one clEnqueueCopyBufferRect on ctx's queue, not waited for. IHA_ERROR_OPENCL on failure. */
+iha_status mpi_copy_rows(iha_context *ctx, iha_buffer src, size_t src_rows, size_t src_row, iha_buffer dst,
+                         size_t dst_rows, size_t dst_row, size_t rows, size_t row_floats, size_t slabs);
 /* A device buffer of `floats` floats, or NULL (message set). */
 cl_mem mpi_device_buffer(iha_context *ctx, size_t floats, const char *call);
 

@@ -130,8 +130,8 @@ static void run_case(iha_context *ctx, int R, const mpi_case *c)
         md[i] = dev(ctx, mine, nm);
     }
     const iha_status sf =
-        iha_mpi_attention(ctx, MPI_COMM_WORLD, &whole, &op, (iha_buffer){m[0], 0}, (iha_buffer){m[1], 0},
-                          (iha_buffer){m[2], 0}, (iha_buffer){mo, 0}, (iha_buffer){ml, 0});
+        iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &whole, &op, (iha_buffer){m[0], 0},
+                          (iha_buffer){m[1], 0}, (iha_buffer){m[2], 0}, (iha_buffer){mo, 0}, (iha_buffer){ml, 0});
     CHECK(sf == IHA_OK, "iha_mpi_attention: %s: %s", iha_status_name(sf), iha_mpi_message());
     const char *what = "";
     char label[160];
@@ -164,10 +164,10 @@ static void run_case(iha_context *ctx, int R, const mpi_case *c)
 
     iha_attention_options ob = op;
     ob.accumulate = c->accumulate;
-    const iha_status sb = iha_mpi_attention_backward(ctx, MPI_COMM_WORLD, &whole, &ob, (iha_buffer){m[0], 0},
-                                                     (iha_buffer){m[1], 0}, (iha_buffer){m[2], 0}, (iha_buffer){mo, 0},
-                                                     (iha_buffer){ml, 0}, (iha_buffer){m[3], 0}, (iha_buffer){md[0], 0},
-                                                     (iha_buffer){md[1], 0}, (iha_buffer){md[2], 0});
+    const iha_status sb = iha_mpi_attention_backward(
+        ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &whole, &ob, (iha_buffer){m[0], 0}, (iha_buffer){m[1], 0},
+        (iha_buffer){m[2], 0}, (iha_buffer){mo, 0}, (iha_buffer){ml, 0}, (iha_buffer){m[3], 0}, (iha_buffer){md[0], 0},
+        (iha_buffer){md[1], 0}, (iha_buffer){md[2], 0});
     CHECK(sb == IHA_OK, "iha_mpi_attention_backward: %s: %s", iha_status_name(sb), iha_mpi_message());
     for (int i = 0; i < 3; ++i) {
         what = i == 0 ? "dqt" : i == 1 ? "dkt" : "dvt";
@@ -211,8 +211,8 @@ static void refusals(iha_context *ctx, int R)
     for (size_t i = 0; i < nm; ++i) fill[i] = 7.0f;
     cl_mem a = dev(ctx, fill, nm), o = dev(ctx, fill, nm), small = dev(ctx, fill, 1);
     const iha_buffer q = {rank_id == R - 1 ? small : a, 0};
-    iha_status st = iha_mpi_attention(ctx, MPI_COMM_WORLD, &s, &op, q, (iha_buffer){a, 0}, (iha_buffer){a, 0},
-                                      (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
+    iha_status st = iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &op, q, (iha_buffer){a, 0},
+                                      (iha_buffer){a, 0}, (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
     if (rank_id == R - 1)
         CHECK(st == IHA_ERROR_BUFFER_TOO_SMALL, "short qt: %s", iha_status_name(st));
     else
@@ -221,22 +221,22 @@ static void refusals(iha_context *ctx, int R)
     get(ctx, o, back, nm);
     CHECK(memcmp(back, fill, nm * sizeof(float)) == 0, "a refused call wrote o");
     op.rope = 1;
-    st = iha_mpi_attention(ctx, MPI_COMM_WORLD, &s, &op, (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){a, 0},
-                           (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
+    st = iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &op, (iha_buffer){a, 0}, (iha_buffer){a, 0},
+                           (iha_buffer){a, 0}, (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
     CHECK(st == IHA_ERROR_UNSUPPORTED, "rope: %s", iha_status_name(st));
     op.rope = 0;
     const iha_shape tiny = {1, (size_t)R - 1, 1, 1, 4, 2};
     if (R > 1) {
-        st = iha_mpi_attention(ctx, MPI_COMM_WORLD, &tiny, &op, (iha_buffer){a, 0}, (iha_buffer){a, 0},
-                               (iha_buffer){a, 0}, (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
+        st = iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &tiny, &op, (iha_buffer){a, 0},
+                               (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
         CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "fewer tokens than ranks: %s", iha_status_name(st));
     }
     /* The backward: lse is required; one rank without it refuses, every rank agrees, and no
      * gradient is written anywhere. */
     cl_mem dq = dev(ctx, fill, nm), lb = dev(ctx, fill, nm);
     const iha_buffer l = {rank_id == 0 ? NULL : lb, 0};
-    st = iha_mpi_attention_backward(ctx, MPI_COMM_WORLD, &s, &op, (iha_buffer){a, 0}, (iha_buffer){a, 0},
-                                    (iha_buffer){a, 0}, (iha_buffer){a, 0}, l, (iha_buffer){a, 0},
+    st = iha_mpi_attention_backward(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &op, (iha_buffer){a, 0},
+                                    (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){a, 0}, l, (iha_buffer){a, 0},
                                     (iha_buffer){dq, 0}, (iha_buffer){o, 0}, (iha_buffer){o, 0});
     CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "backward without lse on rank 0: %s (%s)", iha_status_name(st),
           iha_mpi_message());

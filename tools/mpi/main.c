@@ -86,8 +86,8 @@ static int bench(int argc, char **argv, int R, int rank)
         MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = timer_seconds();
         const iha_status st =
-            iha_mpi_attention(ctx, MPI_COMM_WORLD, &shape, &op, (iha_buffer){q, 0}, (iha_buffer){k, 0},
-                              (iha_buffer){v, 0}, (iha_buffer){o, 0}, (iha_buffer){l, 0});
+            iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &shape, &op, (iha_buffer){q, 0},
+                              (iha_buffer){k, 0}, (iha_buffer){v, 0}, (iha_buffer){o, 0}, (iha_buffer){l, 0});
         double dt = timer_seconds() - t0, slowest = dt;
         MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (st != IHA_OK) {
