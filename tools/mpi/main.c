@@ -1,6 +1,7 @@
 /*
  * iha-mpi - the command-line tool of libiha_mpi (doc/mpi.md), run under mpirun:
  *   mpirun -n R iha-mpi bench [options]
+ *   mpirun -n R iha-mpi forward --in DIR --out FILE [options]   (forward.c)
  * bench times iha_mpi_attention on random tensors split over the ranks: the
  * slowest rank's time per call (median over --reps), the bytes of one hop and
  * the hops per call; with one rank it also times the single-process
@@ -14,6 +15,7 @@
 #include "common/mask_names.h"
 #include "common/timer.h"
 #include "iha_mpi.h"
+#include "mpi/commands.h"
 
 static cli_option bench_options[] = {
     {"n", "N", "tokens of the whole sequence (default 256)", NULL},
@@ -132,9 +134,10 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (argc >= 2 && strcmp(argv[1], "bench") == 0)
         code = bench(argc - 1, argv + 1, R, rank);
+    else if (argc >= 2 && strcmp(argv[1], "forward") == 0)
+        code = mpi_cmd_forward(argc - 1, argv + 1, R, rank);
     else if (rank == 0)
-        fprintf(stderr, "usage: mpirun -n R iha-mpi bench [options]   (iha-mpi "
-                        "bench --help)\n");
+        fprintf(stderr, "usage: mpirun -n R iha-mpi bench|forward [options]   (iha-mpi COMMAND --help)\n");
     MPI_Finalize();
     return code;
 }
