@@ -574,9 +574,11 @@ typedef struct iha_partial_block {
  * other (qt, kt and vt may share memory). Float32 only: options->storage other than
  * IHA_STORAGE_F32, or options->seq_lens set, is IHA_ERROR_UNSUPPORTED; options->rope must be 0;
  * options->accumulate is ignored. A NULL block, k_tokens 0, or a buffer too small is refused
- * (nothing written); a block ending past virtual row INT_MAX/4 is IHA_ERROR_UNSUPPORTED. No
- * workspace. One work-item per query row (cl/attention_partial.cl), the same kernel on every
- * device: simpler and slower than iha_attention's tiles. */
+ * (nothing written); a block ending past virtual row INT_MAX/4 is IHA_ERROR_UNSUPPORTED. On
+ * devices that are not GPUs the call runs iha_attention's register tiles over the key block
+ * (cl/attention_partial_tiles.cl), as fast per key as iha_attention, with the key block packed
+ * into workspace (B*H*ceil(k_tokens*P/16)*16*d floats, counted against the device's memory);
+ * GPUs run one work-item per query row (cl/attention_partial.cl), with no workspace. */
 IHA_API iha_status iha_attention_partial(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                          const iha_partial_block *block, iha_buffer qt, iha_buffer kt, iha_buffer vt,
                                          iha_buffer o, iha_buffer lse);
