@@ -1,9 +1,10 @@
-/* The ring's shared pieces: the split, argument checks every rank agrees on,
- * host staging. */
+/* The ring's shared pieces: the split and the layouts' runs, argument checks every
+ * rank agrees on, host and device staging. */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mpi/ring.h"
 
@@ -61,7 +62,90 @@ iha_status mpi_copy_rows(iha_context *ctx, iha_buffer src, size_t src_rows, size
     return IHA_OK;
 }
 
-size_t mpi_ring_tokens(const mpi_ring *ring, int j) { return ring->start[j + 1] - ring->start[j]; }
+size_t mpi_ring_tokens(const mpi_ring *ring, int j) { return ring->runs[2 * j].count + ring->runs[2 * j + 1].count; }
+
+iha_mpi_run mpi_ring_run(const mpi_ring *ring, int j, int b) { return ring->runs[2 * j + b]; }
+
+size_t mpi_run_offset(const mpi_ring *ring, int j, int b, size_t w)
+{
+    return b == 0 ? 0 : ring->slabs * ring->runs[2 * j].count * ring->pseudo * w;
+}
+
+int mpi_pair_hidden(const iha_attention_options *options, iha_mpi_run q, iha_mpi_run k)
+{
+    return (options->mask == IHA_MASK_CAUSAL || options->mask == IHA_MASK_TOKEN_CAUSAL) && k.first >= q.first + q.count;
+}
+
+int mpi_block_visible(const iha_attention_options *options, const mpi_ring *ring, int j)
+{
+    for (int a = 0; a < ring->nruns; ++a)
+        for (int b = 0; b < ring->nruns; ++b)
+            if (!mpi_pair_hidden(options, mpi_ring_run(ring, ring->rank, a), mpi_ring_run(ring, j, b))) return 1;
+    return 0;
+}
+
+/* Run b's rows within each slab of rank j's layout: first row and rows. */
+static void run_rows(const mpi_ring *ring, int j, int b, size_t *row, size_t *rows)
+{
+    *row = b == 0 ? 0 : ring->runs[2 * j].count * ring->pseudo;
+    *rows = ring->runs[2 * j + b].count * ring->pseudo;
+}
+
+static void host_reorder(const mpi_ring *ring, int j, const float *src, float *dst, size_t w, int to_runs)
+{
+    const size_t all = mpi_ring_tokens(ring, j) * ring->pseudo;
+    for (int b = 0; b < ring->nruns; ++b) {
+        size_t row, rows;
+        run_rows(ring, j, b, &row, &rows);
+        const float *run_base = (to_runs ? dst : src) + mpi_run_offset(ring, j, b, w);
+        for (size_t s = 0; s < ring->slabs; ++s) {
+            const size_t laid = (s * all + row) * w, packed = s * rows * w;
+            if (to_runs)
+                memcpy((float *)run_base + packed, src + laid, rows * w * sizeof(float));
+            else
+                memcpy(dst + laid, run_base + packed, rows * w * sizeof(float));
+        }
+    }
+}
+
+void mpi_host_to_runs(const mpi_ring *ring, int j, const float *src, float *dst, size_t w)
+{
+    host_reorder(ring, j, src, dst, w, 1);
+}
+
+void mpi_host_from_runs(const mpi_ring *ring, int j, const float *src, float *dst, size_t w)
+{
+    host_reorder(ring, j, src, dst, w, 0);
+}
+
+static iha_status device_reorder(iha_context *ctx, const mpi_ring *ring, iha_buffer src, iha_buffer dst, size_t w,
+                                 int to_runs)
+{
+    const size_t all = mpi_ring_tokens(ring, ring->rank) * ring->pseudo;
+    iha_status st = IHA_OK;
+    for (int b = 0; b < ring->nruns && st == IHA_OK; ++b) {
+        size_t row, rows;
+        run_rows(ring, ring->rank, b, &row, &rows);
+        const size_t off = mpi_run_offset(ring, ring->rank, b, w);
+        if (to_runs)
+            st = mpi_copy_rows(ctx, src, all, row, (iha_buffer){dst.mem, dst.offset + off}, rows, 0, rows, w,
+                               ring->slabs);
+        else
+            st = mpi_copy_rows(ctx, (iha_buffer){src.mem, src.offset + off}, rows, 0, dst, all, row, rows, w,
+                               ring->slabs);
+    }
+    return st;
+}
+
+iha_status mpi_device_to_runs(iha_context *ctx, const mpi_ring *ring, iha_buffer src, iha_buffer dst, size_t w)
+{
+    return device_reorder(ctx, ring, src, dst, w, 1);
+}
+
+iha_status mpi_device_from_runs(iha_context *ctx, const mpi_ring *ring, iha_buffer src, iha_buffer dst, size_t w)
+{
+    return device_reorder(ctx, ring, src, dst, w, 0);
+}
 
 static int mul_ok(size_t a, size_t b, size_t *out)
 {
@@ -74,36 +158,46 @@ iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, c
                          const iha_attention_options *options, const char *call)
 {
     mpi_message[0] = '\0';
-    ring->start = NULL;
+    ring->runs = NULL;
+    ring->nruns = 1;
     ring->comm = comm;
     if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &ring->R) != MPI_SUCCESS ||
         MPI_Comm_rank(comm, &ring->rank) != MPI_SUCCESS)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: comm is not a usable communicator", call);
     ring->next = (ring->rank + 1) % ring->R;
     ring->prev = (ring->rank + ring->R - 1) % ring->R;
-    ring->start = malloc(((size_t)ring->R + 1) * sizeof *ring->start);
-    if (ring->start == NULL) return mpi_fail(IHA_ERROR_HOST_MEMORY, "%s: no host memory for the split", call);
+    ring->runs = calloc(2 * (size_t)ring->R, sizeof *ring->runs);
+    if (ring->runs == NULL) return mpi_fail(IHA_ERROR_HOST_MEMORY, "%s: no host memory for the split", call);
     if (shape == NULL || options == NULL)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: shape and options must not be NULL", call);
     if (shape->batch == 0 || shape->heads == 0 || shape->head_dim == 0 || shape->pseudo == 0)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: batch, heads, head_dim and pseudo must be at least 1", call);
-    if (layout != IHA_MPI_CONTIGUOUS)
-        return mpi_fail(layout == IHA_MPI_ZIGZAG ? IHA_ERROR_UNSUPPORTED : IHA_ERROR_INVALID_ARGUMENT,
-                        "%s: layout %d is not supported (IHA_MPI_CONTIGUOUS)", call, (int)layout);
+    if (layout != IHA_MPI_CONTIGUOUS && layout != IHA_MPI_ZIGZAG)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: layout %d is not an iha_mpi_layout", call, (int)layout);
     if (shape->tokens < (size_t)ring->R)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: %zu tokens over %d ranks; every rank needs at least one", call,
                         shape->tokens, ring->R);
+    /* Every zig-zag chunk must hold a token: an empty run would be a key block of 0 tokens. */
+    if (layout == IHA_MPI_ZIGZAG && (ring->R > INT_MAX / 2 || shape->tokens < 2 * (size_t)ring->R))
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT,
+                        "%s: %zu tokens over %d ranks in zig-zag; each rank holds two chunks, so at least %zu tokens "
+                        "are needed",
+                        call, shape->tokens, ring->R, 2 * (size_t)ring->R);
     if (options->storage != IHA_STORAGE_F32 || options->seq_lens != NULL || options->rope != 0)
         return mpi_fail(IHA_ERROR_UNSUPPORTED,
                         "%s takes float32 tensors without packed sequences or "
                         "rotary (storage F32, seq_lens NULL, "
                         "rope 0)",
                         call);
-    for (int j = 0; j <= ring->R; ++j) iha_mpi_split(shape->tokens, ring->R, j, &ring->start[j], NULL);
-    ring->start[ring->R] = shape->tokens;
-    ring->max_tokens = (shape->tokens + (size_t)ring->R - 1) / (size_t)ring->R;
-    size_t bh, blk;
-    if (!mul_ok(shape->batch, shape->heads, &bh) || !mul_ok(bh, shape->pseudo, &ring->lse_elems) ||
+    ring->max_tokens = 0;
+    for (int j = 0; j < ring->R; ++j) {
+        ring->nruns = iha_mpi_runs(shape->tokens, ring->R, j, layout, &ring->runs[2 * j]);
+        if (mpi_ring_tokens(ring, j) > ring->max_tokens) ring->max_tokens = mpi_ring_tokens(ring, j);
+    }
+    ring->pseudo = shape->pseudo;
+    ring->head_dim = shape->head_dim;
+    size_t blk;
+    if (!mul_ok(shape->batch, shape->heads, &ring->slabs) || !mul_ok(ring->slabs, shape->pseudo, &ring->lse_elems) ||
         !mul_ok(ring->lse_elems, shape->head_dim, &ring->row_elems) || !mul_ok(ring->row_elems, ring->max_tokens, &blk))
         return mpi_fail(IHA_ERROR_SIZE_OVERFLOW, "%s: the block sizes overflow size_t", call);
     if (blk > INT_MAX / 4)
@@ -114,8 +208,8 @@ iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, c
 
 void mpi_ring_close(mpi_ring *ring)
 {
-    free(ring->start);
-    ring->start = NULL;
+    free(ring->runs);
+    ring->runs = NULL;
 }
 
 iha_status mpi_check_buffer(iha_buffer b, size_t floats, const char *call, const char *name)
