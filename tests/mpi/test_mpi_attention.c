@@ -357,9 +357,9 @@ int main(int argc, char **argv)
     iha_mpi_split(10, 4, 3, &s0, &s1);
     CHECK(s0 == 8 && s1 == 2, "split of 10 over 4, rank 3: %zu %zu", s0, s1);
     runs_cover();
-    /* N = 7 and 10 split unevenly over 2, 3 and 4 ranks (zig-zag: over 2R chunks, 9 tokens
-     * where 7 are fewer than 2R); windows of 2 and 3 tokens span ranks and chunks. B = 2 and
-     * H = 2 make a run a row range in each of several slabs. */
+    /* N = 7 and 10 split unevenly over 2, 3 and 4 ranks (zig-zag: over 2R chunks, 2R + 1
+     * tokens where 7 are fewer than 2R); windows of 2 and 3 tokens span ranks and chunks. H = 2 (B = 2
+     * with accumulate) makes a run a row range in each of several slabs. */
     static const size_t Ns[2] = {7, 10};
     static const int64_t windows[3] = {0, 2, 3};
     for (int layout = 0; layout < 2; ++layout) {
