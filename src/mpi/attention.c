@@ -57,6 +57,13 @@ iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout lay
     if (st == IHA_OK) st = mpi_check_buffer(vt, n, call, "vt");
     if (st == IHA_OK) st = mpi_check_buffer(o, n, call, "o");
     if (st == IHA_OK && lse.mem != NULL) st = mpi_check_buffer(lse, nl, call, "lse");
+    const iha_buffer in[3] = {qt, kt, vt};
+    const char *const in_names[3] = {"qt", "kt", "vt"};
+    for (int i = 0; i < 3 && st == IHA_OK; ++i) {
+        st = mpi_check_apart(o, n, "o", in[i], n, in_names[i], call);
+        if (st == IHA_OK) st = mpi_check_apart(lse, nl, "lse", in[i], n, in_names[i], call);
+    }
+    if (st == IHA_OK) st = mpi_check_apart(lse, nl, "lse", o, n, "o", call);
     /* Two runs: queries, o and lse go through run-major copies, and the own block through
      * the staging buffers like every other block. */
     const int staged = ring.nruns > 1;

@@ -81,6 +81,11 @@ iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_l
     if (st == IHA_OK) st = mpi_check_buffer(dkt, n, call, "dkt");
     if (st == IHA_OK) st = mpi_check_buffer(dvt, n, call, "dvt");
     if (st == IHA_OK) st = mpi_check_buffer(lse, nl, call, "lse");
+    const iha_buffer all[9] = {qt, kt, vt, o, dout, lse, dqt, dkt, dvt};
+    const char *const all_names[9] = {"qt", "kt", "vt", "o", "dout", "lse", "dqt", "dkt", "dvt"};
+    for (int i = 6; i < 9 && st == IHA_OK; ++i) /* each output against everything before it */
+        for (int k = 0; k < i && st == IHA_OK; ++k)
+            st = mpi_check_apart(all[i], n, all_names[i], all[k], k == 5 ? nl : n, all_names[k], call);
     /* Host: held and arriving blocks of 4 tensors each (k, v, dk, dv, blk floats
      * apart). Two runs: the query side goes through run-major device copies (q, o, lse, dout,
      * dq in sd[0..4]). */

@@ -225,6 +225,15 @@ iha_status mpi_check_buffer(iha_buffer b, size_t floats, const char *call, const
     return IHA_OK;
 }
 
+iha_status mpi_check_apart(iha_buffer a, size_t na, const char *a_name, iha_buffer b, size_t nb, const char *b_name,
+                           const char *call)
+{
+    if (a.mem == NULL || a.mem != b.mem || na == 0 || nb == 0) return IHA_OK;
+    if (a.offset < b.offset + nb && b.offset < a.offset + na)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: %s overlaps %s in the same buffer", call, a_name, b_name);
+    return IHA_OK;
+}
+
 iha_status mpi_agree(const mpi_ring *ring, iha_status local, const char *call)
 {
     /* The lowest failing rank, or R when none failed. */

@@ -62,6 +62,11 @@ iha_status mpi_check_buffer(iha_buffer b, size_t floats, const char *call, const
  * names it), else IHA_OK. */
 iha_status mpi_agree(const mpi_ring *ring, iha_status local, const char *call);
 
+/* Refuses (IHA_ERROR_INVALID_ARGUMENT) an output a of na floats that overlaps b of nb floats
+ * in the same cl_mem: the run-major copies would hide the overlap from libiha's own check. */
+iha_status mpi_check_apart(iha_buffer a, size_t na, const char *a_name, iha_buffer b, size_t nb, const char *b_name,
+                           const char *call);
+
 /* Sets the message of iha_mpi_message and returns status. */
 iha_status mpi_fail(iha_status status, const char *fmt, ...);
 

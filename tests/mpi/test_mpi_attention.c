@@ -273,6 +273,23 @@ static void refusals(iha_context *ctx, int R)
           "zig-zag backward with 2R - 1 tokens: %s (%s)", iha_status_name(st), iha_mpi_message());
     get(ctx, o, back, nm);
     CHECK(memcmp(back, fill, nm * sizeof(float)) == 0, "a refused zig-zag call wrote o");
+    /* o sharing qt's memory on one rank: the run-major copies must not hide it from the check. */
+    iha_mpi_run zr[2];
+    iha_mpi_runs(s.tokens, R, rank_id, IHA_MPI_ZIGZAG, zr);
+    const size_t nz = (zr[0].count + zr[1].count) * 2 * 4;
+    float *zfill = malloc(nz * sizeof(float)), *zback = malloc(nz * sizeof(float));
+    for (size_t i = 0; i < nz; ++i) zfill[i] = 7.0f;
+    cl_mem za = dev(ctx, zfill, nz), zo = dev(ctx, zfill, nz);
+    st = iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_ZIGZAG, &s, &op, (iha_buffer){rank_id == R - 1 ? zo : za, 0},
+                           (iha_buffer){za, 0}, (iha_buffer){za, 0}, (iha_buffer){zo, 0}, (iha_buffer){NULL, 0});
+    CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "zig-zag with o on qt on rank %d: %s (%s)", R - 1, iha_status_name(st),
+          iha_mpi_message());
+    get(ctx, zo, zback, nz);
+    CHECK(memcmp(zback, zfill, nz * sizeof(float)) == 0, "a refused zig-zag call wrote o");
+    clReleaseMemObject(za);
+    clReleaseMemObject(zo);
+    free(zfill);
+    free(zback);
     /* The backward: lse is required; one rank without it refuses, every rank agrees, and no
      * gradient is written anywhere. */
     cl_mem dq = dev(ctx, fill, nm), lb = dev(ctx, fill, nm);
