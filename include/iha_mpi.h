@@ -99,7 +99,7 @@ IHA_MPI_API const char *iha_mpi_message(void);
  * contiguous rank), and B*H*count*P floats for lse when lse.mem is NULL. Zig-zag also holds
  * this rank's qt, o and lse as run-major copies on the device (2*B*H*count*P*d + B*H*count*P
  * floats), since a run of a [batch][heads] tensor is one row range per slab.
- *   - o and lse must lie apart from qt, kt, vt and each other. */
+ *   - o and lse must lie apart from qt, kt, vt and each other (IHA_ERROR_INVALID_ARGUMENT). */
 IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                                          const iha_attention_options *options, iha_buffer qt, iha_buffer kt,
                                          iha_buffer vt, iha_buffer o, iha_buffer lse);
@@ -118,7 +118,7 @@ IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mp
  * option rules as iha_mpi_attention. Host memory: 8 blocks of the largest rank's floats (K,
  * V, dK, dV held and arriving); device memory: 4 such blocks, and under zig-zag run-major
  * copies of qt, o, dout, dqt and lse (4*B*H*count*P*d + B*H*count*P floats). Every output
- * must lie apart from every input and the other outputs. */
+ * must lie apart from every input and the other outputs (IHA_ERROR_INVALID_ARGUMENT). */
 IHA_MPI_API iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout,
                                                   const iha_shape *shape, const iha_attention_options *options,
                                                   iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o,
