@@ -11,4 +11,4 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=${1:-build}
 cmake -S . -B "$build" -DIHA_MPI=ON
 cmake --build "$build" -j2 --target test_mpi_attention test_mpi_layer test_mpi_cli iha_mpi_cli iha_cli
-ctest --test-dir "$build" -R '^(test_mpi_attention_|test_mpi_layer_|cli_mpi_forward$|cli_mpi_bench$)' --output-on-failure
+ctest --test-dir "$build" -R '^(test_mpi_attention_|test_mpi_layer_|cli_mpi_forward$|cli_mpi_bench)' --output-on-failure

@@ -102,7 +102,7 @@ int main(int argc, char **argv)
         write_array(dir, "r", sm, 3, r, &state, 0.7f))
         return 1;
     static const char *const masks[3] = {"causal", "token_causal", "none"};
-    static const char *const layouts[] = {"contiguous"};
+    static const char *const layouts[] = {"contiguous", "zigzag"};
     static const int windows[2] = {0, 3};
     static double want[B * N * D];
     for (int m = 0; m < 3; ++m)

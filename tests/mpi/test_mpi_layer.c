@@ -321,7 +321,7 @@ int main(int argc, char **argv)
         {1, 9, 8, 2, 4, 2, IHA_MASK_NONE, 0, 1, 0},         {1, 10, 8, 2, 4, 2, IHA_MASK_NONE, 3, 1, 0},
         {2, 9, 8, 2, 4, 2, IHA_MASK_CAUSAL, 2, 1, 1},
     };
-    static const iha_mpi_layout layouts[] = {IHA_MPI_CONTIGUOUS};
+    static const iha_mpi_layout layouts[] = {IHA_MPI_CONTIGUOUS, IHA_MPI_ZIGZAG};
     for (size_t li = 0; li < sizeof layouts / sizeof layouts[0]; ++li)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
             if (layouts[li] != IHA_MPI_ZIGZAG || cases[i].N >= 2 * (size_t)R) run_case(ctx, R, &cases[i], layouts[li]);

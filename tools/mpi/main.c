@@ -2,9 +2,11 @@
  * iha-mpi - the command-line tool of libiha_mpi (doc/mpi.md), run under mpirun:
  *   mpirun -n R iha-mpi bench [options]
  *   mpirun -n R iha-mpi forward --in DIR --out FILE [options]   (forward.c)
- * bench times iha_mpi_attention on random tensors split over the ranks: the
- * slowest rank's time per call (median over --reps), the bytes of one hop and
- * the hops per call; with one rank it also times the single-process
+ * bench times iha_mpi_attention on random tensors split over the ranks under
+ * --layout: the slowest rank's time per call (median over --reps), the bytes of
+ * one hop and the hops per call, and each rank's busy time (the partial steps
+ * the ring gives it, replayed alone) with the slowest against the mean, so the
+ * layout's balance shows; with one rank it also times the single-process
  * iha_attention over the same sequence, for the ring's overhead.
  */
 #include <stdio.h>
@@ -25,6 +27,7 @@ static cli_option bench_options[] = {
     {"batch", "B", "batch (default 1)", NULL},
     {"mask", "MASK", "causal, token_causal or none (default causal)", NULL},
     {"window", "W", "sliding window in tokens, 0 for global (default 0)", NULL},
+    {"layout", "L", "contiguous or zigzag (default contiguous)", NULL},
     {"reps", "R", "timed calls (default 5)", NULL},
     {NULL, NULL, NULL, NULL},
 };
@@ -48,17 +51,49 @@ static cl_mem random_buffer(iha_context *ctx, size_t n, unsigned seed)
     return m;
 }
 
+/* The compute the ring gives `rank`: one iha_attention_partial per (query run, key run) pair
+ * it attends, in the ring's order, on stand-in buffers (q, o, l of the rank's tokens, k, v of
+ * the largest run; the cost depends on the shapes, the mask and the global offsets, not on
+ * the values). Seconds, or a negative value on failure. */
+static double busy_seconds(iha_context *ctx, int R, int rank, iha_mpi_layout layout, const iha_shape *shape,
+                           const iha_attention_options *op, const cl_mem buf[5])
+{
+    iha_mpi_run mine[2], keys[2];
+    iha_mpi_runs(shape->tokens, R, rank, layout, mine);
+    int started[2] = {0, 0};
+    const int causal = op->mask == IHA_MASK_CAUSAL || op->mask == IHA_MASK_TOKEN_CAUSAL;
+    const double t0 = timer_seconds();
+    for (int s = 0; s < R; ++s) {
+        iha_mpi_runs(shape->tokens, R, (rank - s + R) % R, layout, keys);
+        for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 2; ++b) {
+                if (mine[a].count == 0 || keys[b].count == 0) continue;
+                if (causal && keys[b].first >= mine[a].first + mine[a].count) continue; /* the ring skips it */
+                iha_shape local = *shape;
+                local.tokens = mine[a].count;
+                const iha_partial_block pb = {mine[a].first, keys[b].first, keys[b].count, !started[a]};
+                started[a] = 1;
+                if (iha_attention_partial(ctx, &local, op, &pb, (iha_buffer){buf[0], 0}, (iha_buffer){buf[1], 0},
+                                          (iha_buffer){buf[2], 0}, (iha_buffer){buf[3], 0},
+                                          (iha_buffer){buf[4], 0}) != IHA_OK)
+                    return -1;
+            }
+    }
+    return iha_context_finish(ctx) == IHA_OK ? timer_seconds() - t0 : -1;
+}
+
 static int bench(int argc, char **argv, int R, int rank)
 {
     cli_spec spec = {"bench", "[options]", "Times iha_mpi_attention over the ranks of MPI_COMM_WORLD.", bench_options};
     const int parsed = cli_parse(&spec, argc, argv);
     if (parsed >= 0) return parsed;
     size_t N = 256, H = 2, d = 32, P = 2, B = 1, reps = 5, window = 0;
-    int mask = IHA_MASK_CAUSAL;
+    int mask = IHA_MASK_CAUSAL, layout = IHA_MPI_CONTIGUOUS;
     if (cli_get_size(&spec, "n", 1, 1u << 20, &N) || cli_get_size(&spec, "heads", 1, 64, &H) ||
         cli_get_size(&spec, "d", 1, 256, &d) || cli_get_size(&spec, "p", 1, 64, &P) ||
         cli_get_size(&spec, "batch", 1, 64, &B) || cli_get_size(&spec, "reps", 1, 1000, &reps) ||
-        cli_get_size(&spec, "window", 0, 1u << 20, &window) || cli_get_choice(&spec, "mask", mask_names, &mask))
+        cli_get_size(&spec, "window", 0, 1u << 20, &window) || cli_get_choice(&spec, "mask", mask_names, &mask) ||
+        cli_get_choice(&spec, "layout", layout_names, &layout))
         return 2;
     iha_context *ctx = NULL;
     char message[256] = "";
@@ -71,16 +106,26 @@ static int bench(int argc, char **argv, int R, int rank)
         iha_context_free(ctx);
         return 1;
     }
-    size_t first, count;
-    iha_mpi_split(N, R, rank, &first, &count);
-    const size_t rows = B * H * count * P, n = rows * d;
+    /* The largest rank's tokens (one hop's block) and the largest run (busy_seconds' keys). */
+    size_t count = 0, largest = 0, longest_run = 0;
+    for (int j = 0; j < R; ++j) {
+        iha_mpi_run runs[2];
+        iha_mpi_runs(N, R, j, (iha_mpi_layout)layout, runs);
+        const size_t c = runs[0].count + runs[1].count;
+        if (j == rank) count = c;
+        if (c > largest) largest = c;
+        for (int b = 0; b < 2; ++b)
+            if (runs[b].count > longest_run) longest_run = runs[b].count;
+    }
+    const size_t rows = B * H * count * P, n = rows * d,
+                 nk = B * H * (count > longest_run ? count : longest_run) * P * d;
     const iha_shape shape = {B, N, 1, H, d, P};
     iha_attention_options op;
     iha_attention_options_init(&op);
     op.mask = mask;
     op.window = (int64_t)window;
-    cl_mem q = random_buffer(ctx, n, 1 + rank), k = random_buffer(ctx, n, 2 + rank),
-           v = random_buffer(ctx, n, 3 + rank);
+    cl_mem q = random_buffer(ctx, n, 1 + rank), k = random_buffer(ctx, nk, 2 + rank),
+           v = random_buffer(ctx, nk, 3 + rank);
     cl_mem o = random_buffer(ctx, n, 0), l = random_buffer(ctx, rows, 0);
     double *t = malloc((reps + 1) * sizeof(double));
     int status = 0;
@@ -88,7 +133,7 @@ static int bench(int argc, char **argv, int R, int rank)
         MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = timer_seconds();
         const iha_status st =
-            iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &shape, &op, (iha_buffer){q, 0},
+            iha_mpi_attention(ctx, MPI_COMM_WORLD, (iha_mpi_layout)layout, &shape, &op, (iha_buffer){q, 0},
                               (iha_buffer){k, 0}, (iha_buffer){v, 0}, (iha_buffer){o, 0}, (iha_buffer){l, 0});
         double dt = timer_seconds() - t0, slowest = dt;
         MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -98,14 +143,45 @@ static int bench(int argc, char **argv, int R, int rank)
         }
         if (i > 0) t[i - 1] = slowest;
     }
+    const double ring_time = status == 0 ? timer_median(t, reps) : 0;
+    /* Busy time: one rank at a time, so that the ranks do not share the cores while timed, and
+     * the ranks in turn within each repetition, so that other load on the machine falls on all
+     * of them alike; the fastest repetition, the one least disturbed by that load. */
+    double busy = 0, *all_busy = malloc((size_t)R * sizeof(double));
+    const cl_mem buf[5] = {q, k, v, o, l};
+    const int timed = status == 0; /* the same on every rank: the ring call's status is agreed */
+    for (size_t i = 0; i <= reps && timed; ++i)
+        for (int j = 0; j < R; ++j) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            if (j != rank) continue;
+            const double b = busy_seconds(ctx, R, rank, (iha_mpi_layout)layout, &shape, &op, buf);
+            if (b < 0 && status == 0) {
+                fprintf(stderr, "iha-mpi bench: rank %d: replaying the partial steps failed: %s\n", rank,
+                        iha_context_message(ctx));
+                status = 1;
+            }
+            if (i > 0 && (i == 1 || b < busy)) busy = b;
+        }
+    MPI_Gather(&busy, 1, MPI_DOUBLE, all_busy, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (status == 0 && rank == 0) {
-        const size_t block = B * H * ((N + (size_t)R - 1) / (size_t)R) * P * d;
-        printf("ranks %d  B %zu N %zu H %zu d %zu P %zu mask %s window %zu\n", R, B, N, H, d, P, mask_names[mask],
-               window);
-        printf("ring call      %.3f ms (median of %zu, slowest rank)\n", 1e3 * timer_median(t, reps), reps);
+        const size_t block = B * H * largest * P * d;
+        double slowest = 0, mean = 0;
+        for (int j = 0; j < R; ++j) {
+            if (all_busy[j] > slowest) slowest = all_busy[j];
+            mean += all_busy[j] / R;
+        }
+        printf("ranks %d  B %zu N %zu H %zu d %zu P %zu mask %s window %zu layout %s\n", R, B, N, H, d, P,
+               mask_names[mask], window, layout_names[layout]);
+        printf("ring call      %.3f ms (median of %zu, slowest rank)\n", 1e3 * ring_time, reps);
         printf("bytes per hop  %zu (K and V of the largest block, float32)\n", 2 * block * sizeof(float));
         printf("hops per call  %d\n", R - 1);
+        printf("busy per rank ");
+        for (int j = 0; j < R; ++j) printf(" %.3f", 1e3 * all_busy[j]);
+        printf(" ms (fastest of %zu, each rank's partial steps replayed alone)\n", reps);
+        printf("busy spread    slowest %.3f ms, mean %.3f ms, slowest/mean %.2f\n", 1e3 * slowest, 1e3 * mean,
+               mean > 0 ? slowest / mean : 0.0);
     }
+    free(all_busy);
     if (status == 0 && R == 1) { /* the single-process call on the same sequence */
         for (size_t i = 0; i <= reps; ++i) {
             const double t0 = timer_seconds();
