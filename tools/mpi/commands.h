@@ -9,6 +9,9 @@
 #include "common/args.h"
 #include "iha_mpi.h"
 
+/* "iha-mpi bench": the ring's time, balance and hidden communication, and the layer's (bench.c). */
+int mpi_cmd_bench(int argc, char **argv, int R, int rank);
+
 /* "iha-mpi forward": iha forward's layer over the ranks (forward.c). */
 int mpi_cmd_forward(int argc, char **argv, int R, int rank);
 
