@@ -87,7 +87,10 @@ IHA_MPI_API const char *iha_mpi_message(void);
  * next from rank - 1 with MPI_Isend/MPI_Irecv while the held block is attended with
  * iha_attention_partial, once per (query run, key run) pair, merging into (o, lse). Blocks
  * travel as host copies, each run a contiguous tensor: each is read from the device once on
- * its owner, sent as MPI_FLOAT and written to a device staging buffer on arrival. Under
+ * its owner, sent as MPI_FLOAT and, as soon as it has arrived, written to a device staging
+ * buffer through a second command queue of the context's device, so that the upload runs
+ * while the held block is still being attended (where the device overlaps transfers with
+ * kernels; where a second queue cannot be made, through the context's queue). Under
  * IHA_MASK_CAUSAL and IHA_MASK_TOKEN_CAUSAL a key run wholly after a query run is not
  * attended, and a block with no visible pair is passed on untouched.
  *   - Float32 only, as iha_attention_partial: options->storage other than
@@ -95,8 +98,8 @@ IHA_MPI_API const char *iha_mpi_message(void);
  * IHA_ERROR_UNSUPPORTED (rotate at global positions before calling); a block of
  * more than INT_MAX floats is IHA_ERROR_UNSUPPORTED (one MPI message).
  *   - Host memory: 4 blocks of the largest rank's B*H*tokens*P*d floats (tokens: ceil(N/R)
- * contiguous, at most 2*ceil(N/2R) zig-zag); device memory: 2 such blocks (none with one
- * contiguous rank), and B*H*count*P floats for lse when lse.mem is NULL. Zig-zag also holds
+ * contiguous, at most 2*ceil(N/2R) zig-zag); device memory: 4 such blocks, two staging
+ * pairs (one pair on 2 contiguous ranks, none with one contiguous rank), and B*H*count*P floats for lse when lse.mem is NULL. Zig-zag also holds
  * this rank's qt, o and lse as run-major copies on the device (2*B*H*count*P*d + B*H*count*P
  * floats), since a run of a [batch][heads] tensor is one row range per slab.
  *   - o and lse must lie apart from qt, kt, vt and each other (IHA_ERROR_INVALID_ARGUMENT). */

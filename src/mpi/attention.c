@@ -68,15 +68,21 @@ iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout lay
      * the staging buffers like every other block. */
     const int staged = ring.nruns > 1;
     float *host = NULL;
-    cl_mem dk = NULL, dv = NULL, dl = NULL, sq = NULL, so = NULL;
+    /* Two staging pairs: the next block uploads into one while the held one is attended. */
+    cl_mem dk[2] = {NULL, NULL}, dv[2] = {NULL, NULL}, dl = NULL, sq = NULL, so = NULL;
+    cl_command_queue uq = NULL;
+    cl_event uploaded = NULL;
     if (st == IHA_OK) {
         host = malloc(4 * blk * sizeof(float));
         if (host == NULL)
             st = mpi_fail(IHA_ERROR_HOST_MEMORY, "%s: no host memory for 4 blocks of %zu floats", call, blk);
     }
-    if (st == IHA_OK && (ring.R > 1 || staged) &&
-        ((dk = mpi_device_buffer(ctx, blk, call)) == NULL || (dv = mpi_device_buffer(ctx, blk, call)) == NULL))
-        st = IHA_ERROR_DEVICE_MEMORY;
+    /* One pair is enough when only one block is ever staged (two ranks, one run each). */
+    const int pairs = ring.R > 2 || (staged && ring.R > 1) ? 2 : 1;
+    for (int i = 0; i < pairs && st == IHA_OK && (ring.R > 1 || staged); ++i)
+        if ((dk[i] = mpi_device_buffer(ctx, blk, call)) == NULL || (dv[i] = mpi_device_buffer(ctx, blk, call)) == NULL)
+            st = IHA_ERROR_DEVICE_MEMORY;
+    if (st == IHA_OK && (ring.R > 1 || staged)) uq = mpi_upload_queue(ctx);
     if (st == IHA_OK && staged &&
         ((sq = mpi_device_buffer(ctx, n, call)) == NULL || (so = mpi_device_buffer(ctx, n, call)) == NULL))
         st = IHA_ERROR_DEVICE_MEMORY;
@@ -113,20 +119,32 @@ iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout lay
                 MPI_Irecv(arriving, (int)(2 * nn), MPI_FLOAT, ring.prev, 1, comm, &req[nreq++]);
                 MPI_Isend(held, (int)(2 * nj), MPI_FLOAT, ring.next, 1, comm, &req[nreq++]);
             }
-            if (local_st == IHA_OK && mpi_block_visible(options, &ring, j)) {
-                iha_buffer bk = kt, bv = vt;
-                if (s > 0 || staged) {
-                    bk = (iha_buffer){dk, 0};
-                    bv = (iha_buffer){dv, 0};
-                    local_st = mpi_write(ctx, held, bk, nj);
-                    if (local_st == IHA_OK) local_st = mpi_write(ctx, held + nj, bv, nj);
-                }
-                if (local_st == IHA_OK) local_st = attend_block(ctx, &ring, shape, options, &qs, j, bk, bv, started);
+            /* Block s is in staging pair s % 2 (uploaded during step s - 1), or the caller's own
+             * kt, vt at step 0. */
+            const int pair = dk[1] != NULL ? s % 2 : 0, visible = mpi_block_visible(options, &ring, j);
+            iha_buffer bk = kt, bv = vt;
+            if (s > 0 || staged) {
+                bk = (iha_buffer){dk[pair], 0};
+                bv = (iha_buffer){dv[pair], 0};
+                if (local_st == IHA_OK && s == 0 && visible)
+                    local_st = mpi_upload(ctx, uq, held, bk, bv, nj, &uploaded);
+            }
+            if (local_st == IHA_OK) local_st = mpi_upload_wait(&uploaded);
+            if (local_st == IHA_OK && visible) {
+                local_st = attend_block(ctx, &ring, shape, options, &qs, j, bk, bv, started);
                 if (local_st != IHA_OK && iha_mpi_message()[0] == '\0')
                     mpi_fail(local_st, "%s: rank %d, key block %d: %s", call, ring.rank, j, iha_context_message(ctx));
             }
-            /* The partial steps run on the device while the hop completes. */
+            /* The partial steps run on the device while the hop completes, and the arriving block
+             * uploads into the other staging pair while they still run. */
             MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+            if (local_st == IHA_OK && s + 1 < ring.R && mpi_block_visible(options, &ring, jn)) {
+                const int next = dk[1] != NULL ? (s + 1) % 2 : 0;
+                if (next == pair && (s > 0 || staged)) local_st = iha_context_finish(ctx); /* still being read */
+                if (local_st == IHA_OK)
+                    local_st = mpi_upload(ctx, uq, arriving, (iha_buffer){dk[next], 0}, (iha_buffer){dv[next], 0}, nn,
+                                          &uploaded);
+            }
             if (local_st == IHA_OK) local_st = iha_context_finish(ctx);
             float *t = held;
             held = arriving;
@@ -138,9 +156,11 @@ iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout lay
         if (local_st == IHA_OK) local_st = iha_context_finish(ctx);
         st = mpi_agree(&ring, local_st, call);
     }
+    mpi_upload_wait(&uploaded); /* a failed step may leave one in flight */
+    if (uq != NULL) clReleaseCommandQueue(uq);
     free(host);
-    const cl_mem made[5] = {dk, dv, dl, sq, so};
-    for (int i = 0; i < 5; ++i)
+    const cl_mem made[7] = {dk[0], dk[1], dv[0], dv[1], dl, sq, so};
+    for (int i = 0; i < 7; ++i)
         if (made[i] != NULL) clReleaseMemObject(made[i]);
     mpi_ring_close(&ring);
     return st;

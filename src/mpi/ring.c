@@ -176,6 +176,50 @@ iha_status mpi_write(iha_context *ctx, const float *src, iha_buffer dst, size_t 
     return e == CL_SUCCESS ? IHA_OK : mpi_fail(IHA_ERROR_OPENCL, "clEnqueueWriteBuffer failed (%d)", (int)e);
 }
 
+cl_command_queue mpi_upload_queue(iha_context *ctx)
+{
+    cl_int e = CL_SUCCESS;
+    cl_command_queue q = clCreateCommandQueue(iha_context_cl_context(ctx), iha_context_cl_device(ctx), 0, &e);
+    return e == CL_SUCCESS ? q : NULL;
+}
+
+iha_status mpi_upload(iha_context *ctx, cl_command_queue q, const float *src, iha_buffer k, iha_buffer v, size_t floats,
+                      cl_event *done)
+{
+    *done = NULL;
+    if (q == NULL) {
+        iha_status st = mpi_write(ctx, src, k, floats);
+        return st == IHA_OK ? mpi_write(ctx, src + floats, v, floats) : st;
+    }
+    const size_t f = sizeof(float);
+    cl_event first = NULL;
+    cl_int e = clEnqueueWriteBuffer(q, k.mem, CL_FALSE, k.offset * f, floats * f, src, 0, NULL, &first);
+    if (e == CL_SUCCESS)
+        e = clEnqueueWriteBuffer(q, v.mem, CL_FALSE, v.offset * f, floats * f, src + floats, 1, &first, done);
+    if (first != NULL) clReleaseEvent(first);
+    if (e == CL_SUCCESS) e = clFlush(q);
+    if (e != CL_SUCCESS) {
+        if (*done != NULL) clWaitForEvents(1, done), clReleaseEvent(*done);
+        *done = NULL;
+        clFinish(q);
+        return mpi_fail(IHA_ERROR_OPENCL, "clEnqueueWriteBuffer of a block failed (%d)", (int)e);
+    }
+    return IHA_OK;
+}
+
+iha_status mpi_upload_wait(cl_event *done)
+{
+    if (*done == NULL) return IHA_OK;
+    cl_int status = CL_COMPLETE;
+    cl_int e = clWaitForEvents(1, done);
+    if (e == CL_SUCCESS) e = clGetEventInfo(*done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    clReleaseEvent(*done);
+    *done = NULL;
+    if (e != CL_SUCCESS || status < 0)
+        return mpi_fail(IHA_ERROR_OPENCL, "the upload of a block failed (%d)", (int)(e != CL_SUCCESS ? e : status));
+    return IHA_OK;
+}
+
 cl_mem mpi_device_buffer(iha_context *ctx, size_t floats, const char *call)
 {
     cl_int e = CL_SUCCESS;

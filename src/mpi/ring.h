@@ -79,6 +79,14 @@ iha_status mpi_write(iha_context *ctx, const float *src, iha_buffer dst, size_t 
  * one clEnqueueCopyBufferRect on ctx's queue, not waited for. IHA_ERROR_OPENCL on failure. */
 iha_status mpi_copy_rows(iha_context *ctx, iha_buffer src, size_t src_rows, size_t src_row, iha_buffer dst,
                          size_t dst_rows, size_t dst_row, size_t rows, size_t row_floats, size_t slabs);
+/* Uploads overlapped with compute: a second command queue on ctx's device (NULL where it cannot
+ * be made: the uploads then go through ctx's own queue, in order), and a non-blocking write of
+ * k then v (`floats` each, from src and src + floats) on it, its completion in *done (NULL
+ * when nothing was enqueued); mpi_upload_wait waits for it and releases it. */
+cl_command_queue mpi_upload_queue(iha_context *ctx);
+iha_status mpi_upload(iha_context *ctx, cl_command_queue q, const float *src, iha_buffer k, iha_buffer v, size_t floats,
+                      cl_event *done);
+iha_status mpi_upload_wait(cl_event *done);
 /* A device buffer of `floats` floats, or NULL (message set). */
 cl_mem mpi_device_buffer(iha_context *ctx, size_t floats, const char *call);
 
