@@ -363,6 +363,78 @@ static void backward_stages_accumulate(void **state)
     run_backward_case(&kCases[7], 1, 823); /* half activations, float weights */
 }
 
+/* Bit for bit the n floats of a and b, or fail naming `what`. */
+static void assert_same(iha_buffer a, iha_buffer b, size_t n, const char *what)
+{
+    float *x = read_new(IHA_STORAGE_F32, a, n, what), *y = read_new(IHA_STORAGE_F32, b, n, what);
+    if (memcmp(x, y, n * sizeof *x) != 0) fail_msg("%s asked for alone differs from %s among all", what, what);
+    free(x);
+    free(y);
+}
+
+/* Each output of the two backward stages asked for alone (the others NULL) is what the call
+ * gives it among all of them: the steps it needs run as they run for all. */
+static void backward_outputs_one_at_a_time(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = {1, 7, 12, 2, 8, 2};
+    tu_layer l;
+    tu_layer_init(&l, &s, 930);
+    const iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 3, 1), ao = attention_options(&o);
+    const size_t nx = tu_count_x(&s), nv = tu_count_virtual(&s);
+    tu_rng rng = tu_rng_seeded(931);
+    float *dz = tu_random_array(&rng, nx, 1.0f);
+    iha_layer_weights w = tu_storage_upload_weights(&l, IHA_STORAGE_F32, 0);
+    const iha_buffer x = tu_storage_upload(IHA_STORAGE_F32, l.x, nx, 0),
+                     bdz = tu_storage_upload(IHA_STORAGE_F32, dz, nx, 0);
+    iha_buffer t[8]; /* qt, kt, vt, o, dout, dqt, dkt, dvt */
+    for (int i = 0; i < 8; ++i) t[i] = tu_storage_upload(IHA_STORAGE_F32, NULL, nv, 0);
+    cl_mem lse = tu_buffer_guarded(tu_ctx, NULL, nv / s.head_dim, 0, TU_GUARD, TU_SENTINEL);
+    iha_buffer all[OUTS], one[OUTS];
+    outputs_new(&s, &o, NULL, all);
+    outputs_new(&s, &o, NULL, one);
+    const iha_layer_grads g = grads_of(all);
+    tu_assert_status(tu_ctx, iha_layer_expand(tu_ctx, &s, &o, &w, 0, x, t[0], t[1], t[2]), IHA_OK);
+    tu_assert_status(tu_ctx, iha_attention(tu_ctx, &s, &ao, t[0], t[1], t[2], t[3], (iha_buffer){lse, 0}), IHA_OK);
+    tu_assert_status(tu_ctx, iha_layer_collapse_backward(tu_ctx, &s, &o, &w, t[3], bdz, t[4], &g), IHA_OK);
+    tu_assert_status(
+        tu_ctx,
+        iha_attention_backward(tu_ctx, &s, &ao, t[0], t[1], t[2], t[3], (iha_buffer){lse, 0}, t[4], t[5], t[6], t[7]),
+        IHA_OK);
+    tu_assert_status(tu_ctx, iha_layer_expand_backward(tu_ctx, &s, &o, &w, 0, x, t[5], t[6], t[7], all[0], &g), IHA_OK);
+
+    const iha_buffer none = {NULL, 0};
+    const iha_buffer dout1 = tu_storage_upload(IHA_STORAGE_F32, NULL, nv, 0);
+    tu_assert_status(tu_ctx, iha_layer_collapse_backward(tu_ctx, &s, &o, &w, t[3], bdz, dout1, NULL), IHA_OK);
+    assert_same(dout1, t[4], nv, "dout");
+    tu_buffer_release(dout1.mem);
+    for (int i = 1; i < OUTS; ++i) {
+        iha_buffer only[OUTS];
+        for (int j = 0; j < OUTS; ++j) only[j] = j == i ? one[i] : none;
+        const iha_layer_grads gi = grads_of(only);
+        if (i == 4 || i == 8)
+            tu_assert_status(tu_ctx, iha_layer_collapse_backward(tu_ctx, &s, &o, &w, t[3], bdz, none, &gi), IHA_OK);
+        else
+            tu_assert_status(tu_ctx, iha_layer_expand_backward(tu_ctx, &s, &o, &w, 0, x, t[5], t[6], t[7], none, &gi),
+                             IHA_OK);
+        assert_same(one[i], all[i], out_count(&s, i), out_names[i]);
+    }
+    tu_assert_status(tu_ctx, iha_layer_expand_backward(tu_ctx, &s, &o, &w, 0, x, t[5], t[6], t[7], one[0], NULL),
+                     IHA_OK);
+    assert_same(one[0], all[0], nx, "dx");
+
+    outputs_release(all);
+    outputs_release(one);
+    for (int i = 0; i < 8; ++i) tu_buffer_release(t[i].mem);
+    tu_buffer_release(lse);
+    tu_buffer_release(x.mem);
+    tu_buffer_release(bdz.mem);
+    free(dz);
+    tu_layer_weights_release(&w);
+    tu_layer_free(&l);
+}
+
 /* iha_layer_expand_backward over tokens 0..a-1 and a..N-1 (first_token a), the second run
  * adding its gradients into the first's (accumulate): dx row for row, and the gradients, as one
  * call over the whole sequence. */
@@ -622,7 +694,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(forward_stages_equal_forward), cmocka_unit_test(expand_runs_equal_whole),
         cmocka_unit_test(forward_stage_refusals),       cmocka_unit_test(backward_stages_equal_backward),
         cmocka_unit_test(backward_stages_accumulate),   cmocka_unit_test(expand_backward_runs_sum_to_whole),
-        cmocka_unit_test(backward_stage_refusals),
+        cmocka_unit_test(backward_stage_refusals),      cmocka_unit_test(backward_outputs_one_at_a_time),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }
