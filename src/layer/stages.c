@@ -17,7 +17,8 @@
 #include "runtime/loop_limit.h"
 
 iha_status iha__stage_plan(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options, int rotary,
-                           size_t first_token, double *mark, iha_plan *p, iha_attention_options *used)
+                           size_t first_token, const iha_layer_weights *w, unsigned reads, double *mark, iha_plan *p,
+                           iha_attention_options *used, iha_layer_weights *read)
 {
     IHA_FORWARD_IF_ERROR(iha__call_begin(ctx, mark));
     IHA_RETURN_ERROR_IF(options == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "options is NULL");
@@ -32,19 +33,19 @@ iha_status iha__stage_plan(iha_context *ctx, const iha_shape *shape, const iha_a
         used->seq_count = options->seq_count;
     }
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, used, 1, p));
-    if (!rotary) return IHA_OK;
+    if (!rotary) return iha__check_weights_read(ctx, p, w, reads, read);
     IHA_RETURN_ERROR_IF(p->seq_lens != NULL && first_token != 0, ctx, IHA_ERROR_UNSUPPORTED,
                         "with packed sequences (options->seq_lens) first_token must be 0, got %zu", first_token);
-    /* The rotary table covers the run's positions; the attention kernels index the whole
-     * sequence's virtual rows with int (as iha_attention_partial's blocks). */
+    /* The rotary table covers the run's positions, which the kernels' int positions bound (as
+     * iha_attention_partial's blocks); without rotary first_token changes nothing. */
     size_t end;
-    IHA_RETURN_ERROR_IF(!iha__add(first_token, p->dims.N, &end) || end > (size_t)(INT_MAX / 4) / p->dims.P, ctx,
-                        IHA_ERROR_UNSUPPORTED,
+    IHA_RETURN_ERROR_IF(p->rope && (!iha__add(first_token, p->dims.N, &end) || end > (size_t)(INT_MAX / 4) / p->dims.P),
+                        ctx, IHA_ERROR_UNSUPPORTED,
                         "first_token %zu + tokens %zu, times pseudo %zu, runs past the kernels' virtual positions "
                         "(at most %d)",
                         first_token, p->dims.N, p->dims.P, INT_MAX / 4);
     p->rope_first = first_token * p->dims.P;
-    return IHA_OK;
+    return iha__check_weights_read(ctx, p, w, reads, read);
 }
 
 /* The floats of a stage's workspace: `fixed` of its own, and with 16-bit activations float
@@ -68,9 +69,9 @@ static iha_status layer_expand(iha_context *ctx, const iha_shape *shape, const i
     double mark;
     iha_plan p;
     iha_attention_options used;
-    IHA_FORWARD_IF_ERROR(iha__stage_plan(ctx, shape, options, 1, first_token, &mark, &p, &used));
     iha_layer_weights read;
-    IHA_FORWARD_IF_ERROR(iha__check_weights_read(ctx, &p, w, IHA_READS_WQKV | IHA_READS_ALPHAS, &read));
+    IHA_FORWARD_IF_ERROR(iha__stage_plan(ctx, shape, options, 1, first_token, w, IHA_READS_WQKV | IHA_READS_ALPHAS,
+                                         &mark, &p, &used, &read));
     const size_t a = p.act_bytes, n = p.virtual_elems, te = p.token_elems, f = sizeof(float);
     const iha_arg in[1] = {{x, p.x_elems, a, "x"}};
     const iha_arg out[3] = {{qt, n, a, "qt"}, {kt, n, a, "kt"}, {vt, n, a, "vt"}};
@@ -119,9 +120,9 @@ static iha_status layer_collapse(iha_context *ctx, const iha_shape *shape, const
     double mark;
     iha_plan p;
     iha_attention_options used;
-    IHA_FORWARD_IF_ERROR(iha__stage_plan(ctx, shape, options, 0, 0, &mark, &p, &used));
     iha_layer_weights read;
-    IHA_FORWARD_IF_ERROR(iha__check_weights_read(ctx, &p, w, IHA_READS_WO | IHA_READS_R, &read));
+    IHA_FORWARD_IF_ERROR(
+        iha__stage_plan(ctx, shape, options, 0, 0, w, IHA_READS_WO | IHA_READS_R, &mark, &p, &used, &read));
     const size_t a = p.act_bytes, n = p.virtual_elems, f = sizeof(float);
     const iha_arg in[1] = {{o, n, a, "o"}};
     const iha_arg out[1] = {{z, p.x_elems, a, "z"}};

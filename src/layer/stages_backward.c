@@ -143,9 +143,9 @@ static iha_status collapse_backward(iha_context *ctx, const iha_shape *shape, co
     double mark;
     iha_plan p;
     iha_attention_options used;
-    IHA_FORWARD_IF_ERROR(iha__stage_plan(ctx, shape, options, 0, 0, &mark, &p, &used));
     iha_layer_weights read;
-    IHA_FORWARD_IF_ERROR(iha__check_weights_read(ctx, &p, w, IHA_READS_WO | IHA_READS_R, &read));
+    IHA_FORWARD_IF_ERROR(
+        iha__stage_plan(ctx, shape, options, 0, 0, w, IHA_READS_WO | IHA_READS_R, &mark, &p, &used, &read));
     IHA_FORWARD_IF_ERROR(check_limits(ctx, &p, "iha_layer_collapse_backward"));
     const size_t a = p.act_bytes, wb = p.weight_bytes, n = p.virtual_elems, te = p.token_elems;
     const iha_buffer none = {NULL, 0};
@@ -239,9 +239,9 @@ static iha_status expand_backward(iha_context *ctx, const iha_shape *shape, cons
     double mark;
     iha_plan p;
     iha_attention_options used;
-    IHA_FORWARD_IF_ERROR(iha__stage_plan(ctx, shape, options, 1, first_token, &mark, &p, &used));
     iha_layer_weights read;
-    IHA_FORWARD_IF_ERROR(iha__check_weights_read(ctx, &p, w, IHA_READS_WQKV | IHA_READS_ALPHAS, &read));
+    IHA_FORWARD_IF_ERROR(iha__stage_plan(ctx, shape, options, 1, first_token, w, IHA_READS_WQKV | IHA_READS_ALPHAS,
+                                         &mark, &p, &used, &read));
     IHA_FORWARD_IF_ERROR(check_limits(ctx, &p, "iha_layer_expand_backward"));
     const size_t a = p.act_bytes, wb = p.weight_bytes, n = p.virtual_elems, te = p.token_elems, nw = p.w_elems;
     const size_t nm = p.mix_elems;
