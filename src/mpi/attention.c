@@ -46,7 +46,7 @@ iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout lay
 {
     mpi_ring ring;
     iha_status st = mpi_ring_open(&ring, comm, layout, shape, options, call);
-    if (ring.runs == NULL) return st; /* no communicator to agree over, or no memory */
+    if (ring.R == 0) return st; /* no communicator to agree over */
     if (st == IHA_OK && ctx == NULL) st = mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: ctx is NULL", call);
     const size_t mine = st == IHA_OK ? mpi_ring_tokens(&ring, ring.rank) : 0;
     const size_t n = mine * (st == IHA_OK ? ring.row_elems : 0),

@@ -16,6 +16,23 @@ static int mul3(size_t a, size_t b, size_t c, size_t *out)
     return 1;
 }
 
+iha_buffer mpi_weight(const iha_layer_weights *w, int i)
+{
+    if (w == NULL) return (iha_buffer){NULL, 0};
+    const iha_buffer all[8] = {w->wq, w->wk, w->wv, w->wo, w->alpha_q, w->alpha_k, w->alpha_v, w->r};
+    return all[i];
+}
+
+size_t mpi_weight_elems(const iha_shape *s, int i)
+{
+    size_t n = SIZE_MAX;
+    if (i < 4)
+        mul3(s->model_dim, s->heads, s->head_dim, &n);
+    else
+        mul3(s->heads, s->heads, s->pseudo, &n);
+    return n;
+}
+
 int mpi_overlap(iha_buffer a, size_t na, iha_buffer b, size_t nb)
 {
     return a.mem != NULL && a.mem == b.mem && na != 0 && nb != 0 && a.offset < b.offset + nb &&
@@ -69,20 +86,15 @@ static iha_status check_open(mpi_layer *L, iha_context *ctx, iha_mpi_layout layo
 
 iha_status mpi_layer_open(mpi_layer *L, iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                           const iha_attention_options *options, const iha_layer_weights *weights, iha_buffer x,
-                          const char *call)
+                          uint64_t extra, const char *call)
 {
     memset(L, 0, sizeof *L);
-    mpi_fail(IHA_OK, "%s", "");
-    L->ring.comm = comm;
-    if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &L->ring.R) != MPI_SUCCESS ||
-        MPI_Comm_rank(comm, &L->ring.rank) != MPI_SUCCESS) {
-        L->ring.R = 0;
-        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: comm is not a usable communicator", call);
-    }
-    iha_status st = check_open(L, ctx, layout, shape, options, weights, x, call);
-    cl_mem *virt[5] = {&L->qt, &L->kt, &L->vt, &L->o, &L->lse};
-    for (int i = 0; i < 5 && st == IHA_OK; ++i)
-        if ((*virt[i] = mpi_device_buffer(ctx, i < 4 ? L->v_elems : L->lse_elems, call)) == NULL)
+    iha_status st = mpi_comm_open(&L->ring, comm, call);
+    if (L->ring.R == 0) return st;
+    st = check_open(L, ctx, layout, shape, options, weights, x, call);
+    cl_mem *virt[6] = {&L->qt, &L->kt, &L->vt, &L->o, &L->lse, &L->out};
+    for (int i = 0; i < 6 && st == IHA_OK; ++i)
+        if ((*virt[i] = mpi_device_buffer(ctx, i < 4 ? L->v_elems : i == 4 ? L->lse_elems : L->x_elems, call)) == NULL)
             st = IHA_ERROR_DEVICE_MEMORY;
     if (st == IHA_OK && L->nruns == 2) {
         const size_t c = L->runs[0].count > L->runs[1].count ? L->runs[0].count : L->runs[1].count;
@@ -91,14 +103,27 @@ iha_status mpi_layer_open(mpi_layer *L, iha_context *ctx, MPI_Comm comm, iha_mpi
             if ((L->stage[i] = mpi_device_buffer(ctx, i < 2 ? token : virtual, call)) == NULL)
                 st = IHA_ERROR_DEVICE_MEMORY;
     }
-    return st;
+    /* Every rank reaches this collective, whatever it found above. */
+    uint64_t v[MPI_FINGERPRINT];
+    mpi_fingerprint(shape, options, (int)layout, extra, v);
+    const iha_status same = mpi_same_everywhere(&L->ring, v, call);
+    return st != IHA_OK ? st : same;
+}
+
+iha_status mpi_copy_floats(iha_context *ctx, iha_buffer src, iha_buffer dst, size_t floats, const char *call)
+{
+    if (floats == 0) return IHA_OK;
+    const size_t f = sizeof(float);
+    const cl_int e = clEnqueueCopyBuffer(iha_context_cl_queue(ctx), src.mem, dst.mem, src.offset * f, dst.offset * f,
+                                         floats * f, 0, NULL, NULL);
+    return e == CL_SUCCESS ? IHA_OK : mpi_fail(IHA_ERROR_OPENCL, "%s: clEnqueueCopyBuffer failed (%d)", call, (int)e);
 }
 
 void mpi_layer_close(mpi_layer *L)
 {
-    cl_mem all[10] = {L->qt,       L->kt,       L->vt,       L->o,        L->lse,
+    cl_mem all[11] = {L->qt,       L->kt,       L->vt,       L->o,        L->lse,     L->out,
                       L->stage[0], L->stage[1], L->stage[2], L->stage[3], L->stage[4]};
-    for (int i = 0; i < 10; ++i)
+    for (int i = 0; i < 11; ++i)
         if (all[i] != NULL) clReleaseMemObject(all[i]);
     memset(L, 0, sizeof *L);
 }
@@ -150,21 +175,32 @@ iha_status iha_mpi_forward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layou
 {
     const char *call = forward_call;
     mpi_layer L;
-    iha_status st = mpi_layer_open(&L, ctx, comm, layout, shape, options, weights, x, call);
+    iha_status st = mpi_layer_open(&L, ctx, comm, layout, shape, options, weights, x, 0, call);
     if (L.ring.R == 0) return st;
     if (st == IHA_OK) st = mpi_check_buffer(z, L.x_elems, call, "z");
     if (st == IHA_OK && mpi_overlap(x, L.x_elems, z, L.x_elems))
         st = mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: z overlaps x", call);
+    for (int i = 0; i < 8 && st == IHA_OK; ++i)
+        if (mpi_overlap(z, L.x_elems, mpi_weight(weights, i), mpi_weight_elems(&L.local, i)))
+            st = mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: z overlaps a weight", call);
     if (st == IHA_OK) st = mpi_layer_expand(&L, ctx, options, weights, x, call);
     st = mpi_agree(&L.ring, st, call);
     /* iha_mpi_attention agrees on its own result, so every rank goes on or stops together. */
     if (st == IHA_OK)
         st = iha_mpi_attention(ctx, comm, layout, shape, &L.ring_options, (iha_buffer){L.qt, 0}, (iha_buffer){L.kt, 0},
                                (iha_buffer){L.vt, 0}, (iha_buffer){L.o, 0}, (iha_buffer){L.lse, 0});
+    /* The collapse checks wo, r and its output: it writes into a stand-in, and z gets it only
+     * once every rank's collapse has gone through. */
     if (st == IHA_OK) {
-        iha_status local = iha_layer_collapse(ctx, &L.local, options, weights, (iha_buffer){L.o, 0}, z);
+        iha_status local =
+            iha_layer_collapse(ctx, &L.local, options, weights, (iha_buffer){L.o, 0}, (iha_buffer){L.out, 0});
         if (local == IHA_OK) local = iha_context_finish(ctx);
         if (local != IHA_OK) local = mpi_layer_failed(&L, ctx, local, call, "iha_layer_collapse");
+        st = mpi_agree(&L.ring, local, call);
+    }
+    if (st == IHA_OK) {
+        iha_status local = mpi_copy_floats(ctx, (iha_buffer){L.out, 0}, z, L.x_elems, call);
+        if (local == IHA_OK) local = iha_context_finish(ctx);
         st = mpi_agree(&L.ring, local, call);
     }
     mpi_layer_close(&L);

@@ -24,16 +24,30 @@ typedef struct mpi_layer {
     mpi_rows token_rows, virtual_rows;
     iha_attention_options ring_options; /* the caller's with rope 0: the stages rotate */
     cl_mem qt, kt, vt, o, lse;          /* this rank's virtual tensors */
+    cl_mem out;                         /* a stand-in of x_elems floats for z or dx: the caller's
+                                         * output gets it after every rank has agreed */
     cl_mem stage[5];                    /* two runs: staging of one run's tensors, two of tokens, then three virtual */
 } mpi_layer;
 
 /* Checks what both layer calls check on this rank (comm, ctx, shape, options, weights, the
- * layout, x) and allocates the rank's qt, kt, vt, o, lse and, with two runs, the staging.
- * Returns the local status with the message set on failure; L->ring is usable for mpi_agree
- * whenever L->ring.R > 0 (otherwise there is no communicator to agree over). */
+ * layout, x), allocates the rank's qt, kt, vt, o, lse, the output stand-in and, with two runs,
+ * the staging, and compares the arguments every rank must pass alike (with `extra`, the call's
+ * own: mpi_same_everywhere, a collective every rank reaches). Returns the status with the
+ * message set on failure; L->ring is usable for mpi_agree whenever L->ring.R > 0 (otherwise
+ * there is no communicator to agree over). */
 iha_status mpi_layer_open(mpi_layer *L, iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                           const iha_attention_options *options, const iha_layer_weights *weights, iha_buffer x,
-                          const char *call);
+                          uint64_t extra, const char *call);
+
+/* `floats` floats of src to dst, enqueued on ctx's queue. */
+iha_status mpi_copy_floats(iha_context *ctx, iha_buffer src, iha_buffer dst, size_t floats, const char *call);
+
+/* Weight i of iha_layer_weights' order (w may be NULL: a NULL buffer). */
+iha_buffer mpi_weight(const iha_layer_weights *w, int i);
+
+/* The floats of weight i of iha_layer_weights' order (wq, wk, wv, wo, alpha_q, alpha_k,
+ * alpha_v, r) for shape s; SIZE_MAX on overflow. */
+size_t mpi_weight_elems(const iha_shape *s, int i);
 void mpi_layer_close(mpi_layer *L);
 
 /* Copies run i's rows between a rank tensor and a run tensor (to_run: rank -> run). */

@@ -21,20 +21,26 @@ typedef struct grad_set {
     float *host, *scratch;
 } grad_set;
 
-static void grads_layout(grad_set *g, const iha_shape *s, const iha_layer_grads *grads)
+/* The asked-for gradients back to back, in iha_layer_grads order; 0, or -1 when the sizes
+ * overflow. The mask of the asked-for members is in *asked (bit i: member i). */
+static int grads_layout(grad_set *g, const iha_shape *s, const iha_layer_grads *grads, uint64_t *asked)
 {
     memset(g, 0, sizeof *g);
+    *asked = 0;
     if (grads != NULL) {
         const iha_buffer u[GRADS] = {grads->wq,      grads->wk,      grads->wv,      grads->wo,
                                      grads->alpha_q, grads->alpha_k, grads->alpha_v, grads->r};
         memcpy(g->user, u, sizeof u);
     }
-    const size_t proj = s->model_dim * s->heads * s->head_dim, mix = s->heads * s->heads * s->pseudo;
     for (int i = 0; i < GRADS; ++i) {
-        g->size[i] = i < 4 ? proj : mix;
+        g->size[i] = mpi_weight_elems(s, i);
         g->at[i] = g->total;
-        if (g->user[i].mem != NULL) g->total += g->size[i];
+        if (g->user[i].mem == NULL) continue;
+        *asked |= (uint64_t)1 << i;
+        if (g->size[i] == SIZE_MAX || g->total > SIZE_MAX / 2 - g->size[i]) return -1;
+        g->total += g->size[i];
     }
+    return 0;
 }
 
 /* The device stand-ins of the asked-for gradients, as an iha_layer_grads. */
@@ -66,11 +72,10 @@ static iha_status check_outputs(const mpi_layer *L, const iha_layer_weights *w, 
         if (g->user[i].mem != NULL) st = mpi_check_buffer(g->user[i], g->size[i], call, names[i]);
     if (st != IHA_OK) return st;
     /* Inputs: x, dz, the weights; outputs: dx and the gradients. */
-    const iha_buffer weights[GRADS] = {w->wq, w->wk, w->wv, w->wo, w->alpha_q, w->alpha_k, w->alpha_v, w->r};
     iha_buffer in[2 + GRADS] = {x, dz}, out[1 + GRADS] = {dx};
     size_t nin[2 + GRADS] = {L->x_elems, L->x_elems}, nout[1 + GRADS] = {dx.mem != NULL ? L->x_elems : 0};
     for (int i = 0; i < GRADS; ++i) {
-        in[2 + i] = weights[i];
+        in[2 + i] = mpi_weight(w, i);
         nin[2 + i] = g->size[i];
         out[1 + i] = g->user[i];
         nout[1 + i] = g->user[i].mem != NULL ? g->size[i] : 0;
@@ -88,8 +93,8 @@ static iha_status check_outputs(const mpi_layer *L, const iha_layer_weights *w, 
     return IHA_OK;
 }
 
-/* The expand's backward into dx (dx.mem may be NULL) and the gradient stand-ins, run by run; its
- * outputs are added into (the stand-ins start at zero, dx holds zeros or the caller's). */
+/* The expand's backward into dx (dx.mem may be NULL; the output stand-in, holding zeros or the
+ * caller's dx) and the gradient stand-ins (zeros), run by run: every output is added into. */
 static iha_status expand_backward(mpi_layer *L, iha_context *ctx, const iha_attention_options *options,
                                   const iha_layer_weights *w, const iha_layer_grads *dg, iha_buffer x,
                                   const cl_mem d[3], iha_buffer dx)
@@ -97,8 +102,7 @@ static iha_status expand_backward(mpi_layer *L, iha_context *ctx, const iha_atte
     iha_attention_options add = *options;
     add.accumulate = 1;
     iha_status st = IHA_OK;
-    if (dx.mem != NULL && !options->accumulate) st = fill_zero(ctx, dx, L->x_elems);
-    if (st == IHA_OK && L->nruns == 1) {
+    if (L->nruns == 1) {
         st = iha_layer_expand_backward(ctx, &L->local, &add, w, L->runs[0].first, x, (iha_buffer){d[0], 0},
                                        (iha_buffer){d[1], 0}, (iha_buffer){d[2], 0}, dx, dg);
         return st == IHA_OK ? st : mpi_layer_failed(L, ctx, st, call, "iha_layer_expand_backward");
@@ -120,8 +124,9 @@ static iha_status expand_backward(mpi_layer *L, iha_context *ctx, const iha_atte
     return st;
 }
 
-/* The ranks' sums of the gradients into the caller's buffers: overwritten, or added into. */
-static iha_status deliver_grads(iha_context *ctx, const mpi_layer *L, grad_set *g, int accumulate)
+/* The ranks' sums of the gradients into the caller's buffers: overwritten, or added into; with
+ * `write` 0 (this rank failed since the last agreement) it takes part in the sums only. */
+static iha_status deliver_grads(iha_context *ctx, const mpi_layer *L, grad_set *g, int accumulate, int write)
 {
     iha_status st = mpi_read(ctx, (iha_buffer){g->device, 0}, g->host, g->total);
     /* Every rank takes part in every reduction, whatever its read gave, so that none waits. */
@@ -132,7 +137,7 @@ static iha_status deliver_grads(iha_context *ctx, const mpi_layer *L, grad_set *
             st = mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: MPI_Allreduce of the gradients failed", call);
         done += n;
     }
-    for (int i = 0; i < GRADS && st == IHA_OK; ++i) {
+    for (int i = 0; i < GRADS && st == IHA_OK && write; ++i) {
         if (g->user[i].mem == NULL) continue;
         float *sum = g->host + g->at[i];
         if (accumulate) {
@@ -148,11 +153,16 @@ iha_status iha_mpi_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layo
                             const iha_attention_options *options, const iha_layer_weights *weights, iha_buffer x,
                             iha_buffer dz, iha_buffer dx, const iha_layer_grads *grads)
 {
-    mpi_layer L;
-    iha_status st = mpi_layer_open(&L, ctx, comm, layout, shape, options, weights, x, call);
-    if (L.ring.R == 0) return st;
+    /* Which gradients are asked for is compared over the ranks with the other arguments: the
+     * sums below are collectives over exactly those. */
+    static const iha_shape no_shape;
     grad_set g;
-    grads_layout(&g, shape != NULL ? shape : &L.local, grads);
+    uint64_t asked = 0;
+    const int sizes_ok = grads_layout(&g, shape != NULL ? shape : &no_shape, grads, &asked) == 0;
+    mpi_layer L;
+    iha_status st = mpi_layer_open(&L, ctx, comm, layout, shape, options, weights, x, asked, call);
+    if (L.ring.R == 0) return st;
+    if (st == IHA_OK && !sizes_ok) st = mpi_fail(IHA_ERROR_SIZE_OVERFLOW, "%s: the gradients' sizes overflow", call);
     cl_mem dout = NULL, d[3] = {NULL, NULL, NULL};
     if (st == IHA_OK) st = check_outputs(&L, weights, &g, x, dz, dx);
     if (st == IHA_OK) {
@@ -170,6 +180,10 @@ iha_status iha_mpi_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layo
                          (g.total > 0 && (g.device = mpi_device_buffer(ctx, g.total, call)) == NULL)))
         st = IHA_ERROR_DEVICE_MEMORY;
     if (st == IHA_OK) st = fill_zero(ctx, (iha_buffer){g.device, 0}, g.total);
+    /* dx goes through the output stand-in: the caller's dx is written only once every rank agreed. */
+    const iha_buffer dxs = {dx.mem != NULL ? L.out : NULL, 0};
+    if (st == IHA_OK && dx.mem != NULL)
+        st = options->accumulate ? mpi_copy_floats(ctx, dx, dxs, L.x_elems, call) : fill_zero(ctx, dxs, L.x_elems);
     if (st == IHA_OK) st = mpi_layer_expand(&L, ctx, options, weights, x, call);
     st = mpi_agree(&L.ring, st, call);
 
@@ -188,11 +202,20 @@ iha_status iha_mpi_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layo
                                         (iha_buffer){dout, 0}, (iha_buffer){d[0], 0}, (iha_buffer){d[1], 0},
                                         (iha_buffer){d[2], 0});
     if (st == IHA_OK) {
-        iha_status local = expand_backward(&L, ctx, options, weights, &dg, x, d, dx);
+        iha_status local = expand_backward(&L, ctx, options, weights, &dg, x, d, dxs);
         if (local == IHA_OK) local = iha_context_finish(ctx);
         st = mpi_agree(&L.ring, local, call);
     }
-    if (st == IHA_OK && g.total > 0) st = mpi_agree(&L.ring, deliver_grads(ctx, &L, &g, options->accumulate), call);
+    if (st == IHA_OK) {
+        /* Every rank agreed: the outputs. The gradient sums are collectives every rank joins. */
+        iha_status local = dx.mem != NULL ? mpi_copy_floats(ctx, dxs, dx, L.x_elems, call) : IHA_OK;
+        if (g.total > 0) {
+            const iha_status sums = deliver_grads(ctx, &L, &g, options->accumulate, local == IHA_OK);
+            if (local == IHA_OK) local = sums;
+        }
+        if (local == IHA_OK) local = iha_context_finish(ctx);
+        st = mpi_agree(&L.ring, local, call);
+    }
     free(g.host);
     cl_mem all[5] = {dout, d[0], d[1], d[2], g.device};
     for (int i = 0; i < 5; ++i)

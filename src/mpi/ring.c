@@ -2,8 +2,10 @@
  * rank agrees on, host and device staging (src/mpi/runs.c: the runs as the ring uses them). */
 #include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mpi/ring.h"
 
@@ -57,7 +59,9 @@ iha_status mpi_copy_rows(iha_context *ctx, iha_buffer src, size_t src_rows, size
     const size_t region[3] = {rows * row_floats * f, slabs, 1};
     const cl_int e = clEnqueueCopyBufferRect(iha_context_cl_queue(ctx), src.mem, dst.mem, so, doff, region, pitch_s, 0,
                                              pitch_d, 0, 0, NULL, NULL);
-    if (e != CL_SUCCESS) return mpi_fail(IHA_ERROR_OPENCL, "clEnqueueCopyBufferRect failed (%d)", (int)e);
+    if (e != CL_SUCCESS)
+        return mpi_fail(IHA_ERROR_OPENCL, "copying rows between device buffers: clEnqueueCopyBufferRect failed (%d)",
+                        (int)e);
     return IHA_OK;
 }
 
@@ -70,18 +74,91 @@ static int mul_ok(size_t a, size_t b, size_t *out)
     return 1;
 }
 
-iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
-                         const iha_attention_options *options, const char *call)
+iha_status mpi_comm_open(mpi_ring *ring, MPI_Comm comm, const char *call)
 {
     mpi_message[0] = '\0';
     ring->runs = NULL;
     ring->nruns = 1;
     ring->comm = comm;
     if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &ring->R) != MPI_SUCCESS ||
-        MPI_Comm_rank(comm, &ring->rank) != MPI_SUCCESS)
+        MPI_Comm_rank(comm, &ring->rank) != MPI_SUCCESS || ring->R < 1) {
+        ring->R = 0;
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: comm is not a usable communicator", call);
+    }
     ring->next = (ring->rank + 1) % ring->R;
     ring->prev = (ring->rank + ring->R - 1) % ring->R;
+    return IHA_OK;
+}
+
+int mpi_fingerprint(const iha_shape *shape, const iha_attention_options *options, int layout, uint64_t extra,
+                    uint64_t v[MPI_FINGERPRINT])
+{
+    static const iha_shape none_shape;
+    static const iha_attention_options none_options;
+    const iha_shape *s = shape != NULL ? shape : &none_shape;
+    const iha_attention_options *o = options != NULL ? options : &none_options;
+    uint32_t scale, base;
+    memcpy(&scale, &o->scale, sizeof scale);
+    memcpy(&base, &o->rope_base, sizeof base);
+    const uint64_t all[MPI_FINGERPRINT] = {(uint64_t)layout,
+                                           s->batch,
+                                           s->tokens,
+                                           s->model_dim,
+                                           s->heads,
+                                           s->head_dim,
+                                           s->pseudo,
+                                           (uint64_t)o->mask,
+                                           (uint64_t)o->window,
+                                           scale,
+                                           (uint64_t)o->rope,
+                                           base,
+                                           (uint64_t)o->storage,
+                                           (uint64_t)o->weight_storage,
+                                           (uint64_t)o->accumulate,
+                                           o->seq_count,
+                                           extra};
+    memcpy(v, all, sizeof all);
+    return MPI_FINGERPRINT;
+}
+
+iha_status mpi_same_everywhere(const mpi_ring *ring, const uint64_t v[MPI_FINGERPRINT], const char *call)
+{
+    static const char *const names[MPI_FINGERPRINT] = {"layout",
+                                                       "shape->batch",
+                                                       "shape->tokens",
+                                                       "shape->model_dim",
+                                                       "shape->heads",
+                                                       "shape->head_dim",
+                                                       "shape->pseudo",
+                                                       "options->mask",
+                                                       "options->window",
+                                                       "options->scale",
+                                                       "options->rope",
+                                                       "options->rope_base",
+                                                       "options->storage",
+                                                       "options->weight_storage",
+                                                       "options->accumulate",
+                                                       "options->seq_count",
+                                                       "the gradients asked for"};
+    /* The largest value and the largest complement give every field's maximum and minimum. */
+    uint64_t both[2 * MPI_FINGERPRINT], out[2 * MPI_FINGERPRINT];
+    for (int i = 0; i < MPI_FINGERPRINT; ++i) {
+        both[i] = v[i];
+        both[MPI_FINGERPRINT + i] = ~v[i];
+    }
+    if (MPI_Allreduce(both, out, 2 * MPI_FINGERPRINT, MPI_UINT64_T, MPI_MAX, ring->comm) != MPI_SUCCESS)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: MPI_Allreduce failed", call);
+    for (int i = 0; i < MPI_FINGERPRINT; ++i)
+        if (out[i] != ~out[MPI_FINGERPRINT + i])
+            return mpi_fail(IHA_ERROR_INVALID_ARGUMENT,
+                            "%s: the ranks passed different %s; every rank must pass the same", call, names[i]);
+    return IHA_OK;
+}
+
+/* What mpi_ring_open checks on this rank alone. */
+static iha_status ring_check(mpi_ring *ring, iha_mpi_layout layout, const iha_shape *shape,
+                             const iha_attention_options *options, const char *call)
+{
     ring->runs = calloc(2 * (size_t)ring->R, sizeof *ring->runs);
     if (ring->runs == NULL) return mpi_fail(IHA_ERROR_HOST_MEMORY, "%s: no host memory for the split", call);
     if (shape == NULL || options == NULL)
@@ -122,6 +199,18 @@ iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, c
     return IHA_OK;
 }
 
+iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
+                         const iha_attention_options *options, const char *call)
+{
+    iha_status st = mpi_comm_open(ring, comm, call);
+    if (ring->R == 0) return st;
+    st = ring_check(ring, layout, shape, options, call);
+    uint64_t v[MPI_FINGERPRINT];
+    mpi_fingerprint(shape, options, (int)layout, 0, v);
+    const iha_status same = mpi_same_everywhere(ring, v, call);
+    return st != IHA_OK ? st : same;
+}
+
 void mpi_ring_close(mpi_ring *ring)
 {
     free(ring->runs);
@@ -156,10 +245,14 @@ iha_status mpi_agree(const mpi_ring *ring, iha_status local, const char *call)
     int mine = local == IHA_OK ? ring->R : ring->rank, lowest = ring->R;
     if (MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, ring->comm) != MPI_SUCCESS)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: MPI_Allreduce failed", call);
+    if (lowest == ring->R) return IHA_OK;
+    /* Every rank gets the reason the lowest failing rank gave, so that any rank can report it. */
+    char reason[sizeof mpi_message];
+    memcpy(reason, mpi_message, sizeof reason);
+    MPI_Bcast(reason, (int)sizeof reason, MPI_CHAR, lowest, ring->comm);
+    reason[sizeof reason - 1] = '\0';
     if (local != IHA_OK) return local;
-    if (lowest < ring->R)
-        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: rank %d refused the call or failed", call, lowest);
-    return IHA_OK;
+    return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: rank %d refused the call or failed: %s", call, lowest, reason);
 }
 
 iha_status mpi_read(iha_context *ctx, iha_buffer src, float *dst, size_t floats)

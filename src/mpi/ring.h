@@ -4,6 +4,8 @@
 #ifndef IHA_MPI_RING_H
 #define IHA_MPI_RING_H
 
+#include <stdint.h>
+
 #include "iha_mpi.h"
 
 /* The ring as one rank sees it. */
@@ -20,11 +22,28 @@ typedef struct mpi_ring {
 } mpi_ring;
 
 /* Fills *ring for shape over comm and checks what every call checks (shape,
- * options, the split); returns the local status, with the message set on
- * failure. */
+ * options, the split, and that every rank passed the same: mpi_same_everywhere, a
+ * collective); returns the status, with the message set on failure. ring->R is 0
+ * when comm is not usable (nothing to agree over); otherwise every rank must go on to
+ * the call's mpi_agree. */
 iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                          const iha_attention_options *options, const char *call);
 void mpi_ring_close(mpi_ring *ring);
+
+/* The communicator's size and this rank into *ring (R = 0 when comm is not usable: there is
+ * then nothing to agree over), the message cleared. */
+iha_status mpi_comm_open(mpi_ring *ring, MPI_Comm comm, const char *call);
+
+/* The arguments every rank must pass alike, as numbers: the layout, the shape, the options
+ * and one `extra` (a call's own, e.g. which gradients it is asked for; 0 otherwise); NULL
+ * shape or options count as zeros. mpi_same_everywhere compares them over the ranks (one
+ * collective: every rank must call it) and returns IHA_ERROR_INVALID_ARGUMENT naming the first
+ * that differs, on every rank, so that no rank goes on into messages of sizes others do not
+ * expect. */
+enum { MPI_FINGERPRINT = 17 };
+int mpi_fingerprint(const iha_shape *shape, const iha_attention_options *options, int layout, uint64_t extra,
+                    uint64_t v[MPI_FINGERPRINT]);
+iha_status mpi_same_everywhere(const mpi_ring *ring, const uint64_t v[MPI_FINGERPRINT], const char *call);
 
 /* Tokens of block j: both runs of rank j. */
 size_t mpi_ring_tokens(const mpi_ring *ring, int j);
