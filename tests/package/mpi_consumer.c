@@ -19,7 +19,8 @@ static cl_mem device_copy(iha_context *ctx, const float *x, size_t n)
     cl_int e = CL_SUCCESS;
     cl_mem m = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, n * sizeof(float), NULL, &e);
     if (m != NULL && x != NULL &&
-        clEnqueueWriteBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), x, 0, NULL, NULL) != CL_SUCCESS) {
+        clEnqueueWriteBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), x, 0, NULL, NULL) !=
+            CL_SUCCESS) {
         clReleaseMemObject(m);
         return NULL;
     }
@@ -54,9 +55,9 @@ static int check_attention(iha_context *ctx, int rank, const iha_mpi_run *run)
     iha_attention_options options;
     iha_attention_options_init(&options);
     options.mask = IHA_MASK_CAUSAL;
-    cl_mem m[9] = {device_copy(ctx, q, all_n),  device_copy(ctx, k, all_n),   device_copy(ctx, v, all_n),
+    cl_mem m[9] = {device_copy(ctx, q, all_n),    device_copy(ctx, k, all_n),         device_copy(ctx, v, all_n),
                    device_copy(ctx, NULL, all_n), device_copy(ctx, NULL, all_n / DH), device_copy(ctx, mq, mine_n),
-                   device_copy(ctx, mk, mine_n), device_copy(ctx, mv, mine_n),  device_copy(ctx, NULL, mine_n)};
+                   device_copy(ctx, mk, mine_n),  device_copy(ctx, mv, mine_n),       device_copy(ctx, NULL, mine_n)};
     int ok = 1;
     for (int i = 0; i < 9; ++i) ok = ok && m[i] != NULL;
     iha_status single_st = IHA_ERROR_HOST_MEMORY, ring_st = IHA_ERROR_HOST_MEMORY;
@@ -85,8 +86,8 @@ static int check_attention(iha_context *ctx, int rank, const iha_mpi_run *run)
             worst = e > worst || isnan(e) ? e : worst;
         }
         ok = worst <= 1e-5;
-        printf("rank %d: iha_mpi_attention over %zu of %d tokens, largest difference from iha_attention %.2e\n",
-               rank, run->count, N, worst);
+        printf("rank %d: iha_mpi_attention over %zu of %d tokens, largest difference from iha_attention %.2e\n", rank,
+               run->count, N, worst);
     }
     for (int i = 0; i < 9; ++i)
         if (m[i] != NULL) clReleaseMemObject(m[i]);
