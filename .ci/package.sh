@@ -105,7 +105,7 @@ if [ $mpi = ON ]; then
   shows "libiha_mpi.so.$major => $prefix/lib/" ldd "$work/consumer/mpi_consumer" || fail "mpi_consumer does not run with $prefix's libiha_mpi.so.$major"
   # Its RUNPATH ($ORIGIN/../lib) finds the prefix's libraries without LD_LIBRARY_PATH.
   "$prefix/bin/iha-mpi" bench --help > /dev/null
-  shows "libiha_mpi.so.$major => $prefix/lib/" ldd "$prefix/bin/iha-mpi" || fail "iha-mpi does not find $prefix's libiha_mpi.so.$major"
+  shows "libiha_mpi.so.$major => $prefix/bin/../lib/" ldd "$prefix/bin/iha-mpi" || fail "iha-mpi does not find $prefix's libiha_mpi.so.$major"
   core=$work/prefix-core # libiha alone, as the packages libiha0 and libiha-dev install it
   for component in runtime development; do
     cmake --install "$build" --prefix "$core" --component $component > /dev/null
