@@ -72,7 +72,7 @@ if(IHA_MPI_FOUND)
   set(CPACK_DEBIAN_MPI_RUNTIME_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_BINARY_DIR}/debian/runtime/triggers)
   set(CPACK_DEBIAN_MPI_RUNTIME_PACKAGE_CONTROL_STRICT_PERMISSION ON)
   set(CPACK_COMPONENT_MPI_RUNTIME_DESCRIPTION
-      "The shared library libiha_mpi.so.${PROJECT_VERSION_MAJOR}: Interleaved Head Attention and the whole layer\n(forward and backward) with the sequence split over the ranks of an MPI\ncommunicator, on top of libiha. License: Apache-2.0.")
+      "The shared library libiha_mpi.so.${PROJECT_VERSION_MAJOR}: Interleaved Head Attention and the\nwhole layer (forward and backward) with the sequence split over the ranks of\nan MPI communicator, on top of libiha. License: Apache-2.0.")
 
   set(CPACK_DEBIAN_MPI_DEVELOPMENT_PACKAGE_NAME libiha-mpi-dev)
   set(CPACK_DEBIAN_MPI_DEVELOPMENT_PACKAGE_SECTION libdevel)
