@@ -2,6 +2,12 @@
 # component of cmake/Install.cmake: libiha0 (the shared library), libiha-dev (headers, static
 # library, CMake package, pkg-config file) and iha-tools (the iha command). Their dependencies
 # on other packages come from the binaries (dpkg-shlibdeps, in dpkg-dev).
+# libiha_mpi, when it is built, gets three packages of its own from the same build rather than
+# being folded into those: libiha-mpi0 (libiha_mpi.so.0, the name Debian gives its SONAME),
+# libiha-mpi-dev and iha-mpi-tools (the iha-mpi command). They are components like libiha's,
+# so one cpack run gives all six at one version and each depends on its libiha package at
+# exactly that version; MPI (libopenmpi3, through dpkg-shlibdeps) is theirs alone, and a
+# system that never runs MPI installs libiha0 without it.
 set(CPACK_PACKAGE_NAME iha)
 set(CPACK_PACKAGE_VENDOR "The iha authors")
 # Whoever publishes the packages names themselves here; the default is a placeholder.
@@ -19,6 +25,12 @@ set(CPACK_COMPONENTS_ALL runtime development)
 if(IHA_BUILD_TOOLS)
   list(APPEND CPACK_COMPONENTS_ALL tools)
 endif()
+if(IHA_MPI_FOUND)
+  list(APPEND CPACK_COMPONENTS_ALL mpi_runtime mpi_development)
+  if(TARGET iha_mpi_cli)
+    list(APPEND CPACK_COMPONENTS_ALL mpi_tools)
+  endif()
+endif()
 
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT) # name_version_arch.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
@@ -27,6 +39,10 @@ set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON) # packages built against libiha0 de
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 set(CPACK_STRIP_FILES ON)
+# libiha_mpi.so and iha-mpi link libiha.so.0 and libiha_mpi.so.0 of this build, which belong
+# to no installed package yet: dpkg-shlibdeps finds them here, and the component dependencies
+# below say which package holds them.
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_BINARY_DIR})
 
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME libiha${PROJECT_VERSION_MAJOR})
 # The ldconfig trigger that Debian requires of a shared library package (CPack adds ldconfig
@@ -50,6 +66,33 @@ set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION science)
 set(CPACK_COMPONENT_TOOLS_DESCRIPTION
     "The iha command: devices, check, forward, demo, generate-check, bench, tune,\nprofile and soak, the library's self-test, benchmarks and tuning.\nLicense: Apache-2.0.")
 
+if(IHA_MPI_FOUND)
+  set(CPACK_DEBIAN_MPI_RUNTIME_PACKAGE_NAME libiha-mpi${PROJECT_VERSION_MAJOR})
+  set(CPACK_COMPONENT_MPI_RUNTIME_DEPENDS runtime)
+  set(CPACK_DEBIAN_MPI_RUNTIME_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_BINARY_DIR}/debian/runtime/triggers)
+  set(CPACK_DEBIAN_MPI_RUNTIME_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+  set(CPACK_COMPONENT_MPI_RUNTIME_DESCRIPTION
+      "The shared library libiha_mpi.so.${PROJECT_VERSION_MAJOR}: Interleaved Head Attention and the\nwhole layer (forward and backward) with the sequence split over the ranks of\nan MPI communicator, on top of libiha. License: Apache-2.0.")
+
+  set(CPACK_DEBIAN_MPI_DEVELOPMENT_PACKAGE_NAME libiha-mpi-dev)
+  set(CPACK_DEBIAN_MPI_DEVELOPMENT_PACKAGE_SECTION libdevel)
+  set(CPACK_COMPONENT_MPI_DEVELOPMENT_DEPENDS mpi_runtime development)
+  # iha_mpi.h includes mpi.h: the development package of the MPI libiha_mpi was built with.
+  if(MPI_C_HEADER_DIR MATCHES "openmpi")
+    set(CPACK_DEBIAN_MPI_DEVELOPMENT_PACKAGE_DEPENDS "libopenmpi-dev")
+  elseif(MPI_C_HEADER_DIR MATCHES "mpich")
+    set(CPACK_DEBIAN_MPI_DEVELOPMENT_PACKAGE_DEPENDS "libmpich-dev")
+  endif()
+  set(CPACK_COMPONENT_MPI_DEVELOPMENT_DESCRIPTION
+      "Development files of libiha_mpi: the header iha_mpi.h, libiha_mpi.so, the CMake\ntargets of find_package(iha COMPONENTS mpi) (iha::iha_mpi) and the pkg-config\nfile iha_mpi.pc.\nLicense: Apache-2.0.")
+
+  set(CPACK_DEBIAN_MPI_TOOLS_PACKAGE_NAME iha-mpi-tools)
+  set(CPACK_DEBIAN_MPI_TOOLS_PACKAGE_SECTION science)
+  set(CPACK_COMPONENT_MPI_TOOLS_DEPENDS mpi_runtime)
+  set(CPACK_COMPONENT_MPI_TOOLS_DESCRIPTION
+      "The iha-mpi command, run under mpirun: bench (times ring attention over the\nranks) and forward (the layer over the ranks on .npy files).\nLicense: Apache-2.0.")
+endif()
+
 # Each package's changelog.gz, which Debian requires: it points to CHANGELOG.md's API changes.
 find_program(IHA_GZIP gzip)
 if(IHA_GZIP)
@@ -63,6 +106,9 @@ if(IHA_GZIP)
   set(_iha_doc_runtime libiha${PROJECT_VERSION_MAJOR})
   set(_iha_doc_development libiha-dev)
   set(_iha_doc_tools iha-tools)
+  set(_iha_doc_mpi_runtime libiha-mpi${PROJECT_VERSION_MAJOR})
+  set(_iha_doc_mpi_development libiha-mpi-dev)
+  set(_iha_doc_mpi_tools iha-mpi-tools)
   foreach(_component IN LISTS CPACK_COMPONENTS_ALL)
     install(FILES ${CMAKE_CURRENT_BINARY_DIR}/debian/changelog.gz
             DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${_iha_doc_${_component}} COMPONENT ${_component})
