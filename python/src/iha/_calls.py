@@ -303,14 +303,15 @@ def stage_shape(o, x_like, weights):
     heads2, _, pseudo = weights[4].shape
     model_dim, columns = weights[0].shape
     if heads != heads2 or head_dim * heads != columns or length % pseudo:
-        raise ValueError(f"the virtual sequence must be [B, H = {heads2}, N*P (P = {pseudo}), d = {columns // heads2}], "
-                         f"not {tuple(o.shape)}")
+        raise ValueError(f"the virtual sequence must be [B, H = {heads2}, N*P (P = {pseudo}), "
+                         f"d = {columns // heads2}], not {tuple(o.shape)}")
     shape = _lib.Shape(batch, length // pseudo, model_dim, heads, head_dim, pseudo)
     if x_like is not None:
         name, array = x_like
         want = (batch, shape.tokens, model_dim)
         if tuple(array.shape) != want:
-            raise ValueError(f"{name} must be {want} for the virtual sequence {tuple(o.shape)}, not {tuple(array.shape)}")
+            raise ValueError(f"{name} must be {want} for the virtual sequence {tuple(o.shape)}, "
+                             f"not {tuple(array.shape)}")
     return shape
 
 
