@@ -1,8 +1,9 @@
 """Interleaved Head Attention on OpenCL (Duvvuri et al., arXiv 2602.21371).
 
-NumPy API: devices(), Context, forward(), Layer (forward, backward, core, core_backward),
-KVCache, attention(), attention_backward(), attention_partial(), attention_partial_backward(). PyTorch API: iha.torch (import it
-separately; it needs torch). doc/python.md is the manual; doc/spec.md defines the computation.
+NumPy API: devices(), Context, forward(), Layer (forward, backward, core, core_backward, and the
+stages expand, collapse, collapse_backward, expand_backward), KVCache, attention(),
+attention_backward(), attention_partial(), attention_partial_backward(). PyTorch API: iha.torch
+(import it separately; it needs torch). doc/python.md is the manual; doc/spec.md defines the computation.
 """
 
 from ._lib import (BufferTooSmallError, BuildError, DeviceMemoryError, Error, GemmError, HostMemoryError, IOFailure,

@@ -296,6 +296,94 @@ def core_backward(context, shape, opts, uploaded, q, k, v, dy, outputs):
     return outputs
 
 
+def stage_shape(o, x_like, weights):
+    """The iha_shape of a layer stage from a virtual-sequence array o [B,H,N*P,d] (checked
+    against the weights) and, when given, an x-shaped array [B,N,D] that must agree with it."""
+    batch, heads, length, head_dim = _dims(o, 4, "o")
+    heads2, _, pseudo = weights[4].shape
+    model_dim, columns = weights[0].shape
+    if heads != heads2 or head_dim * heads != columns or length % pseudo:
+        raise ValueError(f"the virtual sequence must be [B, H = {heads2}, N*P (P = {pseudo}), "
+                         f"d = {columns // heads2}], not {tuple(o.shape)}")
+    shape = _lib.Shape(batch, length // pseudo, model_dim, heads, head_dim, pseudo)
+    if x_like is not None:
+        name, array = x_like
+        want = (batch, shape.tokens, model_dim)
+        if tuple(array.shape) != want:
+            raise ValueError(f"{name} must be {want} for the virtual sequence {tuple(o.shape)}, "
+                             f"not {tuple(array.shape)}")
+    return shape
+
+
+def first_token(value):
+    """A run's first token as the size_t the stage calls take."""
+    if int(value) != value or not 0 <= value < 2 ** (8 * ctypes.sizeof(ctypes.c_size_t)):
+        raise ValueError(f"first_token must be a token index of at least 0, not {value!r}")
+    return int(value)
+
+
+def expand(context, shape, opts, uploaded, first, x):
+    """iha_layer_expand: returns qt, kt, vt [B,H,N*P,d] in x's storage type."""
+    rows = (shape.batch, shape.heads, shape.tokens * shape.pseudo, shape.head_dim)
+    outputs = [empty(rows, x.dtype) for _ in range(3)]
+    _, weight_struct = uploaded
+    with context.lock:
+        x_buffer = _opencl.input_buffer(context, x)
+        out_buffers = [_opencl.output_buffer(context, a) for a in outputs]
+        context.check(lib.iha_layer_expand(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                           ctypes.byref(weight_struct), first, x_buffer.buffer(),
+                                           *(b.buffer() for b in out_buffers)))
+        _finish(context, out_buffers)
+    return outputs
+
+
+def collapse(context, shape, opts, uploaded, o):
+    """iha_layer_collapse: returns z [B,N,D] in o's storage type."""
+    z = empty((shape.batch, shape.tokens, shape.model_dim), o.dtype)
+    _, weight_struct = uploaded
+    with context.lock:
+        o_buffer = _opencl.input_buffer(context, o)
+        z_buffer = _opencl.output_buffer(context, z)
+        context.check(lib.iha_layer_collapse(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                             ctypes.byref(weight_struct), o_buffer.buffer(), z_buffer.buffer()))
+        _finish(context, [z_buffer])
+    return z
+
+
+def collapse_backward(context, shape, opts, uploaded, o, dz, outputs):
+    """iha_layer_collapse_backward into outputs: three arrays (dout and the gradients of wo
+    and r) or None; with opts.accumulate the call adds into them."""
+    _, weight_struct = uploaded
+    with context.lock:
+        ins = [_opencl.input_buffer(context, a) for a in (o, dz)]
+        out_buffers = _gradient_buffers(context, outputs, opts.accumulate)
+        wo, r = ((b.buffer() if b else _null()) for b in out_buffers[1:])
+        grads = _lib.LayerGrads(_null(), _null(), _null(), wo, _null(), _null(), _null(), r)
+        dout = out_buffers[0].buffer() if out_buffers[0] else _null()
+        context.check(lib.iha_layer_collapse_backward(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                                      ctypes.byref(weight_struct), *(b.buffer() for b in ins), dout,
+                                                      ctypes.byref(grads)))
+        _finish(context, out_buffers)
+    return outputs
+
+
+def expand_backward(context, shape, opts, uploaded, first, x, dqt, dkt, dvt, outputs):
+    """iha_layer_expand_backward into outputs: seven arrays (dx and the gradients of wq, wk,
+    wv, alpha_q, alpha_k, alpha_v) or None; with opts.accumulate the call adds into them."""
+    _, weight_struct = uploaded
+    with context.lock:
+        ins = [_opencl.input_buffer(context, a) for a in (x, dqt, dkt, dvt)]
+        out_buffers = _gradient_buffers(context, outputs, opts.accumulate)
+        wq, wk, wv, aq, ak, av = ((b.buffer() if b else _null()) for b in out_buffers[1:])
+        grads = _lib.LayerGrads(wq, wk, wv, _null(), aq, ak, av, _null())
+        dx = out_buffers[0].buffer() if out_buffers[0] else _null()
+        context.check(lib.iha_layer_expand_backward(context.handle, ctypes.byref(shape), ctypes.byref(opts),
+                                                    ctypes.byref(weight_struct), first, *(b.buffer() for b in ins),
+                                                    dx, ctypes.byref(grads)))
+        _finish(context, out_buffers)
+    return outputs
+
+
 def attention(context, shape, opts, qt, kt, vt, want_lse):
     """iha_attention: returns o (qt's storage type) and lse (float32) or None."""
     o = empty(qt.shape, qt.dtype)

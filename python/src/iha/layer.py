@@ -101,6 +101,62 @@ class Layer:
         _calls.core_backward(self.context, shape, opts, self._uploaded, q, k, v, dy, outputs)
         return _gradient_dict(names, outputs, out)
 
+    # The layer stages (iha_layer_expand, iha_layer_collapse and their backwards): forward is
+    # expand, attention, collapse, so that an application can run the attention step its own
+    # way (iha.attention_partial over a sequence split into runs, one per process or device).
+
+    def expand(self, x, *, first_token=0, seq_lens=None):
+        """The stages before attention (iha_layer_expand): qt, kt, vt [B,H,N*P,d] float32 for
+        x [B,N,D] (projections, mixing and, with rope_base, rotary of qt and kt). x may be a run
+        of tokens of a longer sequence: first_token, its first token in the whole sequence, sets
+        its rotary positions. seq_lens as in forward (then first_token must be 0)."""
+        x = _calls.host(x, self.dtype, "x")
+        shape = self._shape(x)
+        first = _calls.first_token(first_token)
+        opts = _calls.with_options(self.options, seq_lens)
+        return tuple(_calls.to_float32(a) for a in _calls.expand(self.context, shape, opts, self._uploaded, first, x))
+
+    def collapse(self, o):
+        """The stages after attention (iha_layer_collapse): z [B,N,D] float32 for the attention
+        step's output o [B,H,N*P,d] (collapse by r, then the output projection)."""
+        o = _calls.host(o, self.dtype, "o")
+        shape = _calls.stage_shape(o, None, self._weights)
+        return _calls.to_float32(_calls.collapse(self.context, shape, self.options, self._uploaded, o))
+
+    def collapse_backward(self, o, dz, *, out=None, accumulate=False):
+        """The backward of collapse (iha_layer_collapse_backward) for its o and dz = dLoss/dz
+        [B,N,D]: a dict with "o" (dLoss/do [B,H,N*P,d], the dout of iha.attention_backward),
+        "wo" and "r". out and accumulate as in backward (accumulate adds into "o" too)."""
+        o = _calls.host(o, self.dtype, "o")
+        dz = _calls.host(dz, self.dtype, "dz")
+        shape = _calls.stage_shape(o, ("dz", dz), self._weights)
+        names = ("o", "wo", "r")
+        outputs = _gradient_outputs(names, [o, self._weights[3], self._weights[7]], out, accumulate)
+        opts = _calls.with_options(self.options, None, accumulate)
+        _calls.collapse_backward(self.context, shape, opts, self._uploaded, o, dz, outputs)
+        return _gradient_dict(names, outputs, out)
+
+    def expand_backward(self, x, dqt, dkt, dvt, *, first_token=0, seq_lens=None, out=None, accumulate=False):
+        """The backward of expand (iha_layer_expand_backward) for its x and first_token and
+        dqt, dkt, dvt [B,H,N*P,d] (as iha.attention_backward returns them): a dict with "x"
+        (dx), "wq", "wk", "wv", "alpha_q", "alpha_k" and "alpha_v". out and accumulate as in
+        backward: over the runs of one sequence, accumulate=True adds each run's share of the
+        weights' gradients into the same arrays. seq_lens as in expand."""
+        x = _calls.host(x, self.dtype, "x")
+        self._shape(x)
+        grads = [_calls.host(a, self.dtype, n) for a, n in ((dqt, "dqt"), (dkt, "dkt"), (dvt, "dvt"))]
+        shape = _calls.stage_shape(grads[0], ("x", x), self._weights)
+        for name, array in zip(("dkt", "dvt"), grads[1:]):
+            if tuple(array.shape) != tuple(grads[0].shape):
+                raise ValueError(f"{name} must have dqt's shape {tuple(grads[0].shape)}, not {tuple(array.shape)}")
+        first = _calls.first_token(first_token)
+        names = ("x", "wq", "wk", "wv", "alpha_q", "alpha_k", "alpha_v")
+        likes = [x] + self._weights[:3] + self._weights[4:7]
+        outputs = _gradient_outputs(names, likes, out, accumulate)
+        opts = _calls.with_options(self.options, seq_lens, accumulate)
+        _calls.expand_backward(self.context, shape, opts, self._uploaded, first, x, *grads, outputs)
+        return _gradient_dict(names, outputs, out)
+
     def kv_cache(self, batch, max_tokens, storage=None, *, cache_tokens=0, window=None):
         """An empty KVCache for `batch` sequences of up to max_tokens tokens each (storage None:
         the layer's). cache_tokens L below max_tokens makes it a ring of each sequence's last L
