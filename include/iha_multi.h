@@ -26,9 +26,10 @@
  *     NULL; no context NULL and none twice (a part per context: several parts on one device take
  *     several contexts). Else IHA_ERROR_INVALID_ARGUMENT.
  *   - Float32 only, as iha_attention_partial: options->storage other than IHA_STORAGE_F32, or
- *     options->seq_lens set, is IHA_ERROR_UNSUPPORTED; options->rope must be 0 (rotate at global
- *     positions first: iha_layer_expand's first_token); shape->model_dim is ignored; the limits
- *     of iha_attention on the whole sequence apply (T = N*P at most INT_MAX/4).
+ *     options->seq_lens set, is IHA_ERROR_UNSUPPORTED; options->rope nonzero is
+ *     IHA_ERROR_INVALID_ARGUMENT (rotate at global positions first: iha_layer_expand's
+ *     first_token); shape->model_dim is ignored; the shape and option rules of iha_attention on
+ *     the whole sequence apply (T = N*P at most INT_MAX/4).
  *   - Every argument of every part is checked, and every internal buffer of every context
  *     allocated, before anything is enqueued on any context: a refused call writes nothing
  *     anywhere. Each part's buffers must belong to its context, be large enough for its rows
