@@ -56,6 +56,11 @@
 #define ATT_FAST_EXP 1
 #endif
 
+/* 1: the partial-attention kernel of cl/attention_partial_tiles.cl instead of attention_fwd_f32. */
+#ifndef ATT_PARTIAL
+#define ATT_PARTIAL 0
+#endif
+
 /* 1: keys and values are stored as half (the decoding cache's IHA_STORAGE_F16), read with
  * vload_half, which is core OpenCL and needs no cl_khr_fp16. Arithmetic stays float. */
 #ifndef KV_HALF
@@ -215,31 +220,44 @@ typedef struct tile_state {
     int zero;                       /* 0, computed from a kernel argument: see tile_pv */
 } tile_state;
 
-/* Query row r of the tile is rows[min(r, valid - 1)] at virtual position pos0 + min(r, valid - 1):
- * rows past `valid` (a tail) repeat the last valid one and are not stored. */
-static inline void tile_init(tile_state *ts, const __global float *rows, int pos0, int valid, int T, int P, int mask,
-                             int window, float scale_log2, const __global int2 *seq)
+/* A tile with no rows yet: its union bounds start empty over keys 0 .. T - 1. */
+static inline void tile_begin(tile_state *ts, int T)
 {
     ts->lo_min = T;
     ts->lo_max = 0;
     ts->hi_min = T;
     ts->hi_max = 0;
     ts->zero = T < 0;
+}
+
+/* Row r of the tile: visible keys `range` (local key indices; empty when range.x > range.y) and
+ * the query row at `row`, scaled. */
+static inline __attribute__((always_inline)) void tile_row(tile_state *ts, int r, int2 range,
+                                                          const __global float *row, float scale_log2)
+{
+    ts->lo[r] = range.x;
+    ts->hi[r] = range.y;
+    ts->lo_min = min(ts->lo_min, range.x);
+    ts->lo_max = max(ts->lo_max, range.x);
+    ts->hi_min = min(ts->hi_min, range.y);
+    ts->hi_max = max(ts->hi_max, range.y);
+    for (int c = 0; c < HEAD_DIM; ++c) ts->q[r][c] = row[c] * scale_log2;
+    ts->m[r] = -INFINITY;
+    ts->l[r] = (floatK)(0.0f);
+    #pragma unroll
+    for (int cv = 0; cv < VCHUNKS; ++cv) ts->acc[r][cv] = (floatV)(0.0f);
+}
+
+/* Query row r of the tile is rows[min(r, valid - 1)] at virtual position pos0 + min(r, valid - 1):
+ * rows past `valid` (a tail) repeat the last valid one and are not stored. */
+static inline void tile_init(tile_state *ts, const __global float *rows, int pos0, int valid, int T, int P, int mask,
+                             int window, float scale_log2, const __global int2 *seq)
+{
+    tile_begin(ts, T);
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) {
         const int i = min(r, valid - 1);
-        const int2 range = visible_keys(pos0 + i, T, P, mask, window, seq);
-        ts->lo[r] = range.x;
-        ts->hi[r] = range.y;
-        ts->lo_min = min(ts->lo_min, range.x);
-        ts->lo_max = max(ts->lo_max, range.x);
-        ts->hi_min = min(ts->hi_min, range.y);
-        ts->hi_max = max(ts->hi_max, range.y);
-        for (int c = 0; c < HEAD_DIM; ++c) ts->q[r][c] = rows[(size_t)i * HEAD_DIM + c] * scale_log2;
-        ts->m[r] = -INFINITY;
-        ts->l[r] = (floatK)(0.0f);
-        #pragma unroll
-        for (int cv = 0; cv < VCHUNKS; ++cv) ts->acc[r][cv] = (floatV)(0.0f);
+        tile_row(ts, r, visible_keys(pos0 + i, T, P, mask, window, seq), rows + (size_t)i * HEAD_DIM, scale_log2);
     }
 }
 
@@ -347,6 +365,70 @@ static inline int tile_scores(tile_state *ts, const __global kv_t *kblk, int j0,
     return whole;
 }
 
+#if ATT_PARTIAL
+/* Partial attention (cl/attention_partial_tiles.cl builds this file with ATT_PARTIAL 1): the
+ * query block is rows q0 .. q0 + Tq - 1 and the key block rows k0 .. k0 + Tk - 1 of a sequence
+ * of Tg rows, the masks evaluated there. Row r of the tile is query row `first` + min(r, valid - 1)
+ * of the block; its visible keys are given as indices of the key block, and a row that sees none
+ * of them gets the empty range (Tk, -1). */
+static inline void tile_init_partial(tile_state *ts, const __global float *rows, int first, int valid, int q0, int k0,
+                                     int Tk, int Tg, int P, int mask, int window, float scale_log2)
+{
+    tile_begin(ts, Tk);
+    #pragma unroll
+    for (int r = 0; r < ATT_ROWS; ++r) {
+        const int i = min(r, valid - 1);
+        const int2 g = visible_range(q0 + first + i, Tg, P, mask, window);
+        int2 range = (int2)(max(g.x, k0) - k0, min(g.y, k0 + Tk - 1) - k0);
+        if (range.x > range.y) range = (int2)(Tk, -1);
+        tile_row(ts, r, range, rows + (size_t)i * HEAD_DIM, scale_log2);
+    }
+}
+
+static inline floatV load_out_chunk(const __global float *row, int cv)
+{
+    const int c = cv * ATT_VD;
+    if (c + ATT_VD <= HEAD_DIM) return vloadV(0, row + c);
+    float tmp[ATT_VD];
+    for (int i = 0; i < ATT_VD; ++i) tmp[i] = c + i < HEAD_DIM ? row[c + i] : 0.0f;
+    return vloadV(0, tmp);
+}
+
+/* Row r's block result (acc / l, log-sum-exp from m and l) merged into the running state at
+ * orow and *lse_row by the online-softmax rule, as attention_partial_f32 merges it: a row that
+ * sees no key of the block keeps its state (with `first`, o = 0 and lse = -inf); a state with
+ * lse = -inf, or `first`, takes the block's result. */
+static inline void partial_merge(__global float *orow, __global float *lse_row, const floatV *acc, float m, float l,
+                                 int empty, int first)
+{
+    if (empty) {
+        if (first) {
+            for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, (floatV)(0.0f));
+            *lse_row = -INFINITY;
+        }
+        return;
+    }
+    const float lb = row_lse(m, l), ls = first ? -INFINITY : *lse_row;
+    if (ls == -INFINITY) {
+        const float inv = 1.0f / l;
+        for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, acc[cv] * inv);
+        *lse_row = lb;
+        return;
+    }
+    const float mm = ls > lb ? ls : lb;
+    const float ws = exp(ls - mm), wb = exp(lb - mm), den = ws + wb, fb = wb / l;
+    for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, (load_out_chunk(orow, cv) * ws + acc[cv] * fb) / den);
+    *lse_row = mm + log(den);
+}
+#endif
+
+#if ATT_PARTIAL
+/* rows: q, o [B*H][Tq][HEAD_DIM], lse [B*H][Tq]; kp the key block packed as above, v [B*H][Tk][HEAD_DIM] */
+__kernel void attention_partial_tiles_f32(__global const float *q, ulong q_off, __global const kv_t *kp, ulong k_off,
+                                          __global const kv_t *v, ulong v_off, __global float *o, ulong o_off,
+                                          __global float *lse, ulong lse_off, int Tq, int Tk, int q0, int k0, int Tg,
+                                          int P, int mask, int window, float scale_log2, int first IHA_PROBE_PARAMS)
+#else
 __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H][T][HEAD_DIM] */
                                 __global const kv_t *kp, ulong k_off,   /* key blocks, see above */
                                 __global const kv_t *v, ulong v_off,    /* [B*H][T][HEAD_DIM] */
@@ -354,21 +436,32 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
                                 __global float *lse, ulong lse_off,     /* [B*H][T] natural log */
                                 int want_lse, int T, int P, int mask, int window,
                                 float scale_log2 /* score scale * log2(e) */ IHA_SEQ_PARAMS IHA_PROBE_PARAMS)
+#endif
 {
+#if !ATT_PARTIAL
+    const int Tq = T, Tk = T; /* query rows and key rows: one sequence */
+#endif
     const int t0 = get_global_id(0) * (ATT_ROWS * ATT_TILES);
     const int bh = get_global_id(1);
-    if (t0 >= T) return;
-    const int blocks = (T + ATT_KB - 1) / ATT_KB;
-    const __global float *qb = q + q_off + (size_t)bh * T * HEAD_DIM;
+    if (t0 >= Tq) return;
+    const int blocks = (Tk + ATT_KB - 1) / ATT_KB;
+    const __global float *qb = q + q_off + (size_t)bh * Tq * HEAD_DIM;
     const __global kv_t *kb = kp + k_off + (size_t)bh * blocks * HEAD_DIM * ATT_KB;
-    const __global kv_t *vb = v + v_off + (size_t)bh * T * HEAD_DIM;
+    const __global kv_t *vb = v + v_off + (size_t)bh * Tk * HEAD_DIM;
+#if !ATT_PARTIAL
     const __global int2 *seq = seq_row(seq_bounds, seq_heads, bh, T, P);
+#endif
 
     tile_state tiles[ATT_TILES];
-    int lo_min = T, hi_max = 0;
+    int lo_min = Tk, hi_max = 0;
     for (int i = 0; i < ATT_TILES; ++i) {
-        const int first = min(t0 + i * ATT_ROWS, T - 1);
-        tile_init(&tiles[i], qb + (size_t)first * HEAD_DIM, first, T - first, T, P, mask, window, scale_log2, seq);
+        const int row0 = min(t0 + i * ATT_ROWS, Tq - 1);
+#if ATT_PARTIAL
+        tile_init_partial(&tiles[i], qb + (size_t)row0 * HEAD_DIM, row0, Tq - row0, q0, k0, Tk, Tg, P, mask, window,
+                          scale_log2);
+#else
+        tile_init(&tiles[i], qb + (size_t)row0 * HEAD_DIM, row0, T - row0, T, P, mask, window, scale_log2, seq);
+#endif
         lo_min = min(lo_min, tiles[i].lo_min);
         hi_max = max(hi_max, tiles[i].hi_max);
     }
@@ -387,7 +480,7 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         const int j0 = blk * ATT_KB;
         const __global kv_t *kblk = kb + (size_t)blk * HEAD_DIM * ATT_KB;
 #if ATT_PREFETCH && defined(__clang__)
-        const int prefetch = j0 + 2 * ATT_KB <= T && blk < hi_max / ATT_KB;
+        const int prefetch = j0 + 2 * ATT_KB <= Tk && blk < hi_max / ATT_KB;
         const __global kv_t *next = vb + (size_t)(j0 + ATT_KB) * HEAD_DIM;
 #endif
         int seen = 0, partial = 0;
@@ -397,9 +490,9 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
             if (!tile_scores(&tiles[i], kblk, j0, pr[i])) partial |= 1 << i;
             seen |= 1 << i;
         }
-        /* A block that runs past T is partial for every tile: its padding keys are masked, and
+        /* A block that runs past Tk is partial for every tile: its padding keys are masked, and
          * their rows clamped to the last key keep the reads in bounds. */
-        const int last = min(j0 + ATT_KB, T) - 1;
+        const int last = min(j0 + ATT_KB, Tk) - 1;
         #pragma unroll 1
         for (int cv = 0; cv < VCHUNKS; ++cv) {
 #if ATT_PREFETCH && defined(__clang__)
@@ -423,19 +516,24 @@ __kernel void attention_fwd_f32(__global const float *q, ulong q_off,   /* [B*H]
         const tile_state *ts = &tiles[i];
         for (int r = 0; r < ATT_ROWS; ++r) {
             const int t = t0 + i * ATT_ROWS + r;
-            if (t >= T) {
+            if (t >= Tq) {
                 IHA_PROBE_CHECK();
                 return;
             }
             const float l = hsum(ts->l[r]);
+            __global float *orow = o + o_off + ((size_t)bh * Tq + t) * HEAD_DIM;
+#if ATT_PARTIAL
+            partial_merge(orow, lse + lse_off + (size_t)bh * Tq + t, ts->acc[r], ts->m[r], l, ts->lo[r] > ts->hi[r],
+                          first);
+#else
             /* Every row sees a key, so l = 0 means that no score was finite, and a NaN l that
              * one was NaN: 1/l then makes the row NaN, as doc/spec.md's float64 softmax is
              * (doc/numerics.md). */
             const float inv = 1.0f / l;
-            __global float *orow = o + o_off + ((size_t)bh * T + t) * HEAD_DIM;
             #pragma unroll
             for (int cv = 0; cv < VCHUNKS; ++cv) store_chunk(orow, cv, ts->acc[r][cv] * inv);
             if (want_lse) lse[lse_off + (size_t)bh * T + t] = row_lse(ts->m[r], l);
+#endif
         }
     }
     IHA_PROBE_CHECK();

@@ -495,33 +495,60 @@ IHA_API iha_status iha_attention_backward(iha_context *ctx, const iha_shape *sha
  *     iha_layer_expand(ctx, &shape, &options, &weights, 0, x, qt, kt, vt);
  *     iha_attention(ctx, &shape, &attention_options, qt, kt, vt, o, lse);   rope 0 there
  *     iha_layer_collapse(ctx, &shape, &options, &weights, o, z);
- * gives iha_forward's z within float rounding. Mixing, rotary and collapse are per token, so a
- * run of tokens of a longer sequence goes through them on its own: `first_token` is the run's
- * first token in the whole sequence, which sets its rotary positions.
+ * gives iha_forward's z within float rounding (on PoCL bit for bit with float storage; 16-bit
+ * storage rounds qt, kt, vt and o between the calls, which iha_forward keeps in float). Mixing,
+ * rotary and collapse are per token, so a run of tokens of a longer sequence goes through them
+ * on its own: `first_token` is the run's first token in the whole sequence, which sets its
+ * rotary positions. The backward is the same steps in reverse:
+ *     iha_layer_collapse_backward(ctx, &shape, &options, &weights, o, dz, dout, &grads);
+ *     iha_attention_backward(ctx, &shape, &attention_options, qt, kt, vt, o, lse, dout, dqt, dkt, dvt);
+ *     iha_layer_expand_backward(ctx, &shape, &options, &weights, 0, x, dqt, dkt, dvt, dx, &grads);
+ * gives iha_backward's dx and gradients within float rounding (the same kernels; bit for bit on
+ * PoCL with float storage). Over runs of one sequence, each run's expand_backward gives its
+ * rows of dx and its share of the gradients: with options->accumulate they add up to the
+ * whole sequence's.
+ * Rules of all four: each reads only the options and weights its comment names (the others may
+ * hold anything); every buffer, overlap and size is checked as iha_forward checks them, and a
+ * refused call writes nothing; options->storage and weight_storage as in iha_forward (the
+ * activations, including qt, kt, vt, o and their gradients, in storage; the weights and their
+ * gradients in weight_storage); B*N, D or H*d above INT_MAX/2 and H*H*P above INT_MAX are
+ * IHA_ERROR_UNSUPPORTED in the backward two (as in iha_backward); with rotary,
+ * (first_token + N)*P past INT_MAX/4 is IHA_ERROR_UNSUPPORTED. Every buffer a call uses is
+ * counted against the device's memory and allocated before anything is enqueued.
  *
  * iha_layer_expand: x [B][N][D] -> qt, kt, vt [B][H][N*P][d] (T = N*P virtual rows per head):
  * Q = X W_Q, K = X W_K, V = X W_V, mixing by alpha_Q, alpha_K, alpha_V, and with options->rope
  * rotary of Qt and Kt at virtual position (first_token + n)*P + p of token n's pseudo-token p.
- * options->mask, window and scale are ignored; storage and weight_storage as in iha_forward
- * (qt, kt, vt in options->storage). With options->seq_lens rotary restarts at each sequence as
- * in iha_forward, and first_token must be 0 (IHA_ERROR_UNSUPPORTED otherwise). The outputs must
- * lie apart from x, the weights and each other; weights->wo and r are ignored. */
+ * Reads options->storage, weight_storage, rope, rope_base, seq_lens and seq_count (mask,
+ * window, scale and accumulate are ignored). With options->seq_lens rotary restarts at each
+ * sequence as in iha_forward, and first_token must be 0 (IHA_ERROR_UNSUPPORTED otherwise). The
+ * outputs must lie apart from x, the weights and each other; weights->wo and r are ignored (the
+ * identity shortcut is alpha_q, alpha_k and alpha_v all NULL with P = 1). Workspace: Q, K, V
+ * (3*B*N*H*d floats), with half storage float copies of x and the outputs (B*N*D + 3*B*H*T*d),
+ * with 16-bit weights float mixing (4*H*H*P) and, past 16 rows, one converted D*H*d matrix. */
 IHA_API iha_status iha_layer_expand(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                     const iha_layer_weights *weights, size_t first_token, iha_buffer x,
                                     iha_buffer qt, iha_buffer kt, iha_buffer vt);
 
 /* iha_layer_collapse: o [B][H][N*P][d] (the attention step's output) -> z [B][N][D]: collapse
  * by R, then Z = Y W_O. options->storage as in iha_forward (o and z); only storage and
- * weight_storage are read from options. weights->wq, wk, wv and alpha_q/k/v are ignored. z must
- * lie apart from o and the weights. */
+ * weight_storage are read from options. weights->wq, wk, wv and alpha_q/k/v are ignored (r may
+ * be NULL with P = 1: the identity). z must lie apart from o and the weights. Workspace: Y
+ * (B*N*H*d floats), with half storage float copies of o and z, with 16-bit weights float
+ * mixing and, past 16 rows, one converted D*H*d matrix. */
 IHA_API iha_status iha_layer_collapse(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                       const iha_layer_weights *weights, iha_buffer o, iha_buffer z);
 
 /* The backward of iha_layer_collapse: given its o and dz = dLoss/dz [B][N][D], writes
  * dout = dLoss/do [B][H][N*P][d] and grads->wo and grads->r (the other members are ignored;
  * grads may be NULL, and any output with mem NULL is not computed). Outputs are overwritten,
- * or added into with options->accumulate. Y is recomputed from o. Every output must lie apart
- * from o, dz, the weights and the other outputs. */
+ * or added into with options->accumulate (dout too: give it zeros, or accumulate 0, to get
+ * dout alone). Y is recomputed from o (when grads->wo is wanted). Reads options->storage,
+ * weight_storage and accumulate only; weights->wo and r as iha_layer_collapse. Every output
+ * must lie apart from o, dz, the weights and the other outputs. Workspace: dY, and Y for
+ * grads->wo (B*N*H*d floats each), a transpose's max(B*N*H*d, D*H*d), the mixing gradient's
+ * partial sums for grads->r, with 16-bit storage float copies of the inputs and 16-bit weights,
+ * and float stand-ins of outputs that are 16-bit or added into without a product. */
 IHA_API iha_status iha_layer_collapse_backward(iha_context *ctx, const iha_shape *shape,
                                                const iha_attention_options *options,
                                                const iha_layer_weights *weights, iha_buffer o, iha_buffer dz,
@@ -531,9 +558,16 @@ IHA_API iha_status iha_layer_collapse_backward(iha_context *ctx, const iha_shape
  * dLoss/dqt, dLoss/dkt, dLoss/dvt [B][H][N*P][d] (as iha_attention_backward writes them),
  * writes dx = dLoss/dx [B][N][D] and grads->wq, wk, wv and alpha_q, alpha_k, alpha_v (wo and r
  * are ignored; grads may be NULL, and any output with mem NULL is not computed). The inverse
- * rotary runs at the same positions as the forward's. Q, K and V are recomputed from x.
- * Outputs are overwritten, or added into with options->accumulate. Every output must lie apart
- * from x, dqt, dkt, dvt, the weights and the other outputs. */
+ * rotary runs at the same positions as the forward's, on copies (dqt, dkt, dvt are not
+ * changed). Q, K and V are recomputed from x where their alpha's gradient is wanted. Outputs
+ * are overwritten, or added into with options->accumulate (dx too). Reads iha_layer_expand's
+ * options and accumulate; the same first_token rules. Every output must lie apart from x,
+ * dqt, dkt, dvt, the weights and the other outputs. Workspace: dQ, dK, dV for dx or their
+ * weight's gradient, Q, K, V for their alpha's (B*N*H*d floats each), float copies of dqt and
+ * dkt with rotary (B*H*T*d each; and of dvt with half storage), x transposed (B*N*D) for the
+ * weights' gradients, a weight transposed (D*H*d) for dx, the mixing gradients' partial sums,
+ * with 16-bit storage a float x and 16-bit weights float copies (3*D*H*d + 4*H*H*P), and float
+ * stand-ins of outputs that are 16-bit or added into without a product. */
 IHA_API iha_status iha_layer_expand_backward(iha_context *ctx, const iha_shape *shape,
                                              const iha_attention_options *options, const iha_layer_weights *weights,
                                              size_t first_token, iha_buffer x, iha_buffer dqt, iha_buffer dkt,
@@ -574,9 +608,11 @@ typedef struct iha_partial_block {
  * other (qt, kt and vt may share memory). Float32 only: options->storage other than
  * IHA_STORAGE_F32, or options->seq_lens set, is IHA_ERROR_UNSUPPORTED; options->rope must be 0;
  * options->accumulate is ignored. A NULL block, k_tokens 0, or a buffer too small is refused
- * (nothing written); a block ending past virtual row INT_MAX/4 is IHA_ERROR_UNSUPPORTED. No
- * workspace. One work-item per query row (cl/attention_partial.cl), the same kernel on every
- * device: simpler and slower than iha_attention's tiles. */
+ * (nothing written); a block ending past virtual row INT_MAX/4 is IHA_ERROR_UNSUPPORTED. On
+ * devices that are not GPUs the call runs iha_attention's register tiles over the key block
+ * (cl/attention_partial_tiles.cl), as fast per key as iha_attention, with the key block packed
+ * into workspace (B*H*ceil(k_tokens*P/16)*16*d floats, counted against the device's memory);
+ * GPUs run one work-item per query row (cl/attention_partial.cl), with no workspace. */
 IHA_API iha_status iha_attention_partial(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                          const iha_partial_block *block, iha_buffer qt, iha_buffer kt, iha_buffer vt,
                                          iha_buffer o, iha_buffer lse);

@@ -76,45 +76,52 @@ IHA_MPI_API int iha_mpi_runs(size_t tokens, int ranks, int rank, iha_mpi_layout 
 IHA_MPI_API const char *iha_mpi_message(void);
 
 /* iha_attention over a sequence split across the ranks of comm:
- *   qt, kt, vt, o  [batch][heads][count*pseudo][head_dim]  this rank's tokens
- * (iha_mpi_split) lse            [batch][heads][count*pseudo] written when
- * lse.mem is not NULL with shape->tokens the WHOLE sequence's N (at least the
- * number of ranks) and the same mask, window and scale as iha_attention; o and
- * lse equal iha_attention's rows for this rank's tokens within float rounding.
- * The ring: each rank starts with its own key and value block and, R - 1 times,
- * sends the block it holds to rank + 1 and receives the next from rank - 1 with
- * MPI_Isend/MPI_Irecv while the held block is attended with
- * iha_attention_partial, merging into (o, lse). Blocks travel as host copies:
- * each is read from the device once on its owner, sent as MPI_FLOAT and written
- * to a device staging buffer on arrival. Under IHA_MASK_CAUSAL and
- * IHA_MASK_TOKEN_CAUSAL a block wholly after this rank's queries is passed on
- * without being attended.
+ *   qt, kt, vt, o  [batch][heads][count*pseudo][head_dim]  this rank's tokens under `layout`
+ *                  (iha_mpi_runs: run 0's rows then run 1's in each [batch][heads] slab)
+ *   lse            [batch][heads][count*pseudo]  written when lse.mem is not NULL
+ * with shape->tokens the WHOLE sequence's N (at least the number of ranks R; at least 2R
+ * under IHA_MPI_ZIGZAG, else IHA_ERROR_INVALID_ARGUMENT on every rank) and the same mask,
+ * window and scale as iha_attention; o and lse equal iha_attention's rows for this rank's
+ * tokens within float rounding. The ring: each rank starts with its own key and value block
+ * (both its runs) and, R - 1 times, sends the block it holds to rank + 1 and receives the
+ * next from rank - 1 with MPI_Isend/MPI_Irecv while the held block is attended with
+ * iha_attention_partial, once per (query run, key run) pair, merging into (o, lse). Blocks
+ * travel as host copies, each run a contiguous tensor: each is read from the device once on
+ * its owner, sent as MPI_FLOAT and, as soon as it has arrived, written to a device staging
+ * buffer through a second command queue of the context's device, so that the upload runs
+ * while the held block is still being attended (where the device overlaps transfers with
+ * kernels; where a second queue cannot be made, through the context's queue). Under
+ * IHA_MASK_CAUSAL and IHA_MASK_TOKEN_CAUSAL a key run wholly after a query run is not
+ * attended, and a block with no visible pair is passed on untouched.
  *   - Float32 only, as iha_attention_partial: options->storage other than
  * IHA_STORAGE_F32, options->seq_lens set or options->rope nonzero is
  * IHA_ERROR_UNSUPPORTED (rotate at global positions before calling); a block of
  * more than INT_MAX floats is IHA_ERROR_UNSUPPORTED (one MPI message).
- *   - Host memory: 4 blocks of the largest rank's B*H*ceil(N/R)*P*d floats;
- * device memory: 2 such blocks, and B*H*count*P floats for lse when lse.mem is
- * NULL.
- *   - o and lse must lie apart from qt, kt, vt and each other. */
+ *   - Host memory: 4 blocks of the largest rank's B*H*tokens*P*d floats (tokens: ceil(N/R)
+ * contiguous, at most 2*ceil(N/2R) zig-zag); device memory: 4 such blocks, two staging
+ * pairs (one pair on 2 contiguous ranks, none with one contiguous rank), and B*H*count*P floats for lse when lse.mem is NULL. Zig-zag also holds
+ * this rank's qt, o and lse as run-major copies on the device (2*B*H*count*P*d + B*H*count*P
+ * floats), since a run of a [batch][heads] tensor is one row range per slab.
+ *   - o and lse must lie apart from qt, kt, vt and each other (IHA_ERROR_INVALID_ARGUMENT). */
 IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                                          const iha_attention_options *options, iha_buffer qt, iha_buffer kt,
                                          iha_buffer vt, iha_buffer o, iha_buffer lse);
 
-/* The backward of iha_mpi_attention, as iha_attention_backward over the whole
- * sequence: inputs   qt, kt, vt, o, dout [batch][heads][count*pseudo][head_dim]
- * this rank's tokens lse                  [batch][heads][count*pseudo]
- * (required: iha_mpi_attention's) outputs  dqt, dkt, dvt
- * [batch][heads][count*pseudo][head_dim] overwritten, or added into with
- * options->accumulate. The ring carries each key and value block together with
- * its running dK and dV: at each hop the held block's K and V are sent on
- * (MPI_Isend/MPI_Irecv) while iha_attention_partial_backward adds this rank's
- * queries' share into its dK and dV and the block's share into dqt; then dK and
- * dV follow. After R steps every block's dK and dV hold all ranks' shares and
- * make one more hop, back to their owner. Same shape and option rules as
- * iha_mpi_attention. Host memory: 8 blocks of the largest rank's floats (K, V,
- * dK, dV held and arriving); device memory: 4 such blocks. Every output must
- * lie apart from every input and the other outputs. */
+/* The backward of iha_mpi_attention, as iha_attention_backward over the whole sequence:
+ *   inputs   qt, kt, vt, o, dout  [batch][heads][count*pseudo][head_dim]  this rank's tokens
+ *            lse                  [batch][heads][count*pseudo] (required: iha_mpi_attention's)
+ *   outputs  dqt, dkt, dvt        [batch][heads][count*pseudo][head_dim]  overwritten, or
+ *                                 added into with options->accumulate
+ * all laid out as iha_mpi_attention's under the same layout. The ring carries each key and
+ * value block together with its running dK and dV: at each hop the held block's K and V are
+ * sent on (MPI_Isend/MPI_Irecv) while iha_attention_partial_backward, once per visible
+ * (query run, key run) pair, adds this rank's queries' share into its dK and dV and the
+ * block's share into dqt; then dK and dV follow. After R steps every block's dK and dV hold
+ * all ranks' shares and make one more hop, back to their owner. Same shape, layout and
+ * option rules as iha_mpi_attention. Host memory: 8 blocks of the largest rank's floats (K,
+ * V, dK, dV held and arriving); device memory: 4 such blocks, and under zig-zag run-major
+ * copies of qt, o, dout, dqt and lse (4*B*H*count*P*d + B*H*count*P floats). Every output
+ * must lie apart from every input and the other outputs (IHA_ERROR_INVALID_ARGUMENT). */
 IHA_MPI_API iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout,
                                                   const iha_shape *shape, const iha_attention_options *options,
                                                   iha_buffer qt, iha_buffer kt, iha_buffer vt, iha_buffer o,

@@ -4,7 +4,10 @@
  * the blocks merged in ring order and in reverse, key blocks cut apart from the query blocks;
  * the merged o and lse against iha_attention on the whole sequence and the float64 reference,
  * the summed block gradients against iha_attention_backward on the whole; rows that see no key
- * of a block; the refusals.
+ * of a block; the refusals. Devices that are not GPUs run the forward as register tiles and GPUs
+ * as rows: other_geometry runs a share of the cases down the other device type's path (reading
+ * the private context, as tests/test_small_shapes.c does), so both kernels are checked on every
+ * device, Oclgrind's included.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 
 #include "reference.h"
+#include "runtime/context.h" /* info.is_gpu: the forward kernel follows the device type */
 #include "test_util.h"
 
 #define MAX_R 4
@@ -241,6 +245,33 @@ static void blocks_merge_to_whole(void **state)
         }
 }
 
+/* The device's own geometry; restore_geometry, the teardown, puts it back after a failure. */
+static int native_is_gpu = -1;
+
+static int restore_geometry(void **state)
+{
+    (void)state;
+    if (tu_ctx && native_is_gpu >= 0) tu_ctx->info.is_gpu = native_is_gpu;
+    return 0;
+}
+
+/* Every mask, a window spanning blocks, ragged and padded head widths, down the other device
+ * type's forward kernel. */
+static void other_geometry(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    native_is_gpu = tu_ctx->info.is_gpu;
+    tu_ctx->info.is_gpu = !native_is_gpu;
+    for (int mask = 0; mask < 3; ++mask) {
+        const partial_case c = {1, 11, 2, mask == 1 ? 16 : 6, 3, mask, mask == 2 ? 2 : 0, 3, mask == 0, 0.0f, 0};
+        run_case(&c);
+    }
+    const partial_case c = {2, 10, 1, 64, 2, IHA_MASK_CAUSAL, 3, 2, 0, 0.3f, 3};
+    run_case(&c);
+    restore_geometry(NULL);
+}
+
 /* A causal key block after the queries: the state stays bit for bit; with `first` it becomes
  * empty (o = 0, lse = -inf). */
 static void invisible_block_keeps_state(void **state)
@@ -340,6 +371,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(blocks_merge_to_whole),
         cmocka_unit_test(invisible_block_keeps_state),
+        cmocka_unit_test_teardown(other_geometry, restore_geometry),
         cmocka_unit_test(refusals),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);

@@ -24,15 +24,15 @@ static void rope_row(size_t t, size_t half, const double *theta, float *row)
     }
 }
 
-iha_status iha__rope_table(iha_context *ctx, size_t T, size_t d, float base, cl_mem *out)
+iha_status iha__rope_table(iha_context *ctx, size_t first, size_t T, size_t d, float base, cl_mem *out)
 {
     /* Layout [T][2][d/2]: a row of cosines then a row of sines, so kernels load vectors. */
     const size_t half = d / 2, count = T * half * 2; /* the caller validated T*d */
     cl_mem table;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_ROPE, count * sizeof(float), &table));
     iha_rope_cache *held = ctx->rope;
-    if (held->generation == iha__workspace_generation(ctx, IHA_WS_ROPE) && held->positions == T &&
-        held->head_dim == d && held->base == base) {
+    if (held->generation == iha__workspace_generation(ctx, IHA_WS_ROPE) && held->first == first &&
+        held->positions == T && held->head_dim == d && held->base == base) {
         *out = table;
         return IHA_OK;
     }
@@ -43,11 +43,12 @@ iha_status iha__rope_table(iha_context *ctx, size_t T, size_t d, float base, cl_
         free(theta);
         return iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the rotary table");
     }
-    for (size_t t = 0; t < T; ++t) rope_row(t, half, theta, host + t * d);
+    for (size_t t = 0; t < T; ++t) rope_row(first + t, half, theta, host + t * d);
     free(theta);
     cl_int err = clEnqueueWriteBuffer(ctx->queue, table, CL_TRUE, 0, count * sizeof(float), host, 0, NULL, NULL);
     free(host);
     if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clEnqueueWriteBuffer (rotary table)");
+    held->first = first;
     held->positions = T;
     held->head_dim = d;
     held->base = base;

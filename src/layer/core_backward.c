@@ -86,16 +86,40 @@ iha_status iha__core_forward_again(iha_context *ctx, const iha_plan *p, const ih
     return iha__stage_done(ctx, &ctx->stage_times.attention, mark);
 }
 
+iha_status iha__collapse_backward_enqueue(iha_context *ctx, const iha_plan *p, iha_buffer r, iha_buffer dy,
+                                          iha_buffer o, cl_mem partial, iha_buffer dout, iha_buffer dr)
+{
+    /* dO = the mixing of dY with R (R[h][m][p] has alpha's layout, source h, target m), dR =
+     * G(dY, O). */
+    if (dout.mem != NULL) IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, &p->dims, dy, r, dout, NULL, 0));
+    if (dr.mem != NULL) IHA_FORWARD_IF_ERROR(iha__mix_grad_enqueue(ctx, &p->dims, dy, o, partial, dr));
+    return IHA_OK;
+}
+
+iha_status iha__mixing_backward_enqueue(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
+                                        const iha_buffer tokens[3], const iha_buffer dpseudo[3], cl_mem partial,
+                                        const iha_buffer dtok[3], const iha_buffer dalphas[3])
+{
+    /* dQ = the collapse of dQt with alpha_Q (alpha[m][h][p] has R's layout, target m, source h),
+     * dalpha_Q = G(Q, dQt); K and V alike. */
+    const iha_buffer alphas[3] = {w->alpha_q, w->alpha_k, w->alpha_v};
+    for (int i = 0; i < 3; ++i) {
+        if (dtok[i].mem != NULL)
+            IHA_FORWARD_IF_ERROR(
+                iha__collapse_enqueue(ctx, &p->mix_collapse, &p->dims, dpseudo[i], alphas[i], dtok[i]));
+        if (dalphas[i].mem != NULL)
+            IHA_FORWARD_IF_ERROR(iha__mix_grad_enqueue(ctx, &p->dims, tokens[i], dpseudo[i], partial, dalphas[i]));
+    }
+    return IHA_OK;
+}
+
 iha_status iha__core_backward_stages(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
                                      const iha_grad_buffers *g, iha_buffer dy, const iha_core_grads *out, cl_mem rope,
                                      double *mark)
 {
     const iha_dims *dims = &p->dims;
-    /* Collapse: dO = the mixing of dY with R (R[h][m][p] has alpha's layout, source h, target
-     * m), dR = G(dY, O). */
-    IHA_FORWARD_IF_ERROR(iha__mix_enqueue(ctx, &p->mix_collapse, dims, dy, w->r, at(g->t[IHA_GRAD_DO]), NULL, 0));
-    if (out->r.mem != NULL)
-        IHA_FORWARD_IF_ERROR(iha__mix_grad_enqueue(ctx, dims, dy, g->o, g->t[IHA_GRAD_PARTIAL], out->r));
+    IHA_FORWARD_IF_ERROR(
+        iha__collapse_backward_enqueue(ctx, p, w->r, dy, g->o, g->t[IHA_GRAD_PARTIAL], at(g->t[IHA_GRAD_DO]), out->r));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, mark));
 
     /* Attention, then the rotation's gradient. */
@@ -110,19 +134,11 @@ iha_status iha__core_backward_stages(iha_context *ctx, const iha_plan *p, const 
     }
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, mark));
 
-    /* Mixing: dQ = the collapse of dQt with alpha_Q (alpha[m][h][p] has R's layout, target m,
-     * source h), dalpha_Q = G(Q, dQt); K and V alike. */
     const iha_buffer dpseudo[3] = {r.dqt, r.dkt, r.dvt}, dtok[3] = {out->dq, out->dk, out->dv};
-    const iha_buffer alphas[3] = {w->alpha_q, w->alpha_k, w->alpha_v};
     const iha_buffer dalphas[3] = {out->alpha_q, out->alpha_k, out->alpha_v};
     const iha_buffer tokens[3] = {g->q, g->k, g->v};
-    for (int i = 0; i < 3; ++i) {
-        if (dtok[i].mem != NULL)
-            IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p->mix_collapse, dims, dpseudo[i], alphas[i], dtok[i]));
-        if (dalphas[i].mem != NULL)
-            IHA_FORWARD_IF_ERROR(
-                iha__mix_grad_enqueue(ctx, dims, tokens[i], dpseudo[i], g->t[IHA_GRAD_PARTIAL], dalphas[i]));
-    }
+    IHA_FORWARD_IF_ERROR(
+        iha__mixing_backward_enqueue(ctx, p, w, tokens, dpseudo, g->t[IHA_GRAD_PARTIAL], dtok, dalphas));
     return iha__stage_done(ctx, &ctx->stage_times.mixing, mark);
 }
 

@@ -66,4 +66,16 @@ iha_status iha__core_forward_again(iha_context *ctx, const iha_plan *p, const ih
 iha_status iha__core_backward_stages(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
                                      const iha_grad_buffers *g, iha_buffer dy, const iha_core_grads *out, cl_mem rope,
                                      double *mark);
+
+/* The collapse's backward on float tensors: dout = dO, the mixing of dy with r (NULL: identity),
+ * and dr = the gradient of R from dy and O, each when its mem is not NULL (overwritten);
+ * partial holds iha__mix_grad_partial_elements floats. */
+iha_status iha__collapse_backward_enqueue(iha_context *ctx, const iha_plan *p, iha_buffer r, iha_buffer dy,
+                                          iha_buffer o, cl_mem partial, iha_buffer dout, iha_buffer dr);
+/* The mixing's backward on float tensors, from dpseudo = dQt, dKt, dVt (rotated back already):
+ * dtok[i] = dQ, dK, dV (the collapse of dpseudo[i] with w's alpha) and dalphas[i] (from
+ * tokens[i] = Q, K, V, and dpseudo[i]), each when its mem is not NULL (overwritten). */
+iha_status iha__mixing_backward_enqueue(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,
+                                        const iha_buffer tokens[3], const iha_buffer dpseudo[3], cl_mem partial,
+                                        const iha_buffer dtok[3], const iha_buffer dalphas[3]);
 #endif

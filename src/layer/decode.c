@@ -170,7 +170,7 @@ static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s
         IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_ROPE_ROWS, s->rope_rows * f, &rope));
         IHA_FORWARD_IF_ERROR(iha__rope_rows(ctx, c->step, c->B, p.dims.N, c->P, c->d, p.rope_base, rope));
     } else if (p.rope) {
-        IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, c->max_tokens * c->P, c->d, p.rope_base, &rope));
+        IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, 0, c->max_tokens * c->P, c->d, p.rope_base, &rope));
     }
     iha_buffer xf, zf;
     iha_layer_weights mw;

@@ -89,7 +89,7 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));
     IHA_FORWARD_IF_ERROR(check_workspace(ctx, &p, 1, save));
 
-    const size_t f = sizeof(float), rows = p.dims.B * p.dims.N, hd = p.dims.H * p.dims.d;
+    const size_t f = sizeof(float);
     cl_mem q, k, v, y;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Q, p.token_elems * f, &q));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_K, p.token_elems * f, &k));
@@ -99,15 +99,13 @@ static iha_status forward(iha_context *ctx, const iha_shape *shape, const iha_at
     IHA_FORWARD_IF_ERROR(iha__input_float(ctx, &p, x, p.x_elems, IHA_WS_X, &xf));
     IHA_FORWARD_IF_ERROR(iha__output_float(ctx, &p, z, p.x_elems, IHA_WS_OUT, &zf));
 
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wq, (iha_buffer){q, 0}));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wk, (iha_buffer){k, 0}));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, hd, p.D, xf, w->wv, (iha_buffer){v, 0}));
+    IHA_FORWARD_IF_ERROR(iha__project_qkv(ctx, &p, xf, w, (iha_buffer){q, 0}, (iha_buffer){k, 0}, (iha_buffer){v, 0}));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, &mark));
 
     IHA_FORWARD_IF_ERROR(
         run_core(ctx, &p, w, (iha_buffer){q, 0}, (iha_buffer){k, 0}, (iha_buffer){v, 0}, (iha_buffer){y, 0}, saved, &mark));
 
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, p.D, hd, (iha_buffer){y, 0}, w->wo, zf));
+    IHA_FORWARD_IF_ERROR(iha__project_output(ctx, &p, (iha_buffer){y, 0}, w->wo, zf));
     IHA_FORWARD_IF_ERROR(iha__output_finish(ctx, &p, zf, z, p.x_elems));
     return iha__stage_done(ctx, &ctx->stage_times.output, &mark);
 }

@@ -168,10 +168,7 @@ typedef struct projections {
 static iha_status recompute(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, const projections *pr,
                             iha_buffer x, const grad_buffers *g, cl_mem rope, int saved, int want_y, double *mark)
 {
-    const size_t rows = p->dims.B * p->dims.N, hd = p->dims.H * p->dims.d;
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wq, g->c.q));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wk, g->c.k));
-    IHA_FORWARD_IF_ERROR(iha__project(ctx, pr->plan, rows, hd, p->D, x, pr->w->wv, g->c.v));
+    IHA_FORWARD_IF_ERROR(iha__project_qkv(ctx, pr->plan, x, pr->w, g->c.q, g->c.k, g->c.v));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.projections, mark));
     IHA_FORWARD_IF_ERROR(iha__core_forward_again(ctx, p, w, &g->c, rope, saved, mark));
     if (want_y) {
@@ -181,25 +178,6 @@ static iha_status recompute(iha_context *ctx, const iha_plan *p, const iha_layer
     return IHA_OK;
 }
 
-/* c [m][n] = a [m][k] * b [k][n], or with `add` c += a * b (beta = 1). */
-static iha_status product(iha_context *ctx, int add, size_t m, size_t n, size_t k, iha_buffer a, size_t lda,
-                          iha_buffer b, size_t ldb, iha_buffer c, size_t ldc)
-{
-    if (add) return iha__sgemm_acc(ctx, m, n, k, a.mem, a.offset, lda, b.mem, b.offset, ldb, c.mem, c.offset, ldc);
-    return iha__sgemm(ctx, m, n, k, a.mem, a.offset, lda, b.mem, b.offset, ldb, c.mem, c.offset, ldc);
-}
-
-/* c [m][n] (= or +=) a [m][k] * transpose of b_t, where b_t is [n][k]: b_t is transposed into
- * the IHA_GRAD_TRANSPOSED slot first (the in-order queue runs the product before the next
- * transpose overwrites it). */
-static iha_status product_bt(iha_context *ctx, const grad_buffers *g, size_t m, size_t n, size_t k, iha_buffer a,
-                             iha_buffer b_t, iha_buffer c, int add)
-{
-    cl_mem t = g->c.t[IHA_GRAD_TRANSPOSED];
-    IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, n, k, b_t, k, at(t), n));
-    return product(ctx, add, m, n, k, a, k, at(t), n, c, n);
-}
-
 /* The stages: the forward again, then backwards through the output projection, the core
  * (collapse, attention and the rotation, mixing), and the projections. Bit i of `add`: the
  * product that computes output i adds into it. */
@@ -207,18 +185,12 @@ static iha_status run_stages(iha_context *ctx, const iha_plan *p, const iha_laye
                              iha_buffer x, iha_buffer dz, int saved, const grad_outputs *out, unsigned add,
                              const grad_buffers *g, cl_mem rope, double *mark)
 {
-    const iha_dims *dims = &p->dims;
-    const size_t rows = dims->B * dims->N, hd = dims->H * dims->d, D = p->D;
     IHA_FORWARD_IF_ERROR(recompute(ctx, p, w, pr, x, g, rope, saved, out->wo.mem != NULL, mark));
 
     /* Output projection: dY = dZ W_O^T, dW_O = Y^T dZ. */
     const iha_buffer dy = at(g->c.t[IHA_GRAD_DY]);
-    IHA_FORWARD_IF_ERROR(product_bt(ctx, g, rows, hd, D, dz, w->wo, dy, 0));
-    if (out->wo.mem != NULL) {
-        cl_mem yt = g->c.t[IHA_GRAD_TRANSPOSED];
-        IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, rows, hd, at(g->y), hd, at(yt), rows));
-        IHA_FORWARD_IF_ERROR(product(ctx, add >> 4 & 1u, hd, D, rows, at(yt), rows, dz, D, out->wo, D));
-    }
+    IHA_FORWARD_IF_ERROR(iha__project_output_backward(ctx, p, g->c.t[IHA_GRAD_TRANSPOSED], dz, w->wo, at(g->y), dy,
+                                                      out->wo, add >> 4 & 1u));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.output, mark));
 
     /* The core: dQ, dK, dV into their slots, and the mixing and collapse gradients. */
@@ -227,19 +199,9 @@ static iha_status run_stages(iha_context *ctx, const iha_plan *p, const iha_laye
     IHA_FORWARD_IF_ERROR(iha__core_backward_stages(ctx, p, w, &g->c, dy, &core, rope, mark));
 
     /* Projections: dW = X^T dQ (and K, V), dX = dQ W_Q^T + dK W_K^T + dV W_V^T. */
+    const cl_mem scratch[2] = {g->c.t[IHA_GRAD_XT], g->c.t[IHA_GRAD_TRANSPOSED]};
     const iha_buffer dws[3] = {out->wq, out->wk, out->wv};
-    if (dws[0].mem != NULL || dws[1].mem != NULL || dws[2].mem != NULL) {
-        cl_mem xt = g->c.t[IHA_GRAD_XT];
-        IHA_FORWARD_IF_ERROR(iha__transpose_enqueue(ctx, rows, D, x, D, at(xt), rows));
-        for (int i = 0; i < 3; ++i)
-            if (dws[i].mem != NULL)
-                IHA_FORWARD_IF_ERROR(product(ctx, add >> (1 + i) & 1u, D, hd, rows, at(xt), rows, dtok[i], hd, dws[i], hd));
-    }
-    if (out->dx.mem != NULL) {
-        const iha_buffer ws[3] = {w->wq, w->wk, w->wv};
-        for (int i = 0; i < 3; ++i)
-            IHA_FORWARD_IF_ERROR(product_bt(ctx, g, rows, D, hd, dtok[i], ws[i], out->dx, i > 0 || (add & 1u)));
-    }
+    IHA_FORWARD_IF_ERROR(iha__project_qkv_backward(ctx, p, scratch, x, w, dtok, dws, add >> 1 & 7u, out->dx, add & 1u));
     return iha__stage_done(ctx, &ctx->stage_times.projections, mark);
 }
 

@@ -6,6 +6,8 @@
 #include <stdio.h>
 
 #include "common/checked.h"
+#include "kernels/attention.h"
+#include "kernels/mix.h"
 #include "layer/call.h"
 #include "layer/plan.h"
 #include "layer/workspace.h"
@@ -84,6 +86,46 @@ static iha_status check_all(iha_context *ctx, int n, int first_out, const iha_bu
     return IHA_OK;
 }
 
+/* Devices that are not GPUs: cl/attention.cl's register tiles over the key block, packed into
+ * workspace as iha_attention packs its keys. */
+static iha_status partial_forward_tiles(iha_context *ctx, const iha_plan *p, const partial_geometry *g,
+                                        const iha_partial_block *block, const iha_buffer b[5], double *mark)
+{
+    iha_attention_config cfg;
+    iha__attention_config_default(ctx, p->dims.d, &cfg);
+    iha_dims kd = p->dims;
+    kd.T = g->Tk;
+    kd.N = block->k_tokens;
+    size_t packed_elems = SIZE_MAX;
+    iha__mul(g->key_elems / g->Tk, iha__round_up(g->Tk, (size_t)cfg.key_block), &packed_elems);
+    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, packed_elems, sizeof(float)));
+    cl_mem packed;
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, packed_elems * sizeof(float), &packed));
+    IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, &kd, b[1], (iha_buffer){packed, 0}, cfg.key_block));
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__attention_kernel_get(ctx, &cfg, p->dims.d, "attention_partial_tiles.cl",
+                                                   "attention_partial_tiles_f32", &k));
+    iha_args a = iha__args_begin(k);
+    arg_buf(&a, b[0]);
+    iha__arg_tensor(&a, packed, 0);
+    for (int i = 2; i < 5; ++i) arg_buf(&a, b[i]);
+    iha__arg_int(&a, (cl_int)p->dims.T);
+    iha__arg_int(&a, (cl_int)g->Tk);
+    iha__arg_int(&a, g->q0);
+    iha__arg_int(&a, g->k0);
+    iha__arg_int(&a, g->Tg);
+    iha__arg_int(&a, (cl_int)p->dims.P);
+    iha__arg_int(&a, p->mask);
+    iha__arg_int(&a, g->window);
+    iha__arg_float(&a, (cl_float)(p->scale * 1.4426950408889634)); /* the tiles work in base 2 */
+    iha__arg_int(&a, block->first != 0);
+    const size_t rows_per_item = (size_t)cfg.rows * (size_t)cfg.tiles;
+    const size_t global[2] = {(p->dims.T + rows_per_item - 1) / rows_per_item, p->dims.B * p->dims.H};
+    const size_t local[2] = {cfg.group, 1};
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, global, local, "attention_partial_tiles_f32"));
+    return iha__stage_done(ctx, &ctx->stage_times.attention, mark);
+}
+
 static iha_status partial_forward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                   const iha_partial_block *block, const iha_buffer b[5])
 {
@@ -94,6 +136,7 @@ static iha_status partial_forward(iha_context *ctx, const iha_shape *shape, cons
     IHA_FORWARD_IF_ERROR(plan_partial(ctx, shape, options, block, "iha_attention_partial", &mark, &p, &g));
     const size_t elems[5] = {p.virtual_elems, g.key_elems, g.key_elems, p.virtual_elems, p.lse_elems};
     IHA_FORWARD_IF_ERROR(check_all(ctx, 5, 3, b, elems, names));
+    if (!ctx->info.is_gpu) return partial_forward_tiles(ctx, &p, &g, block, b, &mark);
     char opts[32];
     snprintf(opts, sizeof opts, "-DHEAD_DIM=%zu", p.dims.d);
     cl_kernel k;

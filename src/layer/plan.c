@@ -195,26 +195,44 @@ iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, siz
 
 iha_status iha__check_weights(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, int with_projections)
 {
+    iha_layer_weights read;
+    const unsigned projections = with_projections ? IHA_READS_WQKV | IHA_READS_WO : 0;
+    return iha__check_weights_read(ctx, p, w, IHA_READS_ALPHAS | IHA_READS_R | projections, &read);
+}
+
+iha_status iha__check_weights_read(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, unsigned reads,
+                                   iha_layer_weights *read)
+{
     IHA_RETURN_ERROR_IF(w == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "weights is NULL");
-    if (with_projections) {
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wq, p->w_elems, p->weight_bytes, "wq"));
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wk, p->w_elems, p->weight_bytes, "wk"));
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wv, p->w_elems, p->weight_bytes, "wv"));
-        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->wo, p->w_elems, p->weight_bytes, "wo"));
-    }
-    const int nulls = (w->alpha_q.mem == NULL) + (w->alpha_k.mem == NULL) + (w->alpha_v.mem == NULL) + (w->r.mem == NULL);
-    if (nulls == 4) {
+    memset(read, 0, sizeof *read);
+    iha_buffer *const dst[8] = {&read->wq,      &read->wk,      &read->wv,      &read->wo,
+                                &read->alpha_q, &read->alpha_k, &read->alpha_v, &read->r};
+    const iha_buffer src[8] = {w->wq, w->wk, w->wv, w->wo, w->alpha_q, w->alpha_k, w->alpha_v, w->r};
+    static const char *const names[8] = {"wq", "wk", "wv", "wo", "alpha_q", "alpha_k", "alpha_v", "r"};
+    static const unsigned member[8] = {IHA_READS_WQKV,   IHA_READS_WQKV,   IHA_READS_WQKV,   IHA_READS_WO,
+                                       IHA_READS_ALPHAS, IHA_READS_ALPHAS, IHA_READS_ALPHAS, IHA_READS_R};
+    int nulls = 0, mixing = 0;
+    for (int i = 0; i < 8; ++i)
+        if (reads & member[i]) {
+            *dst[i] = src[i];
+            if (i >= 4) mixing++, nulls += src[i].mem == NULL;
+        }
+    /* The mixing members the call reads, as the messages name them. */
+    const char *const list = !(reads & IHA_READS_R)        ? "alpha_q, alpha_k and alpha_v"
+                             : !(reads & IHA_READS_ALPHAS) ? "r"
+                                                           : "alpha_q, alpha_k, alpha_v and r";
+    if (mixing > 0 && nulls == mixing) {
         IHA_RETURN_ERROR_IF(p->dims.P != 1, ctx, IHA_ERROR_INVALID_ARGUMENT,
-                            "alpha_q, alpha_k, alpha_v and r may be NULL (identity) only when pseudo == 1, not %zu",
-                            p->dims.P);
-        return IHA_OK;
+                            "%s may be NULL (identity) only when pseudo == 1, not %zu", list, p->dims.P);
+    } else {
+        IHA_RETURN_ERROR_IF(nulls != 0, ctx, IHA_ERROR_INVALID_ARGUMENT,
+                            "give all of %s, or (with pseudo == 1) none of them", list);
     }
-    IHA_RETURN_ERROR_IF(nulls != 0, ctx, IHA_ERROR_INVALID_ARGUMENT,
-                        "give all of alpha_q, alpha_k, alpha_v and r, or (with pseudo == 1) none of them");
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_q, p->mix_elems, p->weight_bytes, "alpha_q"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_k, p->mix_elems, p->weight_bytes, "alpha_k"));
-    IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, w->alpha_v, p->mix_elems, p->weight_bytes, "alpha_v"));
-    return iha__check_buffer(ctx, w->r, p->mix_elems, p->weight_bytes, "r");
+    for (int i = 0; i < 8; ++i)
+        if (dst[i]->mem != NULL || (i < 4 && (reads & member[i])))
+            IHA_FORWARD_IF_ERROR(
+                iha__check_buffer(ctx, src[i], i < 4 ? p->w_elems : p->mix_elems, p->weight_bytes, names[i]));
+    return IHA_OK;
 }
 
 iha_status iha__check_apart(iha_context *ctx, iha_buffer out, size_t out_elems, size_t out_bytes, iha_buffer in,
@@ -260,6 +278,27 @@ iha_status iha__check_apart_from_weights_bytes(iha_context *ctx, const iha_plan 
         if (weights[i].mem == NULL) continue; /* the identity shortcut */
         IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out, out_elems, out_bytes, weights[i],
                                               i < 4 ? p->mix_elems : p->w_elems, p->weight_bytes, out_name, names[i]));
+    }
+    return IHA_OK;
+}
+
+iha_status iha__check_args(iha_context *ctx, const iha_plan *p, const iha_layer_weights *read, const iha_arg *in,
+                           int in_count, const iha_arg *out, int out_count, int outputs_optional)
+{
+    for (int i = 0; i < in_count; ++i)
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, in[i].buf, in[i].elems, in[i].bytes, in[i].name));
+    for (int i = 0; i < out_count; ++i) {
+        const iha_arg *o = &out[i];
+        if (outputs_optional && o->buf.mem == NULL) continue;
+        IHA_FORWARD_IF_ERROR(iha__check_buffer(ctx, o->buf, o->elems, o->bytes, o->name));
+        for (int j = 0; j < in_count; ++j)
+            IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, o->buf, o->elems, o->bytes, in[j].buf, in[j].elems, in[j].bytes,
+                                                  o->name, in[j].name));
+        IHA_FORWARD_IF_ERROR(iha__check_apart_from_weights_bytes(ctx, p, read, 1, o->buf, o->elems, o->bytes, o->name));
+        for (int j = 0; j < i; ++j)
+            if (out[j].buf.mem != NULL)
+                IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, o->buf, o->elems, o->bytes, out[j].buf, out[j].elems,
+                                                      out[j].bytes, o->name, out[j].name));
     }
     return IHA_OK;
 }

@@ -28,6 +28,7 @@ typedef struct iha_plan {
     float scale;
     int rope;
     float rope_base;
+    size_t rope_first; /* virtual position of row 0: a layer stage's first_token * P, else 0 */
     /* options->seq_lens and seq_count once checked (NULL and 0: each batch row is one
      * sequence); the device's copy is dims.seq_bounds, set by iha__plan_sequences. */
     const size_t *seq_lens;
@@ -60,8 +61,9 @@ iha_status iha__plan_sequences(iha_context *ctx, iha_plan *plan);
 /* The 4-byte elements of those device buffers (the bounds, and with rotary the per-row rotary
  * tables), for the calls' memory checks; 0 without packed sequences. */
 size_t iha__plan_sequences_elements(const iha_plan *plan);
-/* The rotary table the mixing kernels take under the plan (iha__rope_table's, or with packed
- * sequences one per batch row, positions restarting at each sequence); NULL without rotary.
+/* The rotary table the mixing kernels take under the plan (iha__rope_table's from position
+ * rope_first, or with packed sequences one per batch row, positions restarting at each
+ * sequence); NULL without rotary.
  * layer/sequences.c. */
 iha_status iha__plan_rope_table(iha_context *ctx, const iha_plan *plan, cl_mem *table);
 /* Checks that buf holds `elems` elements of elem_bytes each from its offset (against
@@ -91,4 +93,24 @@ iha_status iha__check_apart_from_weights(iha_context *ctx, const iha_plan *plan,
 iha_status iha__check_apart_from_weights_bytes(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w,
                                                int with_projections, iha_buffer out, size_t out_elems,
                                                size_t out_bytes, const char *out_name);
+
+/* The members of iha_layer_weights a call reads, as bits. */
+enum { IHA_READS_WQKV = 1, IHA_READS_WO = 2, IHA_READS_ALPHAS = 4, IHA_READS_R = 8, IHA_READS_ALL = 15 };
+/* iha__check_weights for a call that reads only the members `reads` names: those are checked
+ * (the mixing members it reads all NULL, the identity shortcut with P = 1, or all given), and
+ * *read is *w with the others NULL, for the overlap checks. */
+iha_status iha__check_weights_read(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *w, unsigned reads,
+                                   iha_layer_weights *read);
+
+/* One tensor argument of a call: its buffer, size in elements of `bytes` each, and name. */
+typedef struct iha_arg {
+    iha_buffer buf;
+    size_t elems, bytes;
+    const char *name;
+} iha_arg;
+/* Checks every input (given, large enough) and every output: given unless outputs_optional
+ * (mem NULL: not computed), large enough, apart from every input, from the weights of *read
+ * (iha__check_weights_read) and from the outputs before it. */
+iha_status iha__check_args(iha_context *ctx, const iha_plan *plan, const iha_layer_weights *read, const iha_arg *in,
+                           int in_count, const iha_arg *out, int out_count, int outputs_optional);
 #endif

@@ -36,3 +36,17 @@ iha_status iha__project(iha_context *ctx, const iha_plan *p, size_t rows, size_t
     IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, p->weight_storage, 0, wr, (iha_buffer){wf, 0}, p->w_elems));
     return iha__sgemm(ctx, rows, n, k, x.mem, x.offset, k, wf, 0, n, out.mem, out.offset, n);
 }
+
+iha_status iha__project_qkv(iha_context *ctx, const iha_plan *p, iha_buffer x, const iha_layer_weights *w, iha_buffer q,
+                            iha_buffer k, iha_buffer v)
+{
+    const size_t rows = p->dims.B * p->dims.N, hd = p->dims.H * p->dims.d;
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, p, rows, hd, p->D, x, w->wq, q));
+    IHA_FORWARD_IF_ERROR(iha__project(ctx, p, rows, hd, p->D, x, w->wk, k));
+    return iha__project(ctx, p, rows, hd, p->D, x, w->wv, v);
+}
+
+iha_status iha__project_output(iha_context *ctx, const iha_plan *p, iha_buffer y, iha_buffer wo, iha_buffer z)
+{
+    return iha__project(ctx, p, p->dims.B * p->dims.N, p->D, p->dims.H * p->dims.d, y, wo, z);
+}

@@ -49,7 +49,7 @@ iha_status iha__plan_rope_table(iha_context *ctx, const iha_plan *p, cl_mem *out
     if (!p->rope) return IHA_OK;
     const size_t T = p->dims.T, P = p->dims.P, N = p->dims.N, row = p->dims.d * sizeof(float); /* [2][d/2] */
     cl_mem table, packed;
-    IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, T, p->dims.d, p->rope_base, &table));
+    IHA_FORWARD_IF_ERROR(iha__rope_table(ctx, p->rope_first, T, p->dims.d, p->rope_base, &table));
     if (p->dims.seq_bounds == NULL) {
         *out = table;
         return IHA_OK;

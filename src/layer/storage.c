@@ -40,13 +40,15 @@ iha_status iha__output_finish(iha_context *ctx, const iha_plan *p, iha_buffer re
 iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_layer_weights *out)
 {
     *out = *w;
-    if (!p->weight_half || w->alpha_q.mem == NULL) return IHA_OK; /* float, or the identity shortcut */
+    const iha_buffer src[4] = {w->alpha_q, w->alpha_k, w->alpha_v, w->r};
+    /* Float, or the identity shortcut; a member that is NULL is one the call does not read. */
+    if (!p->weight_half || (src[0].mem == NULL && src[3].mem == NULL)) return IHA_OK;
     const size_t n = p->mix_elems;
     cl_mem m;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_MIXING, 4 * n * sizeof(float), &m));
     iha_buffer *dst[4] = {&out->alpha_q, &out->alpha_k, &out->alpha_v, &out->r};
-    const iha_buffer src[4] = {w->alpha_q, w->alpha_k, w->alpha_v, w->r};
     for (size_t i = 0; i < 4; ++i) {
+        if (src[i].mem == NULL) continue;
         *dst[i] = (iha_buffer){m, i * n};
         IHA_FORWARD_IF_ERROR(iha__convert_enqueue(ctx, p->weight_storage, 0, src[i], (iha_buffer){m, i * n}, n));
     }

@@ -18,8 +18,8 @@ iha_status iha__output_float(iha_context *ctx, const iha_plan *p, iha_buffer out
                              iha_workspace_slot slot, iha_buffer *result);
 iha_status iha__output_finish(iha_context *ctx, const iha_plan *p, iha_buffer result, iha_buffer out, size_t elems);
 
-/* The mixing and collapse weights as float: *w itself, or copies in IHA_WS_MIXING. The
- * projection weights of *out are those of *w, unchanged. */
+/* The mixing and collapse weights as float: *w itself, or copies in IHA_WS_MIXING (a NULL
+ * member stays NULL). The projection weights of *out are those of *w, unchanged. */
 iha_status iha__mixing_float(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w, iha_layer_weights *out);
 
 /* The storage of a plan's activations, and of its weights and their gradients. */

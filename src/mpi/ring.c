@@ -1,5 +1,5 @@
-/* The ring's shared pieces: the split, argument checks every rank agrees on,
- * host staging. */
+/* The ring's shared pieces: the split and the layouts' runs, argument checks every
+ * rank agrees on, host and device staging (src/mpi/runs.c: the runs as the ring uses them). */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,7 +61,7 @@ iha_status mpi_copy_rows(iha_context *ctx, iha_buffer src, size_t src_rows, size
     return IHA_OK;
 }
 
-size_t mpi_ring_tokens(const mpi_ring *ring, int j) { return ring->start[j + 1] - ring->start[j]; }
+size_t mpi_ring_tokens(const mpi_ring *ring, int j) { return ring->runs[2 * j].count + ring->runs[2 * j + 1].count; }
 
 static int mul_ok(size_t a, size_t b, size_t *out)
 {
@@ -74,36 +74,46 @@ iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, c
                          const iha_attention_options *options, const char *call)
 {
     mpi_message[0] = '\0';
-    ring->start = NULL;
+    ring->runs = NULL;
+    ring->nruns = 1;
     ring->comm = comm;
     if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &ring->R) != MPI_SUCCESS ||
         MPI_Comm_rank(comm, &ring->rank) != MPI_SUCCESS)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: comm is not a usable communicator", call);
     ring->next = (ring->rank + 1) % ring->R;
     ring->prev = (ring->rank + ring->R - 1) % ring->R;
-    ring->start = malloc(((size_t)ring->R + 1) * sizeof *ring->start);
-    if (ring->start == NULL) return mpi_fail(IHA_ERROR_HOST_MEMORY, "%s: no host memory for the split", call);
+    ring->runs = calloc(2 * (size_t)ring->R, sizeof *ring->runs);
+    if (ring->runs == NULL) return mpi_fail(IHA_ERROR_HOST_MEMORY, "%s: no host memory for the split", call);
     if (shape == NULL || options == NULL)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: shape and options must not be NULL", call);
     if (shape->batch == 0 || shape->heads == 0 || shape->head_dim == 0 || shape->pseudo == 0)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: batch, heads, head_dim and pseudo must be at least 1", call);
-    if (layout != IHA_MPI_CONTIGUOUS)
-        return mpi_fail(layout == IHA_MPI_ZIGZAG ? IHA_ERROR_UNSUPPORTED : IHA_ERROR_INVALID_ARGUMENT,
-                        "%s: layout %d is not supported (IHA_MPI_CONTIGUOUS)", call, (int)layout);
+    if (layout != IHA_MPI_CONTIGUOUS && layout != IHA_MPI_ZIGZAG)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: layout %d is not an iha_mpi_layout", call, (int)layout);
     if (shape->tokens < (size_t)ring->R)
         return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: %zu tokens over %d ranks; every rank needs at least one", call,
                         shape->tokens, ring->R);
+    /* Every zig-zag chunk must hold a token: an empty run would be a key block of 0 tokens. */
+    if (layout == IHA_MPI_ZIGZAG && (ring->R > INT_MAX / 2 || shape->tokens < 2 * (size_t)ring->R))
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT,
+                        "%s: %zu tokens over %d ranks in zig-zag; each rank holds two chunks, so at least %zu tokens "
+                        "are needed",
+                        call, shape->tokens, ring->R, 2 * (size_t)ring->R);
     if (options->storage != IHA_STORAGE_F32 || options->seq_lens != NULL || options->rope != 0)
         return mpi_fail(IHA_ERROR_UNSUPPORTED,
                         "%s takes float32 tensors without packed sequences or "
                         "rotary (storage F32, seq_lens NULL, "
                         "rope 0)",
                         call);
-    for (int j = 0; j <= ring->R; ++j) iha_mpi_split(shape->tokens, ring->R, j, &ring->start[j], NULL);
-    ring->start[ring->R] = shape->tokens;
-    ring->max_tokens = (shape->tokens + (size_t)ring->R - 1) / (size_t)ring->R;
-    size_t bh, blk;
-    if (!mul_ok(shape->batch, shape->heads, &bh) || !mul_ok(bh, shape->pseudo, &ring->lse_elems) ||
+    ring->max_tokens = 0;
+    for (int j = 0; j < ring->R; ++j) {
+        ring->nruns = iha_mpi_runs(shape->tokens, ring->R, j, layout, &ring->runs[2 * j]);
+        if (mpi_ring_tokens(ring, j) > ring->max_tokens) ring->max_tokens = mpi_ring_tokens(ring, j);
+    }
+    ring->pseudo = shape->pseudo;
+    ring->head_dim = shape->head_dim;
+    size_t blk;
+    if (!mul_ok(shape->batch, shape->heads, &ring->slabs) || !mul_ok(ring->slabs, shape->pseudo, &ring->lse_elems) ||
         !mul_ok(ring->lse_elems, shape->head_dim, &ring->row_elems) || !mul_ok(ring->row_elems, ring->max_tokens, &blk))
         return mpi_fail(IHA_ERROR_SIZE_OVERFLOW, "%s: the block sizes overflow size_t", call);
     if (blk > INT_MAX / 4)
@@ -114,8 +124,8 @@ iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, c
 
 void mpi_ring_close(mpi_ring *ring)
 {
-    free(ring->start);
-    ring->start = NULL;
+    free(ring->runs);
+    ring->runs = NULL;
 }
 
 iha_status mpi_check_buffer(iha_buffer b, size_t floats, const char *call, const char *name)
@@ -128,6 +138,15 @@ iha_status mpi_check_buffer(iha_buffer b, size_t floats, const char *call, const
         return mpi_fail(IHA_ERROR_BUFFER_TOO_SMALL, "%s: %s holds %zu floats past its offset %zu; %zu needed", call,
                         name, bytes / sizeof(float) - (b.offset < bytes / sizeof(float) ? b.offset : 0), b.offset,
                         floats);
+    return IHA_OK;
+}
+
+iha_status mpi_check_apart(iha_buffer a, size_t na, const char *a_name, iha_buffer b, size_t nb, const char *b_name,
+                           const char *call)
+{
+    if (a.mem == NULL || a.mem != b.mem || na == 0 || nb == 0) return IHA_OK;
+    if (a.offset < b.offset + nb && b.offset < a.offset + na)
+        return mpi_fail(IHA_ERROR_INVALID_ARGUMENT, "%s: %s overlaps %s in the same buffer", call, a_name, b_name);
     return IHA_OK;
 }
 
@@ -155,6 +174,50 @@ iha_status mpi_write(iha_context *ctx, const float *src, iha_buffer dst, size_t 
     const cl_int e = clEnqueueWriteBuffer(iha_context_cl_queue(ctx), dst.mem, CL_TRUE, dst.offset * sizeof(float),
                                           floats * sizeof(float), src, 0, NULL, NULL);
     return e == CL_SUCCESS ? IHA_OK : mpi_fail(IHA_ERROR_OPENCL, "clEnqueueWriteBuffer failed (%d)", (int)e);
+}
+
+cl_command_queue mpi_upload_queue(iha_context *ctx)
+{
+    cl_int e = CL_SUCCESS;
+    cl_command_queue q = clCreateCommandQueue(iha_context_cl_context(ctx), iha_context_cl_device(ctx), 0, &e);
+    return e == CL_SUCCESS ? q : NULL;
+}
+
+iha_status mpi_upload(iha_context *ctx, cl_command_queue q, const float *src, iha_buffer k, iha_buffer v, size_t floats,
+                      cl_event *done)
+{
+    *done = NULL;
+    if (q == NULL) {
+        iha_status st = mpi_write(ctx, src, k, floats);
+        return st == IHA_OK ? mpi_write(ctx, src + floats, v, floats) : st;
+    }
+    const size_t f = sizeof(float);
+    cl_event first = NULL;
+    cl_int e = clEnqueueWriteBuffer(q, k.mem, CL_FALSE, k.offset * f, floats * f, src, 0, NULL, &first);
+    if (e == CL_SUCCESS)
+        e = clEnqueueWriteBuffer(q, v.mem, CL_FALSE, v.offset * f, floats * f, src + floats, 1, &first, done);
+    if (first != NULL) clReleaseEvent(first);
+    if (e == CL_SUCCESS) e = clFlush(q);
+    if (e != CL_SUCCESS) {
+        if (*done != NULL) clWaitForEvents(1, done), clReleaseEvent(*done);
+        *done = NULL;
+        clFinish(q);
+        return mpi_fail(IHA_ERROR_OPENCL, "clEnqueueWriteBuffer of a block failed (%d)", (int)e);
+    }
+    return IHA_OK;
+}
+
+iha_status mpi_upload_wait(cl_event *done)
+{
+    if (*done == NULL) return IHA_OK;
+    cl_int status = CL_COMPLETE;
+    cl_int e = clWaitForEvents(1, done);
+    if (e == CL_SUCCESS) e = clGetEventInfo(*done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    clReleaseEvent(*done);
+    *done = NULL;
+    if (e != CL_SUCCESS || status < 0)
+        return mpi_fail(IHA_ERROR_OPENCL, "the upload of a block failed (%d)", (int)(e != CL_SUCCESS ? e : status));
+    return IHA_OK;
 }
 
 cl_mem mpi_device_buffer(iha_context *ctx, size_t floats, const char *call)

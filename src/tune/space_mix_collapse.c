@@ -157,7 +157,7 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     pr->copies = iha__tune_copy_count(verify, copies, MAX_COPIES);
     iha_status st = make_buffers(ctx, pr, verify);
     if (st == IHA_OK && verify && s->head_dim % 2 == 0)
-        st = iha__rope_table(ctx, pr->dims.T, pr->dims.d, 10000.0f, &pr->rope);
+        st = iha__rope_table(ctx, 0, pr->dims.T, pr->dims.d, 10000.0f, &pr->rope);
     if (st != IHA_OK) {
         problem_free(pr);
         return st;

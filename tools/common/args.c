@@ -13,10 +13,12 @@
 
 #include "commands/cli.h"
 
+const char *cli_program = "iha";
+
 void cli_error(const cli_spec *spec, const char *format, ...)
 {
     va_list args;
-    fprintf(stderr, "iha %s: ", spec->command);
+    fprintf(stderr, "%s %s: ", cli_program, spec->command);
     va_start(args, format);
     vfprintf(stderr, format, args);
     va_end(args);
@@ -25,8 +27,8 @@ void cli_error(const cli_spec *spec, const char *format, ...)
 
 void cli_print_help(const cli_spec *spec)
 {
-    printf("usage: iha %s%s%s\n\n%s\n\noptions:\n", spec->command, *spec->synopsis ? " " : "", spec->synopsis,
-           spec->description);
+    printf("usage: %s %s%s%s\n\n%s\n\noptions:\n", cli_program, spec->command, *spec->synopsis ? " " : "",
+           spec->synopsis, spec->description);
     for (const cli_option *o = spec->options; o->name; o++) {
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", o->name, o->value_name ? " " : "", o->value_name ? o->value_name : "");
@@ -38,15 +40,13 @@ void cli_print_help(const cli_spec *spec)
 static cli_option *find(const cli_spec *spec, const char *name, size_t len)
 {
     for (cli_option *o = spec->options; o->name; o++)
-        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0)
-            return o;
+        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
     return NULL;
 }
 
 int cli_parse(cli_spec *spec, int argc, char **argv)
 {
-    for (cli_option *o = spec->options; o->name; o++)
-        o->value = NULL;
+    for (cli_option *o = spec->options; o->name; o++) o->value = NULL;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -54,14 +54,14 @@ int cli_parse(cli_spec *spec, int argc, char **argv)
             return CLI_EXIT_OK;
         }
         if (strncmp(arg, "--", 2) != 0) {
-            cli_error(spec, "unexpected argument '%s' (see 'iha %s --help')", arg, spec->command);
+            cli_error(spec, "unexpected argument '%s' (see '%s %s --help')", arg, cli_program, spec->command);
             return CLI_EXIT_USAGE;
         }
         const char *name = arg + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         cli_option *o = find(spec, name, len);
         if (!o) {
-            cli_error(spec, "unknown option '--%.*s' (see 'iha %s --help')", (int)len, name, spec->command);
+            cli_error(spec, "unknown option '--%.*s' (see '%s %s --help')", (int)len, name, cli_program, spec->command);
             return CLI_EXIT_USAGE;
         }
         if (o->value) {
@@ -95,8 +95,7 @@ const char *cli_get(const cli_spec *spec, const char *name)
 int cli_get_size(const cli_spec *spec, const char *name, size_t min, size_t max, size_t *out)
 {
     const char *text = cli_get(spec, name);
-    if (!text)
-        return 0;
+    if (!text) return 0;
     /* Digits only: strtoull would accept "-1" (as a huge value), spaces and a sign. */
     size_t value = 0;
     int ok = *text != '\0';
@@ -117,8 +116,7 @@ int cli_get_size(const cli_spec *spec, const char *name, size_t min, size_t max,
 int cli_get_positive_float(const cli_spec *spec, const char *name, float *out)
 {
     const char *text = cli_get(spec, name);
-    if (!text)
-        return 0;
+    if (!text) return 0;
     char *end = NULL;
     errno = 0;
     double value = strtod(text, &end);
@@ -133,8 +131,7 @@ int cli_get_positive_float(const cli_spec *spec, const char *name, float *out)
 int cli_get_choice(const cli_spec *spec, const char *name, const char *const *choices, int *out)
 {
     const char *text = cli_get(spec, name);
-    if (!text)
-        return 0;
+    if (!text) return 0;
     for (int i = 0; choices[i]; i++) {
         if (strcmp(text, choices[i]) == 0) {
             *out = i;

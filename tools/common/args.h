@@ -22,6 +22,9 @@ typedef struct cli_spec {
     cli_option *options;     /* table ended by an entry with name NULL */
 } cli_spec;
 
+/* The program's name in messages and usage lines: "iha" unless the program sets it. */
+extern const char *cli_program;
+
 /* Parses argv[1..argc-1] into spec->options. Returns -1 when the command should go on;
  * otherwise the exit code to return at once: CLI_EXIT_OK after printing --help to stdout,
  * CLI_EXIT_USAGE after printing what is wrong to stderr. */

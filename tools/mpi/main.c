@@ -1,128 +1,12 @@
 /*
- * iha-mpi - the command-line tool of libiha_mpi (doc/mpi.md), run under mpirun:
- *   mpirun -n R iha-mpi bench [options]
- * bench times iha_mpi_attention on random tensors split over the ranks: the
- * slowest rank's time per call (median over --reps), the bytes of one hop and
- * the hops per call; with one rank it also times the single-process
- * iha_attention over the same sequence, for the ring's overhead.
+ * iha-mpi - the command-line tool of libiha_mpi (doc/mpi.md, doc/cli.md), run under mpirun:
+ *   mpirun -n R iha-mpi bench [options]                         (bench.c)
+ *   mpirun -n R iha-mpi forward --in DIR --out FILE [options]   (forward.c)
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "common/args.h"
-#include "common/mask_names.h"
-#include "common/timer.h"
-#include "iha_mpi.h"
-
-static cli_option bench_options[] = {
-    {"n", "N", "tokens of the whole sequence (default 256)", NULL},
-    {"heads", "H", "heads (default 2)", NULL},
-    {"d", "D", "head dimension (default 32)", NULL},
-    {"p", "P", "pseudo-tokens per token (default 2)", NULL},
-    {"batch", "B", "batch (default 1)", NULL},
-    {"mask", "MASK", "causal, token_causal or none (default causal)", NULL},
-    {"window", "W", "sliding window in tokens, 0 for global (default 0)", NULL},
-    {"reps", "R", "timed calls (default 5)", NULL},
-    {NULL, NULL, NULL, NULL},
-};
-
-static cl_mem random_buffer(iha_context *ctx, size_t n, unsigned seed)
-{
-    float *x = malloc((n ? n : 1) * sizeof(float));
-    cl_int e = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, (n ? n : 1) * sizeof(float), NULL, &e);
-    if (x == NULL || m == NULL) {
-        free(x);
-        if (m != NULL) clReleaseMemObject(m);
-        return NULL;
-    }
-    for (size_t i = 0; i < n; ++i) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)(seed >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
-    }
-    clEnqueueWriteBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), x, 0, NULL, NULL);
-    free(x);
-    return m;
-}
-
-static int bench(int argc, char **argv, int R, int rank)
-{
-    cli_spec spec = {"bench", "[options]", "Times iha_mpi_attention over the ranks of MPI_COMM_WORLD.", bench_options};
-    const int parsed = cli_parse(&spec, argc, argv);
-    if (parsed >= 0) return parsed;
-    size_t N = 256, H = 2, d = 32, P = 2, B = 1, reps = 5, window = 0;
-    int mask = IHA_MASK_CAUSAL;
-    if (cli_get_size(&spec, "n", 1, 1u << 20, &N) || cli_get_size(&spec, "heads", 1, 64, &H) ||
-        cli_get_size(&spec, "d", 1, 256, &d) || cli_get_size(&spec, "p", 1, 64, &P) ||
-        cli_get_size(&spec, "batch", 1, 64, &B) || cli_get_size(&spec, "reps", 1, 1000, &reps) ||
-        cli_get_size(&spec, "window", 0, 1u << 20, &window) || cli_get_choice(&spec, "mask", mask_names, &mask))
-        return 2;
-    iha_context *ctx = NULL;
-    char message[256] = "";
-    iha_context_options co;
-    iha_context_options_init(&co);
-    int ok = iha_context_create(&ctx, &co, message, sizeof message) == IHA_OK, all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all) {
-        if (!ok) fprintf(stderr, "iha-mpi bench: rank %d: %s\n", rank, message);
-        iha_context_free(ctx);
-        return 1;
-    }
-    size_t first, count;
-    iha_mpi_split(N, R, rank, &first, &count);
-    const size_t rows = B * H * count * P, n = rows * d;
-    const iha_shape shape = {B, N, 1, H, d, P};
-    iha_attention_options op;
-    iha_attention_options_init(&op);
-    op.mask = mask;
-    op.window = (int64_t)window;
-    cl_mem q = random_buffer(ctx, n, 1 + rank), k = random_buffer(ctx, n, 2 + rank),
-           v = random_buffer(ctx, n, 3 + rank);
-    cl_mem o = random_buffer(ctx, n, 0), l = random_buffer(ctx, rows, 0);
-    double *t = malloc((reps + 1) * sizeof(double));
-    int status = 0;
-    for (size_t i = 0; i <= reps && status == 0; ++i) { /* the first call warms the caches */
-        MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = timer_seconds();
-        const iha_status st =
-            iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &shape, &op, (iha_buffer){q, 0},
-                              (iha_buffer){k, 0}, (iha_buffer){v, 0}, (iha_buffer){o, 0}, (iha_buffer){l, 0});
-        double dt = timer_seconds() - t0, slowest = dt;
-        MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        if (st != IHA_OK) {
-            fprintf(stderr, "iha-mpi bench: rank %d: %s: %s\n", rank, iha_status_name(st), iha_mpi_message());
-            status = 1;
-        }
-        if (i > 0) t[i - 1] = slowest;
-    }
-    if (status == 0 && rank == 0) {
-        const size_t block = B * H * ((N + (size_t)R - 1) / (size_t)R) * P * d;
-        printf("ranks %d  B %zu N %zu H %zu d %zu P %zu mask %s window %zu\n", R, B, N, H, d, P, mask_names[mask],
-               window);
-        printf("ring call      %.3f ms (median of %zu, slowest rank)\n", 1e3 * timer_median(t, reps), reps);
-        printf("bytes per hop  %zu (K and V of the largest block, float32)\n", 2 * block * sizeof(float));
-        printf("hops per call  %d\n", R - 1);
-    }
-    if (status == 0 && R == 1) { /* the single-process call on the same sequence */
-        for (size_t i = 0; i <= reps; ++i) {
-            const double t0 = timer_seconds();
-            iha_attention(ctx, &shape, &op, (iha_buffer){q, 0}, (iha_buffer){k, 0}, (iha_buffer){v, 0},
-                          (iha_buffer){o, 0}, (iha_buffer){l, 0});
-            iha_context_finish(ctx);
-            if (i > 0) t[i - 1] = timer_seconds() - t0;
-        }
-        printf("iha_attention  %.3f ms (median of %zu, one process)\n", 1e3 * timer_median(t, reps), reps);
-    }
-    free(t);
-    clReleaseMemObject(q);
-    clReleaseMemObject(k);
-    clReleaseMemObject(v);
-    clReleaseMemObject(o);
-    clReleaseMemObject(l);
-    iha_context_free(ctx);
-    return status;
-}
+#include "mpi/commands.h"
 
 int main(int argc, char **argv)
 {
@@ -131,10 +15,11 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &R);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (argc >= 2 && strcmp(argv[1], "bench") == 0)
-        code = bench(argc - 1, argv + 1, R, rank);
+        code = mpi_cmd_bench(argc - 1, argv + 1, R, rank);
+    else if (argc >= 2 && strcmp(argv[1], "forward") == 0)
+        code = mpi_cmd_forward(argc - 1, argv + 1, R, rank);
     else if (rank == 0)
-        fprintf(stderr, "usage: mpirun -n R iha-mpi bench [options]   (iha-mpi "
-                        "bench --help)\n");
+        fprintf(stderr, "usage: mpirun -n R iha-mpi bench|forward [options]   (iha-mpi COMMAND --help)\n");
     MPI_Finalize();
     return code;
 }
