@@ -42,9 +42,9 @@
  *     through, the outputs are unspecified.
  *   - Thread safety: the call uses every context of the array, as a call on each of them
  *     (iha.h's rules: no other thread may use any of them meanwhile).
- *   - Internal memory: per context, staging buffers for the largest part's key block (the
- *     workspace, kept between calls; iha_context_trim releases it), counted against the device's
- *     memory; on the host, a copy of every key and value block that another part needs (at most
+ *   - Internal memory: per context, staging buffers for the largest part's key block and the
+ *     partial steps' own workspace for it (the workspace, kept between calls; iha_context_trim
+ *     releases it), counted against the device's memory; on the host, a copy of every key and value block that another part needs (at most
  *     2*B*H*N*P*d floats), freed before the call returns.
  */
 #ifndef IHA_MULTI_H
@@ -93,6 +93,22 @@ IHA_API iha_status iha_multi_attention_backward(iha_context *const *contexts, si
                                                 const iha_buffer *kt, const iha_buffer *vt, const iha_buffer *o,
                                                 const iha_buffer *lse, const iha_buffer *dout, const iha_buffer *dqt,
                                                 const iha_buffer *dkt, const iha_buffer *dvt);
+
+/* The whole layer (iha_forward) over a sequence split across count contexts:
+ *   x[i], z[i]   [batch][count_i][model_dim]  part i's tokens, on contexts[i]
+ *   weights[i]   the layer's weights, a copy on each context (as iha_forward's)
+ * with shape->tokens the WHOLE sequence's N. z equals iha_forward's rows of the part's tokens
+ * within float rounding. Each context runs iha_layer_expand on its part (rotary at the part's
+ * global positions: first_token is its first token), then iha_multi_attention joins the parts
+ * (the expansion's rotary already applied), then each context runs iha_layer_collapse. The rules
+ * above, with rotary allowed; shape->model_dim is the layer's D; options->storage must be
+ * IHA_STORAGE_F32 (weight_storage as in iha_forward). Every part's x, z and weights are checked
+ * before anything is enqueued; z must lie apart from the weights and from every part's x and z.
+ * Workspace per context, beyond the stages' own and iha_multi_attention's: the part's qt, kt,
+ * vt and o (4*B*H*count_i*P*d floats). */
+IHA_API iha_status iha_multi_forward(iha_context *const *contexts, size_t count, const iha_shape *shape,
+                                     const iha_attention_options *options, const iha_layer_weights *weights,
+                                     const iha_buffer *x, const iha_buffer *z);
 
 #ifdef __cplusplus
 }

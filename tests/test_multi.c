@@ -4,7 +4,8 @@
  * every mask, windows of 1 and 2 tokens spanning parts (and hiding whole blocks), gradients added
  * into with accumulate; the parts' o, lse, dqt, dkt and dvt against iha_attention and
  * iha_attention_backward on one context and the float64 reference; outputs at offsets with guards
- * around them; the split; refusals with nothing written and the message in the right context.
+ * around them; the split; refusals with nothing written and the message in the right context;
+ * iha_multi_forward (the layer stages around iha_multi_attention) against iha_forward.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 
 #include "iha_multi.h"
 #include "reference.h"
+#include "test_layer.h"
 #include "test_util.h"
 
 #define MAX_R 3
@@ -231,13 +233,13 @@ static void parts_equal_one_context(void **state)
         }
 }
 
-/* B = 2, d = 16, a scale of its own, accumulate, three parts of a sequence of 11. */
+/* B = 2, P = 3, a scale of its own, accumulate, three parts of a sequence of 11. */
 static void batch_scale_accumulate(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     for (int mask = 0; mask < 3; ++mask) {
-        const multi_case c = {2, 11, 2, 16, 3, 3, mask, mask == 2 ? 3 : 0, 0.3f, 1};
+        const multi_case c = {2, 11, 2, 8, 3, 3, mask, mask == 2 ? 3 : 0, 0.3f, 1};
         run_case(&c);
     }
 }
@@ -260,6 +262,79 @@ static void split(void **state)
     assert_int_equal(first, 2);
     iha_multi_split(2, 3, 2, NULL, &count);
     assert_int_equal(count, 0);
+}
+
+/* Rows first .. first+count-1 of each batch row of x [B][N][D], to or from a [B][count][D] part. */
+static void copy_tokens(float *whole, float *part, size_t B, size_t N, size_t D, size_t first, size_t count, int out)
+{
+    for (size_t b = 0; b < B; ++b) {
+        float *a = whole + (b * N + first) * D, *p = part + b * count * D;
+        memcpy(out ? a : p, out ? p : a, count * D * sizeof(float));
+    }
+}
+
+/* iha_multi_forward against iha_forward on one context and the float64 layer; then z[1] too
+ * small is refused with nothing written. */
+static void run_layer(const iha_shape *shape, size_t R, const iha_attention_options *o, uint64_t seed)
+{
+    const size_t B = shape->batch, N = shape->tokens, D = shape->model_dim, nx = B * N * D;
+    tu_layer l;
+    double *zref = tu_layer_with_reference(&l, shape, seed, o);
+    tu_device_layer dev[MAX_R];
+    iha_layer_weights w[MAX_R];
+    iha_buffer x[MAX_R], z[MAX_R];
+    size_t first[MAX_R], count[MAX_R];
+    float *tmp = tu_malloc(nx * sizeof(float)), *z_multi = tu_malloc(nx * sizeof(float));
+    for (size_t i = 0; i < R; ++i) {
+        tu_device_layer_upload(ctxs[i], &l, 0, &dev[i]);
+        w[i] = dev[i].weights;
+        iha_multi_split(N, R, i, &first[i], &count[i]);
+        copy_tokens(l.x, tmp, B, N, D, first[i], count[i], 0);
+        x[i] = at(tu_buffer_guarded(ctxs[i], tmp, B * count[i] * D, OFFSET, GUARD, SENTINEL));
+        z[i] = at(tu_buffer_guarded(ctxs[i], NULL, B * count[i] * D, OFFSET, GUARD, SENTINEL));
+    }
+    tu_assert_status(ctxs[0], iha_multi_forward(ctxs, R, shape, o, w, x, z), IHA_OK);
+    for (size_t i = 0; i < R; ++i) {
+        const size_t n = B * count[i] * D;
+        tu_buffer_read(ctxs[i], z[i].mem, OFFSET, tmp, n);
+        tu_assert_guard(ctxs[i], z[i].mem, n, OFFSET, GUARD, SENTINEL);
+        copy_tokens(z_multi, tmp, B, N, D, first[i], count[i], 1);
+    }
+    tu_assert_status(tu_ctx, iha_forward(tu_ctx, shape, o, &dev[0].weights, dev[0].x, dev[0].z), IHA_OK);
+    tu_buffer_read(tu_ctx, dev[0].z.mem, dev[0].z.offset, tmp, nx);
+    const multi_case c = {B, N, shape->heads, shape->head_dim, shape->pseudo, R, o->mask, o->window, 0.0f, 0};
+    assert_close_f("z against iha_forward", &c, z_multi, tmp, nx);
+    tu_assert_close("z against the reference", z_multi, zref, nx, TU_TOL_F32);
+    if (R > 1) {
+        tu_fill_value(tmp, nx, 3.0f);
+        for (size_t i = 0; i < R; ++i) tu_buffer_write(ctxs[i], z[i].mem, OFFSET, tmp, B * count[i] * D);
+        iha_buffer short_z[MAX_R];
+        memcpy(short_z, z, sizeof z);
+        short_z[R - 1].offset += D; /* the buffer's guard is shorter than a token of the batch */
+        tu_assert_status(ctxs[R - 1], iha_multi_forward(ctxs, R, shape, o, w, x, short_z), IHA_ERROR_BUFFER_TOO_SMALL);
+        assert_true(tu_contains_nocase(iha_context_message(ctxs[R - 1]), "z["));
+        for (size_t i = 0; i < R; ++i) tu_assert_buffer_all(ctxs[i], z[i].mem, OFFSET, B * count[i] * D, 3.0f);
+    }
+    for (size_t i = 0; i < R; ++i) {
+        tu_device_layer_release(&dev[i]);
+        tu_buffer_release(x[i].mem), tu_buffer_release(z[i].mem);
+    }
+    tu_layer_free(&l);
+    free(zref), free(tmp), free(z_multi);
+}
+
+/* The layer over 1 to 3 contexts (10 tokens: 5 + 5, 4 + 3 + 3): every mask, rotary at the parts'
+ * global positions, a window spanning parts, B = 2. */
+static void layer_equals_forward(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    for (size_t R = 1; R <= MAX_R; ++R)
+        for (int mask = 0; mask < 3; ++mask) {
+            const iha_shape shape = {2, 10, 16, 2, 8, 2}; /* one shape: one set of kernels to build */
+            const iha_attention_options o = tu_options(mask, mask == 1 ? 2 : 0, mask != 2);
+            run_layer(&shape, R, &o, 900 + R * 3 + (uint64_t)mask);
+        }
 }
 
 /* Each refusal leaves every output as it was and says why in the context it concerns. */
@@ -347,6 +422,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(split),
         cmocka_unit_test(parts_equal_one_context),
         cmocka_unit_test(batch_scale_accumulate),
+        cmocka_unit_test(layer_equals_forward),
         cmocka_unit_test(refusals),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], setup, teardown);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "layer/partial.h"
 #include "multi/multi.h"
 #include "runtime/error.h"
 
@@ -20,7 +21,10 @@ static iha_status prepare(const multi_run *m, const iha_buffer *lse, forward_par
     for (size_t i = 0; i < m->R; ++i) {
         const int internal_lse = lse == NULL || lse[i].mem == NULL;
         const size_t staging = m->R > 1 ? 2 * m->block_elems : 0, own = internal_lse ? multi_part_lse(m, i) : 0;
-        const iha_status st = iha__workspace_check_total(m->ctx[i], staging + own, sizeof(float));
+        /* The partial steps' own workspace, grown now so that no step can fail for it. */
+        size_t steps = 0;
+        iha_status st = iha__partial_reserve(m->ctx[i], &m->shape, multi_tokens(m, 0), &steps);
+        if (st == IHA_OK) st = iha__workspace_check_total(m->ctx[i], staging + own + steps, sizeof(float));
         if (st != IHA_OK) return multi_fail_part(m, i, st, NULL);
         if (m->R > 1) {
             IHA_FORWARD_IF_ERROR(multi_staging(m, i, IHA_WS_MULTI_K, m->block_elems, &parts[i].k));
@@ -92,7 +96,7 @@ iha_status iha_multi_attention(iha_context *const *contexts, size_t count, const
                                const iha_buffer *vt, const iha_buffer *o, const iha_buffer *lse)
 {
     multi_run m;
-    IHA_FORWARD_IF_ERROR(multi_open(&m, call, contexts, count, shape, options));
+    IHA_FORWARD_IF_ERROR(multi_open(&m, call, contexts, count, shape, options, 0));
     const iha_status st = run(&m, qt, kt, vt, o, lse);
     multi_close(&m);
     return st;

@@ -193,7 +193,7 @@ iha_status iha_multi_attention_backward(iha_context *const *contexts, size_t cou
                                         const iha_buffer *dkt, const iha_buffer *dvt)
 {
     multi_run m;
-    IHA_FORWARD_IF_ERROR(multi_open(&m, call, contexts, count, shape, options));
+    IHA_FORWARD_IF_ERROR(multi_open(&m, call, contexts, count, shape, options, 0));
     const iha_buffer *const b[9] = {qt, kt, vt, o, lse, dout, dqt, dkt, dvt};
     const iha_status st = run(&m, b);
     multi_close(&m);

@@ -7,13 +7,18 @@
 #include "runtime/workspace.h"
 
 /* Each context's staging buffers: a key block, its value block, and their gradients (backward);
- * the running log-sum-exp of a part whose lse has mem NULL (forward). */
+ * the running log-sum-exp of a part whose lse has mem NULL (forward); the layer's part of the
+ * pseudo-queries, -keys, -values and the attention's output (iha_multi_forward). */
 enum {
     IHA_WS_MULTI_K = IHA_WS_MULTI_BASE,
     IHA_WS_MULTI_V,
     IHA_WS_MULTI_DK,
     IHA_WS_MULTI_DV,
     IHA_WS_MULTI_LSE,
+    IHA_WS_MULTI_QT,
+    IHA_WS_MULTI_KT,
+    IHA_WS_MULTI_VT,
+    IHA_WS_MULTI_O,
     IHA_WS_MULTI_END
 };
 _Static_assert((int)IHA_WS_MULTI_END <= (int)IHA_WS_COUNT, "the multi-context slots pass the workspace's end");
@@ -32,10 +37,11 @@ typedef struct multi_run {
     cl_event *ready;    /* per block: its host copy's read, NULL once waited for */
 } multi_run;
 
-/* Starts the call on every context (messages cleared), checks the common arguments and fills
- * *m; on failure every context of the array holds the message and nothing needs closing. */
+/* Starts the call on every context (messages cleared), checks the common arguments (a layer
+ * call's: model_dim too, rotary allowed) and fills *m; on failure every context of the array
+ * holds the message and nothing needs closing. */
 iha_status multi_open(multi_run *m, const char *call, iha_context *const *contexts, size_t count,
-                      const iha_shape *shape, const iha_attention_options *options);
+                      const iha_shape *shape, const iha_attention_options *options, int layer);
 void multi_close(multi_run *m);
 
 size_t multi_tokens(const multi_run *m, size_t j);

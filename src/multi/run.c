@@ -38,14 +38,15 @@ static iha_status fail_all(iha_context *const *contexts, size_t count, iha_statu
     return status;
 }
 
-/* The whole shape and options as iha_attention_partial takes them, checked on contexts[0]; its
- * message then goes to every context. */
-static iha_status check_problem(const multi_run *m, const iha_shape *shape, const iha_attention_options *options)
+/* The whole shape and options as iha_attention_partial takes them (a layer call: with model_dim
+ * and rotary), checked on contexts[0]; its message then goes to every context. */
+static iha_status check_problem(const multi_run *m, const iha_shape *shape, const iha_attention_options *options,
+                                int layer)
 {
     iha_context *ctx = m->ctx[0];
     iha_plan p;
-    iha_status st = iha__plan_make(ctx, shape, options, 0, &p);
-    if (st == IHA_OK && p.rope)
+    iha_status st = iha__plan_make(ctx, shape, options, layer, &p);
+    if (st == IHA_OK && p.rope && !layer)
         st = iha__fail(ctx, IHA_ERROR_INVALID_ARGUMENT, "takes already rotated inputs: options->rope must be 0");
     if (st == IHA_OK && p.act_storage != IHA_STORAGE_F32)
         st = iha__fail(ctx, IHA_ERROR_UNSUPPORTED,
@@ -62,7 +63,7 @@ static iha_status check_problem(const multi_run *m, const iha_shape *shape, cons
 }
 
 iha_status multi_open(multi_run *m, const char *call, iha_context *const *contexts, size_t count,
-                      const iha_shape *shape, const iha_attention_options *options)
+                      const iha_shape *shape, const iha_attention_options *options, int layer)
 {
     memset(m, 0, sizeof *m);
     m->call = call;
@@ -83,7 +84,7 @@ iha_status multi_open(multi_run *m, const char *call, iha_context *const *contex
     m->R = count;
     if (shape == NULL || options == NULL)
         return fail_all(contexts, count, IHA_ERROR_INVALID_ARGUMENT, "%s: shape and options must not be NULL", call);
-    IHA_FORWARD_IF_ERROR(check_problem(m, shape, options));
+    IHA_FORWARD_IF_ERROR(check_problem(m, shape, options, layer));
     m->shape = *shape;
     m->options = *options;
     m->start = malloc((count + 1) * sizeof *m->start);
