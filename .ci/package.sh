@@ -76,8 +76,8 @@ else
   step "libiha_mpi: not in this build (no MPI found, or IHA_MPI=OFF); its checks are skipped"
 fi
 
-step "the header alone: C11, C++17 and C++20 with ${cxx_flags[*]}, g++ and clang++"
-printf '#include <iha.h>\nint main(void) { return iha_version_number() == IHA_VERSION_NUMBER ? 0 : 1; }\n' > "$work/header.c"
+step "the headers alone: C11, C++17 and C++20 with ${cxx_flags[*]}, g++ and clang++"
+printf '#include <iha.h>\n#include <iha_tune.h>\n#include <iha_measure.h>\n#include <iha_multi.h>\nint main(void) { return iha_version_number() == IHA_VERSION_NUMBER ? 0 : 1; }\n' > "$work/header.c"
 cc -std=c11 "${cxx_flags[@]}" -fsyntax-only -I"$prefix/include" "$work/header.c"
 for cxx in g++ clang++; do
   command -v "$cxx" > /dev/null || fail "$cxx missing (tools/scripts/bootstrap.sh ci-deps installs it)"

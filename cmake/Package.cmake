@@ -59,7 +59,7 @@ set(CPACK_COMPONENT_DEVELOPMENT_DEPENDS runtime)
 # The header includes CL/cl.h; the static library links CLBlast and cJSON.
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_DEPENDS "ocl-icd-opencl-dev | opencl-dev, opencl-c-headers, libclblast-dev, libcjson-dev")
 set(CPACK_COMPONENT_DEVELOPMENT_DESCRIPTION
-    "Development files: the headers iha.h, iha_tune.h and iha_measure.h, the static\nlibrary, the CMake package (find_package(iha), target iha::iha) and the\npkg-config file iha.pc.\nLicense: Apache-2.0.")
+    "Development files: the headers iha.h, iha_tune.h, iha_measure.h and\niha_multi.h, the static library, the CMake package (find_package(iha), target\niha::iha) and the pkg-config file iha.pc.\nLicense: Apache-2.0.")
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME iha-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION science)

@@ -12,7 +12,7 @@ if(NOT SOURCE)
 endif()
 
 # The modules each module may include, besides itself. The order is
-#   common <- runtime <- kernels, gemm <- tune <- layer <- measure, check <- api
+#   common <- runtime <- kernels, gemm <- tune <- layer <- measure, check, multi <- api
 set(allowed_common "")
 set(allowed_runtime common)
 set(allowed_kernels common runtime)
@@ -21,11 +21,12 @@ set(allowed_tune common runtime kernels gemm)
 set(allowed_layer common runtime kernels gemm tune)
 set(allowed_measure common runtime kernels gemm tune layer)
 set(allowed_check common runtime kernels gemm tune layer)
-set(allowed_api common runtime kernels gemm tune layer measure check)
+set(allowed_multi common runtime kernels gemm tune layer)
+set(allowed_api common runtime kernels gemm tune layer measure check multi)
 # mpi is libiha_mpi, a library of its own on top of libiha: it reaches libiha only through
 # include/iha.h, never through another module.
 set(allowed_mpi "")
-set(modules common runtime kernels gemm tune layer measure check api mpi)
+set(modules common runtime kernels gemm tune layer measure check multi api mpi)
 
 set(failures 0)
 file(GLOB_RECURSE files RELATIVE "${SOURCE}/src" "${SOURCE}/src/*.c" "${SOURCE}/src/*.h")

@@ -9,6 +9,7 @@
 #include "kernels/attention.h"
 #include "kernels/mix.h"
 #include "layer/call.h"
+#include "layer/partial.h"
 #include "layer/plan.h"
 #include "layer/workspace.h"
 #include "runtime/error.h"
@@ -86,6 +87,26 @@ static iha_status check_all(iha_context *ctx, int n, int first_out, const iha_bu
     return IHA_OK;
 }
 
+/* Floats of the tiles' packed key block: its rows rounded up to the configuration's key block. */
+static size_t packed_key_elems(const iha_attention_config *cfg, size_t row_elems, size_t Tk)
+{
+    size_t packed_elems = SIZE_MAX;
+    iha__mul(row_elems, iha__round_up(Tk, (size_t)cfg->key_block), &packed_elems);
+    return packed_elems;
+}
+
+iha_status iha__partial_reserve(iha_context *ctx, const iha_shape *shape, size_t k_tokens, size_t *floats)
+{
+    *floats = 0;
+    if (ctx->info.is_gpu) return IHA_OK;
+    iha_attention_config cfg;
+    iha__attention_config_default(ctx, shape->head_dim, &cfg);
+    const size_t row_elems = shape->batch * shape->heads * shape->head_dim;
+    *floats = packed_key_elems(&cfg, row_elems, k_tokens * shape->pseudo);
+    cl_mem packed;
+    return iha__workspace_get(ctx, IHA_WS_KT, *floats * sizeof(float), &packed);
+}
+
 /* Devices that are not GPUs: cl/attention.cl's register tiles over the key block, packed into
  * workspace as iha_attention packs its keys. */
 static iha_status partial_forward_tiles(iha_context *ctx, const iha_plan *p, const partial_geometry *g,
@@ -96,8 +117,7 @@ static iha_status partial_forward_tiles(iha_context *ctx, const iha_plan *p, con
     iha_dims kd = p->dims;
     kd.T = g->Tk;
     kd.N = block->k_tokens;
-    size_t packed_elems = SIZE_MAX;
-    iha__mul(g->key_elems / g->Tk, iha__round_up(g->Tk, (size_t)cfg.key_block), &packed_elems);
+    const size_t packed_elems = packed_key_elems(&cfg, g->key_elems / g->Tk, g->Tk);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, packed_elems, sizeof(float)));
     cl_mem packed;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, packed_elems * sizeof(float), &packed));

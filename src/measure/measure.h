@@ -8,7 +8,7 @@
 
 /* The unfused baseline's score matrix of one (b, h), [T][T]. */
 enum { IHA_WS_SCORES = IHA_WS_MEASURE_BASE, IHA_WS_MEASURE_END };
-_Static_assert((int)IHA_WS_MEASURE_END <= (int)IHA_WS_COUNT, "the measurements' slots pass the workspace's end");
+_Static_assert((int)IHA_WS_MEASURE_END <= (int)IHA_WS_MULTI_BASE, "the measurements' slots overlap the next module's");
 
 /* Validates ctx and clears its last message, as every public call does first. */
 iha_status iha__measure_begin(iha_context *ctx);

@@ -1,0 +1,12 @@
+/* What a caller that runs many partial steps (src/multi/) needs to know of them in advance. */
+#ifndef IHA_LAYER_PARTIAL_H
+#define IHA_LAYER_PARTIAL_H
+#include "iha.h"
+
+/* Grows the workspace that iha_attention_partial takes on ctx for key blocks of up to k_tokens
+ * tokens of shape's batch, heads, head_dim and pseudo (the packed keys of the tiles on devices
+ * that are not GPUs), so that no such step fails for it; *floats gets its size (0 where the
+ * step takes none), for the caller's memory check. The shape's sizes must have passed
+ * iha__plan_make. */
+iha_status iha__partial_reserve(iha_context *ctx, const iha_shape *shape, size_t k_tokens, size_t *floats);
+#endif
