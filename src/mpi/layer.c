@@ -91,7 +91,12 @@ iha_status mpi_layer_open(mpi_layer *L, iha_context *ctx, MPI_Comm comm, iha_mpi
     memset(L, 0, sizeof *L);
     iha_status st = mpi_comm_open(&L->ring, comm, call);
     if (L->ring.R == 0) return st;
-    st = check_open(L, ctx, layout, shape, options, weights, x, call);
+    /* First what every rank must pass alike (a collective every rank reaches), so that a
+     * mismatch reads the same on every rank. */
+    uint64_t v[MPI_FINGERPRINT];
+    mpi_fingerprint(shape, options, (int)layout, extra, v);
+    st = mpi_same_everywhere(&L->ring, v, call);
+    if (st == IHA_OK) st = check_open(L, ctx, layout, shape, options, weights, x, call);
     cl_mem *virt[6] = {&L->qt, &L->kt, &L->vt, &L->o, &L->lse, &L->out};
     for (int i = 0; i < 6 && st == IHA_OK; ++i)
         if ((*virt[i] = mpi_device_buffer(ctx, i < 4 ? L->v_elems : i == 4 ? L->lse_elems : L->x_elems, call)) == NULL)
@@ -103,11 +108,7 @@ iha_status mpi_layer_open(mpi_layer *L, iha_context *ctx, MPI_Comm comm, iha_mpi
             if ((L->stage[i] = mpi_device_buffer(ctx, i < 2 ? token : virtual, call)) == NULL)
                 st = IHA_ERROR_DEVICE_MEMORY;
     }
-    /* Every rank reaches this collective, whatever it found above. */
-    uint64_t v[MPI_FINGERPRINT];
-    mpi_fingerprint(shape, options, (int)layout, extra, v);
-    const iha_status same = mpi_same_everywhere(&L->ring, v, call);
-    return st != IHA_OK ? st : same;
+    return st;
 }
 
 iha_status mpi_copy_floats(iha_context *ctx, iha_buffer src, iha_buffer dst, size_t floats, const char *call)

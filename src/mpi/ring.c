@@ -204,11 +204,11 @@ iha_status mpi_ring_open(mpi_ring *ring, MPI_Comm comm, iha_mpi_layout layout, c
 {
     iha_status st = mpi_comm_open(ring, comm, call);
     if (ring->R == 0) return st;
-    st = ring_check(ring, layout, shape, options, call);
+    /* First what every rank must pass alike, so that a mismatch reads the same on every rank. */
     uint64_t v[MPI_FINGERPRINT];
     mpi_fingerprint(shape, options, (int)layout, 0, v);
-    const iha_status same = mpi_same_everywhere(ring, v, call);
-    return st != IHA_OK ? st : same;
+    st = mpi_same_everywhere(ring, v, call);
+    return st != IHA_OK ? st : ring_check(ring, layout, shape, options, call);
 }
 
 void mpi_ring_close(mpi_ring *ring)

@@ -259,6 +259,24 @@ static void refusals(iha_context *ctx, int R)
                                (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
         CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "fewer tokens than ranks: %s", iha_status_name(st));
     }
+    /* Arguments that differ between ranks (the mask on the last rank, the tokens on rank 0):
+     * refused on every rank with the field named, never a hang or an aborted job. */
+    if (R > 1) {
+        iha_attention_options other = op;
+        if (rank_id == R - 1) other.mask = IHA_MASK_NONE;
+        st = iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &other, (iha_buffer){a, 0},
+                               (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
+        CHECK(st == IHA_ERROR_INVALID_ARGUMENT && strstr(iha_mpi_message(), "options->mask") != NULL,
+              "masks differing between ranks: %s (%s)", iha_status_name(st), iha_mpi_message());
+        iha_shape longer = s;
+        if (rank_id == 0) longer.tokens = s.tokens + 3;
+        st = iha_mpi_attention(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &longer, &op, (iha_buffer){a, 0},
+                               (iha_buffer){a, 0}, (iha_buffer){a, 0}, (iha_buffer){o, 0}, (iha_buffer){NULL, 0});
+        CHECK(st == IHA_ERROR_INVALID_ARGUMENT && strstr(iha_mpi_message(), "shape->tokens") != NULL,
+              "tokens differing between ranks: %s (%s)", iha_status_name(st), iha_mpi_message());
+        get(ctx, o, back, nm);
+        CHECK(memcmp(back, fill, nm * sizeof(float)) == 0, "a refused call wrote o");
+    }
     /* Zig-zag needs two chunks of at least one token per rank: 2R - 1 tokens are refused on
      * every rank, forward and backward, nothing written. */
     const iha_shape short_zz = {1, 2 * (size_t)R - 1, 1, 1, 4, 2};

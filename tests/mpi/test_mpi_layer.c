@@ -5,7 +5,8 @@
  * tokens and compares its rows of z and dx, and the whole sequence's weight gradients (summed
  * over the ranks), with both. Every mask, rotary, windows spanning ranks, N not divisible by
  * the ranks, batch 2, gradients added into with accumulate, every layout; the refusals agreed
- * by every rank with nothing written. A plain main: nonzero when any rank saw a failure.
+ * by every rank with nothing written, arguments that differ between ranks among them; some
+ * outputs only. A plain main: nonzero when any rank saw a failure.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -176,7 +177,7 @@ static void run_case(iha_context *ctx, int R, const layer_case *c, iha_mpi_layou
     iha_mpi_runs(c->N, R, mpi_test_rank, layout, runs);
     const size_t count = runs[0].count + runs[1].count, nm = c->B * count * c->D;
     float *mine = malloc(nm * sizeof(float)), *got = malloc((nm + L.size[0] + L.size[4]) * sizeof(float));
-    double *ref = malloc(nm * sizeof(double)), *pre = NULL;
+    double *ref = malloc(nm * sizeof(double));
     char label[200];
     snprintf(label, sizeof label, "R=%d layout=%d B=%zu N=%zu P=%zu mask=%d window=%lld rope=%d accumulate=%d", R,
              (int)layout, c->B, c->N, c->P, c->mask, (long long)c->window, c->rope, c->accumulate);
@@ -199,7 +200,6 @@ static void run_case(iha_context *ctx, int R, const layer_case *c, iha_mpi_layou
     /* The backward into outputs that hold prefill() (added into with accumulate) or NaN. */
     size_t largest = nm;
     for (int i = 0; i < W; ++i) largest = L.size[i] > largest ? L.size[i] : largest;
-    pre = malloc(largest * sizeof(double));
     float *fill = malloc(largest * sizeof(float));
     for (size_t i = 0; i < largest; ++i) fill[i] = c->accumulate ? prefill(i) : NAN;
     cl_mem dx = mpi_test_buffer(ctx, fill, nm), g[W];
@@ -225,9 +225,70 @@ static void run_case(iha_context *ctx, int R, const layer_case *c, iha_mpi_layou
     free(mine);
     free(got);
     free(ref);
-    free(pre);
     free(fill);
     expected_free(&e);
+    data_free(&L);
+}
+
+/* Some outputs only: dx NULL and two gradients; then no gradient at all. Each equals the same
+ * output of the call that computes everything, bit for bit. */
+static void some_outputs(iha_context *ctx, int R)
+{
+    const layer_case c = {2, 9, 8, 2, 4, 2, IHA_MASK_CAUSAL, 3, 1, 0};
+    layer_data L;
+    data_make(ctx, &c, &L);
+    const iha_shape s = {c.B, c.N, c.D, c.H, c.d, c.P};
+    iha_attention_options op;
+    options_of(&c, &op);
+    iha_mpi_run runs[2];
+    iha_mpi_runs(c.N, R, mpi_test_rank, IHA_MPI_CONTIGUOUS, runs);
+    const size_t nm = c.B * runs[0].count * c.D;
+    float *buf = malloc(nm * sizeof(float));
+    mpi_test_gather(L.x, buf, c.B, c.N, 1, c.D, runs);
+    cl_mem x = mpi_test_buffer(ctx, buf, nm);
+    mpi_test_gather(L.dz, buf, c.B, c.N, 1, c.D, runs);
+    cl_mem dz = mpi_test_buffer(ctx, buf, nm), dx = mpi_test_buffer(ctx, NULL, nm),
+           dx2 = mpi_test_buffer(ctx, NULL, nm);
+    cl_mem all[W], two[2];
+    for (int i = 0; i < W; ++i) all[i] = mpi_test_buffer(ctx, NULL, L.size[i]);
+    two[0] = mpi_test_buffer(ctx, NULL, L.size[3]);
+    two[1] = mpi_test_buffer(ctx, NULL, L.size[6]);
+    const iha_layer_grads every = {{all[0], 0}, {all[1], 0}, {all[2], 0}, {all[3], 0},
+                                   {all[4], 0}, {all[5], 0}, {all[6], 0}, {all[7], 0}};
+    const iha_layer_grads some = {.wo = {two[0], 0}, .alpha_v = {two[1], 0}};
+    iha_status st = iha_mpi_backward(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &op, &L.weights, (iha_buffer){x, 0},
+                                     (iha_buffer){dz, 0}, (iha_buffer){dx, 0}, &every);
+    CHECK(st == IHA_OK, "every output: %s: %s", iha_status_name(st), iha_mpi_message());
+    st = iha_mpi_backward(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &op, &L.weights, (iha_buffer){x, 0},
+                          (iha_buffer){dz, 0}, (iha_buffer){NULL, 0}, &some);
+    CHECK(st == IHA_OK, "two gradients, no dx: %s: %s", iha_status_name(st), iha_mpi_message());
+    const int pick[2] = {3, 6};
+    for (int i = 0; i < 2; ++i) {
+        const size_t n = L.size[pick[i]];
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+        mpi_test_read(ctx, all[pick[i]], a, n);
+        mpi_test_read(ctx, two[i], b, n);
+        CHECK(memcmp(a, b, n * sizeof(float)) == 0, "grads->%s alone differs from the full call's",
+              weight_names[pick[i]]);
+        free(a);
+        free(b);
+    }
+    st = iha_mpi_backward(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &op, &L.weights, (iha_buffer){x, 0},
+                          (iha_buffer){dz, 0}, (iha_buffer){dx2, 0}, NULL);
+    CHECK(st == IHA_OK, "dx alone: %s: %s", iha_status_name(st), iha_mpi_message());
+    float *a = malloc(nm * sizeof(float));
+    mpi_test_read(ctx, dx, a, nm);
+    mpi_test_read(ctx, dx2, buf, nm);
+    CHECK(memcmp(a, buf, nm * sizeof(float)) == 0, "dx alone differs from the full call's");
+    free(a);
+    free(buf);
+    for (int i = 0; i < W; ++i) clReleaseMemObject(all[i]);
+    clReleaseMemObject(two[0]);
+    clReleaseMemObject(two[1]);
+    clReleaseMemObject(x);
+    clReleaseMemObject(dz);
+    clReleaseMemObject(dx);
+    clReleaseMemObject(dx2);
     data_free(&L);
 }
 
@@ -255,8 +316,48 @@ static void refusals(iha_context *ctx, int R)
     else
         CHECK(st == IHA_ERROR_INVALID_ARGUMENT && strstr(iha_mpi_message(), "rank") != NULL,
               "short z elsewhere: %s (%s)", iha_status_name(st), iha_mpi_message());
+    mpi_test_read(ctx, zb.mem, back, zb.mem == small ? 1 : nm);
+    CHECK(memcmp(back, fill, (zb.mem == small ? 1 : nm) * sizeof(float)) == 0, "a refused forward wrote z");
+
+    /* A weight only the collapse reads, too small on rank 0: refused on every rank after the
+     * ring, and z is written on none. */
+    iha_layer_weights short_wo = L.weights;
+    if (mpi_test_rank == 0) short_wo.wo = (iha_buffer){small, 0};
+    st = iha_mpi_forward(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &op, &short_wo, (iha_buffer){x, 0},
+                         (iha_buffer){z, 0});
+    CHECK(st != IHA_OK && iha_mpi_message()[0] != '\0', "a short wo on rank 0: %s", iha_status_name(st));
+    mpi_test_read(ctx, z, back, nm);
+    CHECK(memcmp(back, fill, nm * sizeof(float)) == 0, "a forward refused at the collapse wrote z");
+
+    /* Arguments that differ between ranks: refused on every rank, never a hang. */
+    iha_shape other = s;
+    if (mpi_test_rank == R - 1) other.tokens = s.tokens + 4;
+    st = iha_mpi_forward(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &other, &op, &L.weights, (iha_buffer){x, 0},
+                         (iha_buffer){z, 0});
+    CHECK(st == IHA_ERROR_INVALID_ARGUMENT && strstr(iha_mpi_message(), "shape->tokens") != NULL,
+          "tokens differing between ranks: %s (%s)", iha_status_name(st), iha_mpi_message());
+    iha_attention_options other_op = op;
+    if (mpi_test_rank == 0) other_op.window = 3;
+    st = iha_mpi_forward(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &other_op, &L.weights, (iha_buffer){x, 0},
+                         (iha_buffer){z, 0});
+    CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "windows differing between ranks: %s", iha_status_name(st));
+    st = iha_mpi_forward(ctx, MPI_COMM_WORLD, mpi_test_rank == 0 ? IHA_MPI_ZIGZAG : IHA_MPI_CONTIGUOUS, &s, &op,
+                         &L.weights, (iha_buffer){x, 0}, (iha_buffer){z, 0});
+    CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "layouts differing between ranks: %s", iha_status_name(st));
     mpi_test_read(ctx, z, back, nm);
     CHECK(memcmp(back, fill, nm * sizeof(float)) == 0, "a refused forward wrote z");
+
+    /* Too few tokens: one per rank (contiguous), two chunks per rank (zig-zag). */
+    const iha_shape few = {1, (size_t)R - 1, c.D, c.H, c.d, c.P},
+                    few_zigzag = {1, 2 * (size_t)R - 1, c.D, c.H, c.d, c.P};
+    if (R > 1) {
+        st = iha_mpi_forward(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &few, &op, &L.weights, (iha_buffer){x, 0},
+                             (iha_buffer){z, 0});
+        CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "fewer tokens than ranks: %s", iha_status_name(st));
+    }
+    st = iha_mpi_forward(ctx, MPI_COMM_WORLD, IHA_MPI_ZIGZAG, &few_zigzag, &op, &L.weights, (iha_buffer){x, 0},
+                         (iha_buffer){z, 0});
+    CHECK(st == IHA_ERROR_INVALID_ARGUMENT, "fewer than 2R tokens in zig-zag: %s", iha_status_name(st));
 
     /* A weight one rank's libiha call refuses (too small on rank 0): every rank refuses. */
     iha_layer_weights bad = L.weights;
@@ -290,6 +391,26 @@ static void refusals(iha_context *ctx, int R)
     CHECK(memcmp(gback, gfill, L.size[0] * sizeof(float)) == 0, "a refused backward wrote grads->wq");
     mpi_test_read(ctx, z, back, nm);
     CHECK(memcmp(back, fill, nm * sizeof(float)) == 0, "a refused backward wrote dx");
+
+    /* Different gradients asked for on different ranks: refused on every rank (the sums over
+     * the ranks must be of the same gradients), nothing written. */
+    cl_mem gk = mpi_test_buffer(ctx, gfill, L.size[0]);
+    const iha_layer_grads mine =
+        mpi_test_rank == 0 ? (iha_layer_grads){.wq = {gq, 0}} : (iha_layer_grads){.wk = {gk, 0}};
+    st = iha_mpi_backward(ctx, MPI_COMM_WORLD, IHA_MPI_CONTIGUOUS, &s, &op, &L.weights, (iha_buffer){x, 0},
+                          (iha_buffer){x, 0}, (iha_buffer){z, 0}, R > 1 ? &mine : NULL);
+    if (R > 1)
+        CHECK(st == IHA_ERROR_INVALID_ARGUMENT && strstr(iha_mpi_message(), "gradients") != NULL,
+              "gradients differing between ranks: %s (%s)", iha_status_name(st), iha_mpi_message());
+    if (R > 1) {
+        mpi_test_read(ctx, gq, gback, L.size[0]);
+        CHECK(memcmp(gback, gfill, L.size[0] * sizeof(float)) == 0, "a refused backward wrote grads->wq");
+        mpi_test_read(ctx, gk, gback, L.size[0]);
+        CHECK(memcmp(gback, gfill, L.size[0] * sizeof(float)) == 0, "a refused backward wrote grads->wk");
+        mpi_test_read(ctx, z, back, nm);
+        CHECK(memcmp(back, fill, nm * sizeof(float)) == 0, "a refused backward wrote dx");
+    }
+    clReleaseMemObject(gk);
     clReleaseMemObject(g);
     clReleaseMemObject(gq);
     clReleaseMemObject(x);
@@ -325,6 +446,7 @@ int main(int argc, char **argv)
     for (size_t li = 0; li < sizeof layouts / sizeof layouts[0]; ++li)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
             if (layouts[li] != IHA_MPI_ZIGZAG || cases[i].N >= 2 * (size_t)R) run_case(ctx, R, &cases[i], layouts[li]);
+    some_outputs(ctx, R);
     refusals(ctx, R);
     iha_context_free(ctx);
     const int code = mpi_test_finish("test_mpi_layer", R);

@@ -145,8 +145,9 @@ static int run_rank(iha_context *ctx, const layer_files *f, int rank, float *x_m
     int ok = 1;
     for (int i = 0; i < 8 && ok; ++i) ok = (d.m[i] = upload(ctx, w[i]->data, w[i]->header.count)) != NULL;
     ok = ok && (d.m[8] = upload(ctx, x_mine, n_mine)) != NULL && (d.m[9] = upload(ctx, NULL, n_mine)) != NULL;
+    if (!ok) cli_error(&spec, "rank %d: the layer's device buffers could not be made", rank);
     iha_status st = IHA_ERROR_DEVICE_MEMORY;
-    if (ok) {
+    if (agree(ok ? 0 : 1) == 0) { /* every rank goes on, or none */
         const iha_layer_weights lw = {{d.m[0], 0}, {d.m[1], 0}, {d.m[2], 0}, {d.m[3], 0},
                                       {d.m[4], 0}, {d.m[5], 0}, {d.m[6], 0}, {d.m[7], 0}};
         MPI_Barrier(MPI_COMM_WORLD);
@@ -155,17 +156,14 @@ static int run_rank(iha_context *ctx, const layer_files *f, int rank, float *x_m
                              (iha_buffer){d.m[8], 0}, (iha_buffer){d.m[9], 0});
         double dt = timer_seconds() - t0;
         MPI_Allreduce(&dt, seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        /* The call's status and message are the same on every rank (the failing rank's reason
+         * included): said once. */
+        if (st != IHA_OK && rank == 0) cli_error(&spec, "%s: %s", iha_status_name(st), iha_mpi_message());
         if (st == IHA_OK && clEnqueueReadBuffer(iha_context_cl_queue(ctx), d.m[9], CL_TRUE, 0, n_mine * sizeof(float),
-                                                z_mine, 0, NULL, NULL) != CL_SUCCESS)
+                                                z_mine, 0, NULL, NULL) != CL_SUCCESS) {
+            cli_error(&spec, "rank %d: reading z back failed", rank);
             st = IHA_ERROR_OPENCL;
-        if (st != IHA_OK) cli_error(&spec, "rank %d: %s: %s", rank, iha_status_name(st), iha_mpi_message());
-    } else {
-        cli_error(&spec, "rank %d: the layer's device buffers could not be made", rank);
-        /* The others wait in iha_mpi_forward's first agreement: take part, refused. */
-        iha_mpi_forward(NULL, MPI_COMM_WORLD, (iha_mpi_layout)layout, &f->shape, &attention, NULL,
-                        (iha_buffer){NULL, 0}, (iha_buffer){NULL, 0});
-        double dt = 0;
-        MPI_Allreduce(&dt, seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        }
     }
     for (int i = 0; i < 10; ++i)
         if (d.m[i] != NULL) clReleaseMemObject(d.m[i]);
@@ -217,7 +215,11 @@ int mpi_cmd_forward(int argc, char **argv, int R, int rank)
     layer_files f;
     char err[1024];
     const int loaded = layer_files_load(cli_get(&spec, "in"), &f, err, sizeof err) == 0;
-    if (!loaded) cli_error(&spec, "rank %d: %s", rank, err);
+    /* Every rank reads the same files: rank 0 says what it found, another rank only what rank 0
+     * did not see. */
+    int rank0_loaded = loaded;
+    MPI_Bcast(&rank0_loaded, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!loaded && (rank == 0 || rank0_loaded)) cli_error(&spec, "rank %d: %s", rank, err);
     if (agree(loaded ? 0 : 1) != 0) {
         if (loaded) layer_files_free(&f);
         return CLI_EXIT_FAILURE;
@@ -232,7 +234,7 @@ int mpi_cmd_forward(int argc, char **argv, int R, int rank)
     float *z = rank == 0 ? malloc(f.x.header.count * sizeof(float)) : NULL;
     iha_context *ctx = NULL;
     int ok = x_mine != NULL && z_mine != NULL && (rank != 0 || z != NULL);
-    if (!sizes_ok)
+    if (!sizes_ok && rank == 0) /* the same on every rank */
         cli_error(&spec, "the layer's tensors exceed one MPI message's int count");
     else if (!ok)
         cli_error(&spec, "rank %d: out of host memory", rank);
