@@ -99,8 +99,8 @@ IHA_MPI_API const char *iha_mpi_message(void);
  * more than INT_MAX floats is IHA_ERROR_UNSUPPORTED (one MPI message).
  *   - Host memory: 4 blocks of the largest rank's B*H*tokens*P*d floats (tokens: ceil(N/R)
  * contiguous, at most 2*ceil(N/2R) zig-zag); device memory: 4 such blocks, two staging
- * pairs (one pair on 2 contiguous ranks, none with one contiguous rank), and B*H*count*P floats for lse when lse.mem is NULL. Zig-zag also holds
- * this rank's qt, o and lse as run-major copies on the device (2*B*H*count*P*d + B*H*count*P
+ * pairs (one pair on 2 contiguous ranks, none with one contiguous rank), and B*H*count*P
+ * floats for lse when lse.mem is NULL. Zig-zag also holds this rank's qt, o and lse as run-major copies on the device (2*B*H*count*P*d + B*H*count*P
  * floats), since a run of a [batch][heads] tensor is one row range per slab.
  *   - o and lse must lie apart from qt, kt, vt and each other (IHA_ERROR_INVALID_ARGUMENT). */
 IHA_MPI_API iha_status iha_mpi_attention(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
@@ -133,10 +133,15 @@ IHA_MPI_API iha_status iha_mpi_attention_backward(iha_context *ctx, MPI_Comm com
  * with shape->tokens the WHOLE sequence's N and the same options and weights on every rank
  * (each rank holds a full copy of the weights). z equals iha_forward's rows for this rank's
  * tokens within float rounding. Each rank runs iha_layer_expand on its runs (rotary at their
- * global positions), the ring of iha_mpi_attention, then iha_layer_collapse. Float32
- * activations and weights; options->seq_lens set is IHA_ERROR_UNSUPPORTED. Workspace: qt, kt,
- * vt and o of this rank's tokens (4*B*H*count*P*d floats) and lse (B*H*count*P), with
- * iha_mpi_attention's. */
+ * global positions), the ring of iha_mpi_attention, then iha_layer_collapse into a stand-in
+ * that z gets once every rank's collapse has gone through: a refusal on any rank, at any step,
+ * leaves z untouched on every rank. The layout, shape and options are compared over the ranks
+ * first; ranks that pass different ones are refused alike (IHA_ERROR_INVALID_ARGUMENT naming
+ * the field). Float32 activations and weights; options->seq_lens set is
+ * IHA_ERROR_UNSUPPORTED. Device memory beyond iha_mpi_attention's: qt, kt, vt, o of this
+ * rank's tokens (4*B*H*count*P*d floats), lse (B*H*count*P) and the stand-in (B*count*D);
+ * with two runs (zig-zag) also staging for the longer run (2*B*c*D + 3*B*H*c*P*d floats, c its
+ * tokens). */
 IHA_MPI_API iha_status iha_mpi_forward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                                        const iha_attention_options *options, const iha_layer_weights *weights,
                                        iha_buffer x, iha_buffer z);
@@ -144,11 +149,17 @@ IHA_MPI_API iha_status iha_mpi_forward(iha_context *ctx, MPI_Comm comm, iha_mpi_
 /* The backward of iha_mpi_forward, as iha_backward over the whole sequence: given this rank's
  * x and dz = dLoss/dz [batch][count][model_dim], writes this rank's dx (skipped when dx.mem is
  * NULL) and every member of *grads whose mem is not NULL with the WHOLE sequence's gradient,
- * summed over the ranks (MPI_Allreduce), the same on every rank. Outputs are overwritten, or
- * added into with options->accumulate. The forward is recomputed (expand, ring attention),
- * then collapse's backward, the ring backward and expand's backward run on this rank's
- * tokens. Same rules as iha_mpi_forward; every output must lie apart from x, dz, the weights
- * and the other outputs. */
+ * summed over the ranks (MPI_Allreduce). Outputs are overwritten, or added into with
+ * options->accumulate (each rank adds the sum into its own buffer: the gradients are the same
+ * on every rank when the buffers held the same before). Every rank must ask for the same
+ * gradients (compared with the other arguments). The forward is recomputed (expand, ring
+ * attention), then collapse's backward, the ring backward and expand's backward run on this
+ * rank's tokens into stand-ins, and the outputs are written only once every rank has come
+ * through; a failure of the device after that (not a refusal) can leave them partly written.
+ * Same rules as iha_mpi_forward; every output must lie apart from x, dz, the weights and the
+ * other outputs. Device memory beyond iha_mpi_forward's and iha_mpi_attention_backward's:
+ * dO, dQt, dKt, dVt (4*B*H*count*P*d floats) and the asked-for gradients' stand-ins; host
+ * memory for those gradients and the largest of them again. */
 IHA_MPI_API iha_status iha_mpi_backward(iha_context *ctx, MPI_Comm comm, iha_mpi_layout layout, const iha_shape *shape,
                                         const iha_attention_options *options, const iha_layer_weights *weights,
                                         iha_buffer x, iha_buffer dz, iha_buffer dx, const iha_layer_grads *grads);

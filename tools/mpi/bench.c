@@ -49,6 +49,20 @@ static cl_mem random_buffer(iha_context *ctx, size_t n, unsigned seed)
     return m;
 }
 
+/* Nonzero on every rank when `ok` holds on every rank. */
+static int all_ok(int ok)
+{
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+static void release(cl_mem *m, int n)
+{
+    for (int i = 0; i < n; ++i)
+        if (m[i] != NULL) clReleaseMemObject(m[i]);
+}
+
 /* The compute the ring gives `rank`: one iha_attention_partial per (query run, key run) pair
  * it attends, in the ring's order, on stand-in buffers (q, o, l of the rank's tokens, k, v of
  * the largest run; the cost depends on the shapes, the mask and the global offsets, not on
@@ -85,7 +99,10 @@ static double busy_seconds(iha_context *ctx, int R, int rank, iha_mpi_layout lay
 static double hops_seconds(int R, int rank, size_t floats, size_t reps, double *t)
 {
     float *buf = calloc(2 * (floats ? floats : 1), sizeof(float));
-    if (buf == NULL) return -1;
+    if (!all_ok(buf != NULL)) { /* no rank posts a message another cannot receive */
+        free(buf);
+        return -1;
+    }
     const int next = (rank + 1) % R, prev = (rank + R - 1) % R;
     for (size_t i = 0; i <= reps; ++i) {
         MPI_Barrier(MPI_COMM_WORLD);
@@ -114,12 +131,22 @@ static int time_layer(iha_context *ctx, int R, int rank, iha_mpi_layout layout, 
     s.model_dim = s.heads * s.head_dim;
     const size_t D = s.model_dim, proj = D * s.heads * s.head_dim, mix = s.heads * s.heads * s.pseudo,
                  nx = s.batch * count * D;
-    cl_mem w[8], g[8], x = random_buffer(ctx, nx, 11 + rank), z = random_buffer(ctx, nx, 0),
-                       dx = random_buffer(ctx, nx, 0);
+    cl_mem m[19]; /* wq .. r, their gradients, x, z, dx */
+    int made = 1;
     for (int i = 0; i < 8; ++i) {
-        w[i] = random_buffer(ctx, i < 4 ? proj : mix, 20 + (unsigned)i); /* the same on every rank */
-        g[i] = random_buffer(ctx, i < 4 ? proj : mix, 0);
+        m[i] = random_buffer(ctx, i < 4 ? proj : mix, 20 + (unsigned)i); /* the same on every rank */
+        m[8 + i] = random_buffer(ctx, i < 4 ? proj : mix, 0);
     }
+    m[16] = random_buffer(ctx, nx, 11 + rank);
+    m[17] = random_buffer(ctx, nx, 0);
+    m[18] = random_buffer(ctx, nx, 0);
+    for (int i = 0; i < 19; ++i) made = made && m[i] != NULL;
+    if (!all_ok(made)) {
+        if (!made) fprintf(stderr, "iha-mpi bench: rank %d: the layer's buffers could not be made\n", rank);
+        release(m, 19);
+        return 1;
+    }
+    const cl_mem *w = m, *g = m + 8, x = m[16], z = m[17], dx = m[18];
     const iha_layer_weights lw = {{w[0], 0}, {w[1], 0}, {w[2], 0}, {w[3], 0},
                                   {w[4], 0}, {w[5], 0}, {w[6], 0}, {w[7], 0}};
     const iha_layer_grads lg = {{g[0], 0}, {g[1], 0}, {g[2], 0}, {g[3], 0}, {g[4], 0}, {g[5], 0}, {g[6], 0}, {g[7], 0}};
@@ -135,8 +162,8 @@ static int time_layer(iha_context *ctx, int R, int rank, iha_mpi_layout layout, 
                                        (iha_buffer){dx, 0}, &lg);
             double dt = timer_seconds() - t0, slowest = dt;
             MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-            if (st != IHA_OK) {
-                fprintf(stderr, "iha-mpi bench: rank %d: %s: %s\n", rank, iha_status_name(st), iha_mpi_message());
+            if (st != IHA_OK) { /* agreed by every rank, with the failing rank's reason */
+                if (rank == 0) fprintf(stderr, "iha-mpi bench: %s: %s\n", iha_status_name(st), iha_mpi_message());
                 status = 1;
             }
             if (i > 0) t[i - 1] = slowest;
@@ -144,13 +171,7 @@ static int time_layer(iha_context *ctx, int R, int rank, iha_mpi_layout layout, 
         if (status == 0) *(pass == 0 ? fwd : bwd) = timer_median(t, reps);
     }
     (void)R;
-    for (int i = 0; i < 8; ++i) {
-        clReleaseMemObject(w[i]);
-        clReleaseMemObject(g[i]);
-    }
-    clReleaseMemObject(x);
-    clReleaseMemObject(z);
-    clReleaseMemObject(dx);
+    release(m, 19);
     return status;
 }
 
@@ -200,7 +221,17 @@ int mpi_cmd_bench(int argc, char **argv, int R, int rank)
     cl_mem q = random_buffer(ctx, n, 1 + rank), k = random_buffer(ctx, nk, 2 + rank),
            v = random_buffer(ctx, nk, 3 + rank);
     cl_mem o = random_buffer(ctx, n, 0), l = random_buffer(ctx, rows, 0);
-    double *t = malloc((reps + 1) * sizeof(double));
+    double *t = malloc((reps + 1) * sizeof(double)), *all_busy = malloc((size_t)R * sizeof(double));
+    cl_mem made[5] = {q, k, v, o, l};
+    const int have = q != NULL && k != NULL && v != NULL && o != NULL && l != NULL && t != NULL && all_busy != NULL;
+    if (!all_ok(have)) {
+        if (!have) fprintf(stderr, "iha-mpi bench: rank %d: out of memory for the tensors\n", rank);
+        release(made, 5);
+        free(t);
+        free(all_busy);
+        iha_context_free(ctx);
+        return 1;
+    }
     int status = 0;
     for (size_t i = 0; i <= reps && status == 0; ++i) { /* the first call warms the caches */
         MPI_Barrier(MPI_COMM_WORLD);
@@ -210,8 +241,8 @@ int mpi_cmd_bench(int argc, char **argv, int R, int rank)
                               (iha_buffer){k, 0}, (iha_buffer){v, 0}, (iha_buffer){o, 0}, (iha_buffer){l, 0});
         double dt = timer_seconds() - t0, slowest = dt;
         MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        if (st != IHA_OK) {
-            fprintf(stderr, "iha-mpi bench: rank %d: %s: %s\n", rank, iha_status_name(st), iha_mpi_message());
+        if (st != IHA_OK) { /* agreed by every rank, with the failing rank's reason */
+            if (rank == 0) fprintf(stderr, "iha-mpi bench: %s: %s\n", iha_status_name(st), iha_mpi_message());
             status = 1;
         }
         if (i > 0) t[i - 1] = slowest;
@@ -220,7 +251,7 @@ int mpi_cmd_bench(int argc, char **argv, int R, int rank)
     /* Busy time: one rank at a time, so that the ranks do not share the cores while timed, and
      * the ranks in turn within each repetition, so that other load on the machine falls on all
      * of them alike; the fastest repetition, the one least disturbed by that load. */
-    double busy = 0, *all_busy = malloc((size_t)R * sizeof(double));
+    double busy = 0;
     const cl_mem buf[5] = {q, k, v, o, l};
     const int timed = status == 0; /* the same on every rank: the ring call's status is agreed */
     for (size_t i = 0; i <= reps && timed; ++i)
@@ -235,11 +266,16 @@ int mpi_cmd_bench(int argc, char **argv, int R, int rank)
             }
             if (i > 0 && (i == 1 || b < busy)) busy = b;
         }
+    if (timed && !all_ok(status == 0)) status = 1; /* a replay failed somewhere: every rank stops */
     MPI_Gather(&busy, 1, MPI_DOUBLE, all_busy, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     const size_t block = B * H * largest * P * d;
-    const double hops = timed && R > 1 ? hops_seconds(R, rank, 2 * block, reps, t) : 0;
+    const double hops = status == 0 && R > 1 ? hops_seconds(R, rank, 2 * block, reps, t) : 0;
+    if (hops < 0) {
+        if (rank == 0) fprintf(stderr, "iha-mpi bench: no host memory to time the hops alone\n");
+        status = 1;
+    }
     double layer_fwd = 0, layer_bwd = 0;
-    const int layer = timed && cli_get(&spec, "layer") != NULL;
+    const int layer = status == 0 && cli_get(&spec, "layer") != NULL;
     if (layer && time_layer(ctx, R, rank, (iha_mpi_layout)layout, &shape, &op, count, reps, t, &layer_fwd, &layer_bwd))
         status = 1;
     if (status == 0 && rank == 0) {
