@@ -15,40 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "iha_mpi.h"
+#include "mpi_test.h"
 #include "reference.h"
 
-static int rank_id, failures;
-
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "rank %d: ", rank_id);                                                                     \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fprintf(stderr, "\n");                                                                                     \
-            ++failures;                                                                                                \
-        }                                                                                                              \
-    } while (0)
-
-static uint64_t rng_state;
-static float rnd(float scale)
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return scale * ((float)((rng_state >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f);
-}
-
-static cl_mem dev(iha_context *ctx, const float *x, size_t n)
-{
-    cl_int e;
-    cl_mem m = clCreateBuffer(iha_context_cl_context(ctx), CL_MEM_READ_WRITE, (n ? n : 1) * sizeof(float), NULL, &e);
-    if (x != NULL) clEnqueueWriteBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), x, 0, NULL, NULL);
-    return m;
-}
-
-static void get(iha_context *ctx, cl_mem m, float *x, size_t n)
-{
-    clEnqueueReadBuffer(iha_context_cl_queue(ctx), m, CL_TRUE, 0, n * sizeof(float), x, 0, NULL, NULL);
-}
+#define CHECK MPI_CHECK
+#define rank_id mpi_test_rank
+#define rnd mpi_test_random
+#define dev mpi_test_buffer
+#define get mpi_test_read
 
 /* This rank's tokens of a layout: its runs and their virtual rows. */
 typedef struct rank_rows {
@@ -95,17 +69,6 @@ static double rel_l2(const float *a, const float *b, size_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static double rel_l2_d(const float *a, const double *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; ++i) {
-        const double e = (double)a[i] - b[i];
-        num += e * e;
-        den += b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 typedef struct mpi_case {
     size_t B, N, H, d, P;
     int mask;
@@ -121,7 +84,7 @@ static void run_case(iha_context *ctx, int R, const mpi_case *c, iha_mpi_layout 
     iha_attention_options_init(&op);
     op.mask = c->mask;
     op.window = c->window;
-    rng_state = 12345 + c->N * 31 + (uint64_t)c->mask * 7 + (uint64_t)c->window;
+    mpi_test_seed(12345 + c->N * 31 + (uint64_t)c->mask * 7 + (uint64_t)c->window);
     float *x[4];
     for (int i = 0; i < 4; ++i) {
         x[i] = malloc(n * sizeof(float));
@@ -181,7 +144,7 @@ static void run_case(iha_context *ctx, int R, const mpi_case *c, iha_mpi_layout 
             double *rm = malloc(nm * sizeof(double));
             rows_of_d(ro, rm, BH, T, &rr, d);
             get(ctx, mo, got, nm);
-            e = rel_l2_d(got, rm, nm);
+            e = mpi_test_rel_l2(got, rm, nm);
             CHECK(e <= 1e-5, "%s o: relative L2 %.3g against the float64 reference", label, e);
             free(rm);
         } else
@@ -373,16 +336,8 @@ int main(int argc, char **argv)
     int R;
     MPI_Comm_size(MPI_COMM_WORLD, &R);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_id);
-    iha_context *ctx = NULL;
-    char message[256] = "";
-    iha_context_options co;
-    iha_context_options_init(&co);
-    const iha_status cs = iha_context_create(&ctx, &co, message, sizeof message);
-    int ok = cs == IHA_OK, all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all) {
-        if (!ok) fprintf(stderr, "rank %d: iha_context_create: %s\n", rank_id, message);
-        if (ctx != NULL) iha_context_free(ctx);
+    iha_context *ctx;
+    if (mpi_test_context(&ctx)) {
         MPI_Finalize();
         return 1;
     }
@@ -410,9 +365,7 @@ int main(int argc, char **argv)
     }
     refusals(ctx, R);
     iha_context_free(ctx);
-    int total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank_id == 0) printf("test_mpi_attention: %d ranks, %d failures\n", R, total);
+    const int code = mpi_test_finish("test_mpi_attention", R);
     MPI_Finalize();
-    return total == 0 ? 0 : 1;
+    return code;
 }

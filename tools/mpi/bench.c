@@ -121,6 +121,48 @@ static double hops_seconds(int R, int rank, size_t floats, size_t reps, double *
     return timer_median(t, reps);
 }
 
+/* One of the calls bench times, with its arguments. */
+typedef struct ring_call {
+    enum { RING_ATTENTION, LAYER_FORWARD, LAYER_BACKWARD } which;
+    iha_context *ctx;
+    iha_mpi_layout layout;
+    const iha_shape *shape;
+    const iha_attention_options *op;
+    const iha_layer_weights *weights;
+    const iha_layer_grads *grads;
+    iha_buffer b[5]; /* qt, kt, vt, o, lse; or x, z (dz), dx */
+} ring_call;
+
+static iha_status run_call(const ring_call *c)
+{
+    const iha_buffer *b = c->b;
+    if (c->which == RING_ATTENTION)
+        return iha_mpi_attention(c->ctx, MPI_COMM_WORLD, c->layout, c->shape, c->op, b[0], b[1], b[2], b[3], b[4]);
+    if (c->which == LAYER_FORWARD)
+        return iha_mpi_forward(c->ctx, MPI_COMM_WORLD, c->layout, c->shape, c->op, c->weights, b[0], b[1]);
+    return iha_mpi_backward(c->ctx, MPI_COMM_WORLD, c->layout, c->shape, c->op, c->weights, b[0], b[1], b[2], c->grads);
+}
+
+/* The slowest rank's time of the call, median of reps after one warm-up call, into *median;
+ * 0, or 1 when the call failed (agreed by every rank; rank 0 says why). */
+static int time_call(const ring_call *c, size_t reps, double *t, int rank, double *median)
+{
+    for (size_t i = 0; i <= reps; ++i) { /* the first call warms the caches */
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = timer_seconds();
+        const iha_status st = run_call(c);
+        double dt = timer_seconds() - t0, slowest = dt;
+        MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (st != IHA_OK) { /* agreed by every rank, with the failing rank's reason */
+            if (rank == 0) fprintf(stderr, "iha-mpi bench: %s: %s\n", iha_status_name(st), iha_mpi_message());
+            return 1;
+        }
+        if (i > 0) t[i - 1] = slowest;
+    }
+    *median = timer_median(t, reps);
+    return 0;
+}
+
 /* The whole layer on random weights at model width D = H*d: iha_mpi_forward, then
  * iha_mpi_backward (every gradient), each the median over reps of the slowest rank; 0, or 1
  * after a message. */
@@ -150,26 +192,10 @@ static int time_layer(iha_context *ctx, int R, int rank, iha_mpi_layout layout, 
     const iha_layer_weights lw = {{w[0], 0}, {w[1], 0}, {w[2], 0}, {w[3], 0},
                                   {w[4], 0}, {w[5], 0}, {w[6], 0}, {w[7], 0}};
     const iha_layer_grads lg = {{g[0], 0}, {g[1], 0}, {g[2], 0}, {g[3], 0}, {g[4], 0}, {g[5], 0}, {g[6], 0}, {g[7], 0}};
-    int status = 0;
-    for (int pass = 0; pass < 2 && status == 0; ++pass) {
-        for (size_t i = 0; i <= reps && status == 0; ++i) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            const double t0 = timer_seconds();
-            const iha_status st =
-                pass == 0
-                    ? iha_mpi_forward(ctx, MPI_COMM_WORLD, layout, &s, op, &lw, (iha_buffer){x, 0}, (iha_buffer){z, 0})
-                    : iha_mpi_backward(ctx, MPI_COMM_WORLD, layout, &s, op, &lw, (iha_buffer){x, 0}, (iha_buffer){z, 0},
-                                       (iha_buffer){dx, 0}, &lg);
-            double dt = timer_seconds() - t0, slowest = dt;
-            MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-            if (st != IHA_OK) { /* agreed by every rank, with the failing rank's reason */
-                if (rank == 0) fprintf(stderr, "iha-mpi bench: %s: %s\n", iha_status_name(st), iha_mpi_message());
-                status = 1;
-            }
-            if (i > 0) t[i - 1] = slowest;
-        }
-        if (status == 0) *(pass == 0 ? fwd : bwd) = timer_median(t, reps);
-    }
+    ring_call c = {LAYER_FORWARD, ctx, layout, &s, op, &lw, &lg, {{x, 0}, {z, 0}, {dx, 0}}};
+    int status = time_call(&c, reps, t, rank, fwd);
+    c.which = LAYER_BACKWARD; /* z serves as dz */
+    if (status == 0) status = time_call(&c, reps, t, rank, bwd);
     (void)R;
     release(m, 19);
     return status;
@@ -233,21 +259,10 @@ int mpi_cmd_bench(int argc, char **argv, int R, int rank)
         return 1;
     }
     int status = 0;
-    for (size_t i = 0; i <= reps && status == 0; ++i) { /* the first call warms the caches */
-        MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = timer_seconds();
-        const iha_status st =
-            iha_mpi_attention(ctx, MPI_COMM_WORLD, (iha_mpi_layout)layout, &shape, &op, (iha_buffer){q, 0},
-                              (iha_buffer){k, 0}, (iha_buffer){v, 0}, (iha_buffer){o, 0}, (iha_buffer){l, 0});
-        double dt = timer_seconds() - t0, slowest = dt;
-        MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        if (st != IHA_OK) { /* agreed by every rank, with the failing rank's reason */
-            if (rank == 0) fprintf(stderr, "iha-mpi bench: %s: %s\n", iha_status_name(st), iha_mpi_message());
-            status = 1;
-        }
-        if (i > 0) t[i - 1] = slowest;
-    }
-    const double ring_time = status == 0 ? timer_median(t, reps) : 0;
+    const ring_call ring = {
+        RING_ATTENTION, ctx, (iha_mpi_layout)layout, &shape, &op, NULL, NULL, {{q, 0}, {k, 0}, {v, 0}, {o, 0}, {l, 0}}};
+    double ring_time = 0;
+    status = time_call(&ring, reps, t, rank, &ring_time);
     /* Busy time: one rank at a time, so that the ranks do not share the cores while timed, and
      * the ranks in turn within each repetition, so that other load on the machine falls on all
      * of them alike; the fastest repetition, the one least disturbed by that load. */
