@@ -243,6 +243,12 @@ static void blocks_merge_to_whole(void **state)
             const partial_case c = {1, 11, 1, 8, 3, mask, mask == 1 ? 3 : 0, 3, 0, 0.0f, Rk};
             run_case(&c);
         }
+    /* Blocks of 48 and 32 rows: several 16-query blocks and, on CPUs, several key groups and
+     * partial dq sums per (b, h) inside one call. */
+    for (int mask = 0; mask < 3; mask += 2) {
+        const partial_case c = {1, 48, 2, 16, 2, mask, mask == 0 ? 5 : 0, 2, 1, 0.0f, mask == 0 ? 3 : 0};
+        run_case(&c);
+    }
 }
 
 /* The device's own geometry; restore_geometry, the teardown, puts it back after a failure. */
