@@ -601,7 +601,7 @@ IHA_API iha_status iha_attention_partial(iha_context *ctx, const iha_shape *shap
  * memory before anything is enqueued: B*H*T floats (Delta, T = tokens*pseudo); on devices that
  * are not GPUs also packed copies of qt and dout (2*B*H*ceil(T/16)*16*head_dim floats) and
  * S partial sums of dqt (S*B*H*ceil(T/16)*16*ceil(head_dim/16)*16 floats, S as in
- * iha_attention_backward with its ceil(T/32) bound taken over the key block's k_tokens*pseudo
+ * iha_attention_backward, its bound by key groups counted over the key block's k_tokens*pseudo
  * rows). */
 IHA_API iha_status iha_attention_partial_backward(iha_context *ctx, const iha_shape *shape,
                                                   const iha_attention_options *options, const iha_partial_block *block,
