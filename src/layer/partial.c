@@ -178,13 +178,9 @@ static iha_status partial_backward(iha_context *ctx, const iha_shape *shape, con
                                     iha__mul(packed, 2, &extra) && iha__add(extra, sums, &extra))) &&
                         iha__add(extra, p.lse_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, counted ? total : SIZE_MAX, f));
-    cl_mem delta, packs[2] = {NULL, NULL}, part = NULL;
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &delta));
-    if (tiled) {
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_Q, packed * f, &packs[0]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_DO, packed * f, &packs[1]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DQ_PARTIAL, sums * f, &part));
-    }
+    cl_mem delta, packs[2], part;
+    IHA_FORWARD_IF_ERROR(
+        iha__attention_backward_workspace(ctx, tiled, p.lse_elems, packed, sums, &delta, packs, &part));
     char opts[32];
     snprintf(opts, sizeof opts, "-DHEAD_DIM=%zu", p.dims.d);
     const size_t BH = p.dims.B * p.dims.H, qrows[2] = {p.dims.T, BH}, krows[2] = {g.Tk, BH};
