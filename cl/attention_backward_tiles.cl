@@ -16,11 +16,18 @@
  * Any HEAD_DIM: rows are kept and summed in chunks of 16 floats (ROWPAD, zero-padded), and the
  * last chunk of a width that 16 does not divide is loaded and stored as its TAIL elements
  * (whole 4- and 8-float vectors where TAIL allows), decided once per chunk pass, outside the
- * query loop, as the forward's P.V does. */
+ * query loop, as the forward's P.V does.
+ * With ATT_PARTIAL 1 (cl/attention_partial_backward_tiles.cl) the same pass runs over one query
+ * block (rows q0 .. q0 + Tq - 1) and one key block (rows k0 .. k0 + Tk - 1) of a sequence of Tg
+ * rows, the masks evaluated at those global positions (iha_attention_partial_backward), and adds
+ * into dk, dv and dq on request; a whole sequence is the case q0 = k0 = 0, Tq = Tk = Tg = T. */
 #include "loop_probe.clh"
 
 #ifndef HEAD_DIM
 #error "HEAD_DIM must be defined by the host"
+#endif
+#ifndef ATT_PARTIAL
+#define ATT_PARTIAL 0
 #endif
 /* Rows of one register tile. */
 #ifndef BW_ROWS
@@ -158,17 +165,37 @@ static inline float16 masked(const bw_span *sp, int r, int j0, float16 p)
 
 static inline int span_touches(const bw_span *sp, int j0) { return j0 + KB - 1 >= sp->lo_min && j0 <= sp->hi_max; }
 
-static inline void store_rows(__global float *out, int t0, int T, float16 (*acc)[CHUNKS], float factor)
+/* Rows t0 .. of out (those before T) = factor * acc, or with add += factor * acc. */
+static inline void store_rows(__global float *out, int t0, int T, float16 (*acc)[CHUNKS], float factor, int add)
 {
     for (int r = 0; r < BW_ROWS && t0 + r < T; ++r) {
         __global float *row = out + (size_t)(t0 + r) * HEAD_DIM;
-        for (int cv = 0; cv < HEAD_DIM / 16; ++cv) vstore16(acc[r][cv] * factor, cv, row);
+        for (int cv = 0; cv < HEAD_DIM / 16; ++cv) {
+            float16 x = acc[r][cv] * factor;
+            if (add) x += vload16(cv, row);
+            vstore16(x, cv, row);
+        }
 #if TAIL
         float tmp[16];
         vstore16(acc[r][CHUNKS - 1] * factor, 0, tmp);
-        for (int i = 0; i < TAIL; ++i) row[HEAD_DIM - TAIL + i] = tmp[i];
+        for (int i = 0; i < TAIL; ++i) row[HEAD_DIM - TAIL + i] = tmp[i] + (add ? row[HEAD_DIM - TAIL + i] : 0.0f);
 #endif
     }
+}
+
+/* Where the rows lie in the sequence the masks see: query row t is position q0 + t and key row
+ * u position k0 + u of Tg rows; seq: the packed sequences' bounds (masks.clh's seq_row), or 0. */
+typedef struct bw_blocks {
+    int q0, k0, Tg;
+    const __global int2 *seq;
+} bw_blocks;
+
+/* The queries of the block (Tq rows) that see key row u, as block indices; (Tq, -1) when none. */
+static inline int2 key_span(int u, int Tq, int P, int mask, int window, const bw_blocks *at)
+{
+    const int2 s = seeing_queries_in(at->k0 + u, at->Tg, P, mask, window, at->seq);
+    const int lo = max(s.x, at->q0) - at->q0, hi = min(s.y, at->q0 + Tq - 1) - at->q0;
+    return lo <= hi ? (int2)(lo, hi) : (int2)(Tq, -1);
 }
 
 /* One key tile: its key rows (times scale * log2(e)) and value rows, zero-padded to ROWPAD. */
@@ -228,26 +255,27 @@ static inline void dq_accumulate(__global float *part, const key_tile *tiles, co
     }
 }
 
-/* One group of BW_ROWS * BW_TILES keys from u0: dk and dv of its rows, stored, and their share
- * of dq added into `part`, over the query blocks that see them. */
+/* One group of BW_ROWS * BW_TILES keys from u0 (of Tk): dk and dv of its rows, stored (with add
+ * added), and their share of dq added into `part`, over the blocks of the Tq queries that see
+ * them. */
 static void key_group(const __global float *qpb, const __global float *gpb, const __global float *qb,
                       const __global float *kb, const __global float *vb, const __global float *gb,
                       const __global float *lse_bh, const __global float *delta_bh, __global float *dkb,
-                      __global float *dvb, __global float *part, int u0, int T, int P, int mask, int window,
-                      float scale, const __global int2 *seq)
+                      __global float *dvb, __global float *part, int u0, int Tq, int Tk, int P, int mask,
+                      int window, float scale, int add, const bw_blocks *at)
 {
     const float scale_log2 = scale * LOG2E;
     key_tile tiles[BW_TILES];
-    int lo_min = T, hi_max = 0;
+    int lo_min = Tq, hi_max = 0;
     for (int i = 0; i < BW_TILES; ++i) {
         key_tile *tl = &tiles[i];
         for (int r = 0; r < BW_ROWS; ++r) {
-            /* Rows past T repeat the last one and are not stored. Their span is empty, so their
+            /* Rows past Tk repeat the last one and are not stored. Their span is empty, so their
              * probabilities and gradients are selected to 0 (and a repeated key adds nothing to
              * dq): zeroing their key rows instead would make 2^(0 - lse) of a very negative lse
              * overflow, and select is what keeps any such value out. */
-            const int u = min(u0 + i * BW_ROWS + r, T - 1);
-            span_add(&tl->span, r, u0 + i * BW_ROWS + r < T ? seeing_queries_in(u, T, P, mask, window, seq) : (int2)(T, -1));
+            const int u = min(u0 + i * BW_ROWS + r, Tk - 1);
+            span_add(&tl->span, r, u0 + i * BW_ROWS + r < Tk ? key_span(u, Tq, P, mask, window, at) : (int2)(Tq, -1));
             for (int c = 0; c < ROWPAD; ++c) {
                 tl->ks[r][c] = c < HEAD_DIM ? kb[(size_t)u * HEAD_DIM + c] * scale_log2 : 0.0f;
                 tl->vs[r][c] = c < HEAD_DIM ? vb[(size_t)u * HEAD_DIM + c] : 0.0f;
@@ -257,23 +285,23 @@ static void key_group(const __global float *qpb, const __global float *gpb, cons
         lo_min = min(lo_min, tl->span.lo_min), hi_max = max(hi_max, tl->span.hi_max);
     }
 
-    const int zero = T < 0;
+    const int zero = Tq < 0;
     float pr[BW_ROWS * KB], ds[BW_TILES * BW_ROWS * KB];
     for (int blk = lo_min / KB; blk <= hi_max / KB; ++blk) {
         const int j0 = blk * KB;
         const __global float *qpk = qpb + (size_t)blk * HEAD_DIM * KB;
         const __global float *gpk = gpb + (size_t)blk * HEAD_DIM * KB;
-        /* The block's queries' lse (base 2) and Dt; lanes past T repeat the last query, whose
+        /* The block's queries' lse (base 2) and Dt; lanes past Tq repeat the last query, whose
          * probability the mask makes 0. */
         float16 l2, dt;
-        if (j0 + KB <= T) {
+        if (j0 + KB <= Tq) {
             l2 = vload16(0, lse_bh + j0) * LOG2E;
             dt = vload16(0, delta_bh + j0);
         } else {
             float tl2[KB], tdt[KB];
             for (int j = 0; j < KB; ++j) {
-                tl2[j] = lse_bh[min(j0 + j, T - 1)] * LOG2E;
-                tdt[j] = delta_bh[min(j0 + j, T - 1)];
+                tl2[j] = lse_bh[min(j0 + j, Tq - 1)] * LOG2E;
+                tdt[j] = delta_bh[min(j0 + j, Tq - 1)];
             }
             l2 = vload16(0, tl2);
             dt = vload16(0, tdt);
@@ -303,24 +331,39 @@ static void key_group(const __global float *qpb, const __global float *gpb, cons
                 vstore16(masked(&tl->span, r, j0, p * (dp[r] - dt)), r, dsi);
             }
             if (span_whole(&tl->span, j0)) {
-                tile_accumulate(tl->acc_v, pr, gb, j0, T - 1, zero, 0, &tl->span);
-                tile_accumulate(tl->acc_k, dsi, qb, j0, T - 1, zero, 0, &tl->span);
+                tile_accumulate(tl->acc_v, pr, gb, j0, Tq - 1, zero, 0, &tl->span);
+                tile_accumulate(tl->acc_k, dsi, qb, j0, Tq - 1, zero, 0, &tl->span);
             } else {
                 partial |= 1 << i;
-                tile_accumulate(tl->acc_v, pr, gb, j0, T - 1, zero, 1, &tl->span);
-                tile_accumulate(tl->acc_k, dsi, qb, j0, T - 1, zero, 1, &tl->span);
+                tile_accumulate(tl->acc_v, pr, gb, j0, Tq - 1, zero, 1, &tl->span);
+                tile_accumulate(tl->acc_k, dsi, qb, j0, Tq - 1, zero, 1, &tl->span);
             }
         }
         dq_accumulate(part + (size_t)j0 * ROWPAD, tiles, ds, zero, partial, j0);
     }
     for (int i = 0; i < BW_TILES; ++i) {
-        store_rows(dkb, u0 + i * BW_ROWS, T, tiles[i].acc_k, scale);
-        store_rows(dvb, u0 + i * BW_ROWS, T, tiles[i].acc_v, 1.0f);
+        store_rows(dkb, u0 + i * BW_ROWS, Tk, tiles[i].acc_k, scale, add);
+        store_rows(dvb, u0 + i * BW_ROWS, Tk, tiles[i].acc_v, 1.0f, add);
     }
 }
 
 /* dk, dv and SEGMENTS partial dq sums: work-item (s, bh) takes the key groups s, s + segments,
  * ... of sequence bh, and its partial [blocks * 16][ROWPAD] at part + (s * B*H + bh) * that. */
+#if ATT_PARTIAL
+/* Q, dO, lse and Dt of the query block ([B*H][Tq] rows), K, V, dk and dv of the key block
+ * ([B*H][Tk] rows); add: dk and dv are added into. */
+__kernel void attention_partial_bwd_tiles_f32(__global const float *qp, ulong qp_off, /* Q packed [B*H][Tq/16][d][16] */
+                                              __global const float *gp, ulong gp_off, /* dO packed likewise */
+                                              __global const float *q, ulong q_off,
+                                              __global const float *k, ulong k_off,
+                                              __global const float *v, ulong v_off,
+                                              __global const float *dout, ulong d_off,
+                                              __global const float *lse, ulong lse_off, __global const float *delta,
+                                              __global float *dk, ulong dk_off, __global float *dv, ulong dv_off,
+                                              __global float *part, int segments, int Tq, int Tk, int q0, int k0,
+                                              int Tg, int P, int mask, int window, float scale,
+                                              int add IHA_PROBE_PARAMS)
+#else
 __kernel void attention_bwd_tiles_f32(__global const float *qp, ulong qp_off,   /* Q packed [B*H][T/16][d][16] */
                                       __global const float *gp, ulong gp_off,   /* dO packed likewise */
                                       __global const float *q, ulong q_off,     /* [B*H][T][HEAD_DIM] */
@@ -333,32 +376,39 @@ __kernel void attention_bwd_tiles_f32(__global const float *qp, ulong qp_off,   
                                       __global float *dv, ulong dv_off,         /* [B*H][T][HEAD_DIM] */
                                       __global float *part,                     /* see above */
                                       int segments, int T, int P, int mask, int window, float scale IHA_SEQ_PARAMS IHA_PROBE_PARAMS)
+#endif
 {
     const int s = get_global_id(0), bh = get_global_id(1), bhs = get_global_size(1);
     if (s >= segments) return;
-    const int blocks = (T + KB - 1) / KB, per_group = BW_ROWS * BW_TILES;
-    const size_t rows_base = (size_t)bh * T * HEAD_DIM, packed_base = (size_t)bh * blocks * HEAD_DIM * KB;
+#if ATT_PARTIAL
+    const bw_blocks at = {q0, k0, Tg, 0};
+#else
+    const int Tq = T, Tk = T, add = 0; /* query rows and key rows: one sequence */
+    const bw_blocks at = {0, 0, T, seq_row(seq_bounds, seq_heads, bh, T, P)};
+#endif
+    const int blocks = (Tq + KB - 1) / KB, per_group = BW_ROWS * BW_TILES;
+    const size_t q_base = (size_t)bh * Tq * HEAD_DIM, k_base = (size_t)bh * Tk * HEAD_DIM;
+    const size_t packed_base = (size_t)bh * blocks * HEAD_DIM * KB;
     const size_t part_rows = (size_t)blocks * KB * ROWPAD;
     __global float *pb = part + ((size_t)s * bhs + bh) * part_rows;
     for (size_t i = 0; i < part_rows; i += 16) vstore16((float16)(0.0f), 0, pb + i);
     /* The key-group loop is the last loop: its extra iteration catches a cut anywhere above. */
     const int stride = segments * per_group;
     int u0 = s * per_group;
-    for (; u0 < T + IHA_PROBE_PAST * stride; u0 += stride) {
-        IHA_PROBE_SKIP_PAST(u0 >= T);
-        key_group(qp + qp_off + packed_base, gp + gp_off + packed_base, q + q_off + rows_base, k + k_off + rows_base,
-                  v + v_off + rows_base, dout + d_off + rows_base, lse + lse_off + (size_t)bh * T,
-                  delta + (size_t)bh * T, dk + dk_off + rows_base, dv + dv_off + rows_base, pb, u0, T, P, mask,
-                  window, scale, seq_row(seq_bounds, seq_heads, bh, T, P));
+    for (; u0 < Tk + IHA_PROBE_PAST * stride; u0 += stride) {
+        IHA_PROBE_SKIP_PAST(u0 >= Tk);
+        key_group(qp + qp_off + packed_base, gp + gp_off + packed_base, q + q_off + q_base, k + k_off + k_base,
+                  v + v_off + k_base, dout + d_off + q_base, lse + lse_off + (size_t)bh * Tq, delta + (size_t)bh * Tq,
+                  dk + dk_off + k_base, dv + dv_off + k_base, pb, u0, Tq, Tk, P, mask, window, scale, add, &at);
     }
-    IHA_PROBE_EXPECT(u0 >= T + IHA_PROBE_PAST * stride);
+    IHA_PROBE_EXPECT(u0 >= Tk + IHA_PROBE_PAST * stride);
     IHA_PROBE_CHECK();
 }
 
-/* dq = ln 2 * the sum of the segments' partials (their key rows carried scale * log2(e)): one
- * work-item per row t of sequence bh. */
+/* dq = ln 2 * the sum of the segments' partials (their key rows carried scale * log2(e)), or
+ * with add dq += that: one work-item per row t of sequence bh. */
 __kernel void attention_bwd_dq_sum_f32(__global const float *part, int segments, __global float *dq, ulong dq_off,
-                                       int T IHA_PROBE_PARAMS)
+                                       int T, int add IHA_PROBE_PARAMS)
 {
     const int t = get_global_id(0), bh = get_global_id(1), bhs = get_global_size(1);
     if (t >= T) return;
@@ -369,6 +419,6 @@ __kernel void attention_bwd_dq_sum_f32(__global const float *part, int segments,
         const __global float *row = part + ((size_t)s * bhs + bh) * part_rows + (size_t)t * ROWPAD;
         for (int cv = 0; cv < CHUNKS; ++cv) acc[cv] += vload16(cv, row);
     }
-    store_rows(dq + dq_off + (size_t)bh * T * HEAD_DIM, t, t + 1, (float16(*)[CHUNKS])acc, M_LN2_F);
+    store_rows(dq + dq_off + (size_t)bh * T * HEAD_DIM, t, t + 1, (float16(*)[CHUNKS])acc, M_LN2_F, add);
     IHA_PROBE_CHECK();
 }

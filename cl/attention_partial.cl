@@ -5,8 +5,12 @@
  *   Tg       a length that covers both blocks (masks clip to it, the blocks never reach past it).
  * One work-item per row, as cl/attention_backward.cl's row kernels: every output row has one
  * writer, no local memory, no work-group size of its own, so the kernels run as they are on GPUs
- * and CPUs alike (CPUs run the forward as cl/attention_partial_tiles.cl's register tiles). The forward's block result is formed in float and merged in the same work-item,
- * so a row that sees no key of the block keeps its state untouched. */
+ * and CPUs alike. GPUs run them; devices that are not GPUs run the forward as
+ * cl/attention_partial_tiles.cl's register tiles and the backward as
+ * cl/attention_partial_backward_tiles.cl's, unless the driver limits loops (as for
+ * iha_attention_backward).
+ * The forward's block result is formed in float and merged in the same work-item, so a row that
+ * sees no key of the block keeps its state untouched. */
 #include "loop_probe.clh"
 
 #ifndef HEAD_DIM

@@ -4,10 +4,10 @@
  * the blocks merged in ring order and in reverse, key blocks cut apart from the query blocks;
  * the merged o and lse against iha_attention on the whole sequence and the float64 reference,
  * the summed block gradients against iha_attention_backward on the whole; rows that see no key
- * of a block; the refusals. Devices that are not GPUs run the forward as register tiles and GPUs
- * as rows: other_geometry runs a share of the cases down the other device type's path (reading
- * the private context, as tests/test_small_shapes.c does), so both kernels are checked on every
- * device, Oclgrind's included.
+ * of a block; the refusals. Devices that are not GPUs run the forward and the backward as
+ * register tiles and GPUs as rows: other_geometry runs a share of the cases down the other device
+ * type's path (reading the private context, as tests/test_small_shapes.c does), so both kinds of
+ * kernel are checked on every device, Oclgrind's included.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "reference.h"
-#include "runtime/context.h" /* info.is_gpu: the forward kernel follows the device type */
+#include "runtime/context.h" /* info.is_gpu: the kernels follow the device type */
 #include "test_util.h"
 
 #define MAX_R 4
@@ -243,6 +243,12 @@ static void blocks_merge_to_whole(void **state)
             const partial_case c = {1, 11, 1, 8, 3, mask, mask == 1 ? 3 : 0, 3, 0, 0.0f, Rk};
             run_case(&c);
         }
+    /* Blocks of 48 and 32 rows: several 16-query blocks and, on CPUs, several key groups and
+     * partial dq sums per (b, h) inside one call. */
+    for (int mask = 0; mask < 3; mask += 2) {
+        const partial_case c = {1, 48, 2, 16, 2, mask, mask == 0 ? 5 : 0, 2, 1, 0.0f, mask == 0 ? 3 : 0};
+        run_case(&c);
+    }
 }
 
 /* The device's own geometry; restore_geometry, the teardown, puts it back after a failure. */
@@ -256,7 +262,7 @@ static int restore_geometry(void **state)
 }
 
 /* Every mask, a window spanning blocks, ragged and padded head widths, down the other device
- * type's forward kernel. */
+ * type's kernels, forward and backward. */
 static void other_geometry(void **state)
 {
     (void)state;

@@ -1,7 +1,9 @@
 /* Host side of the attention backward kernels, all on the context's in-order queue: the row dots
  * Dt, then CPUs take cl/attention_backward_tiles.cl's one pass over the visible pairs (on packed
  * copies of Q and dO, with partial dq sums) and its sum of the partials; GPUs take
- * cl/attention_backward.cl's dq and then dk and dv, one row per work-item. */
+ * cl/attention_backward.cl's dq and then dk and dv, one row per work-item. The same tile pass
+ * over one query block and one key block (cl/attention_partial_backward_tiles.cl) is
+ * iha_attention_partial_backward's on CPUs. */
 #include "kernels/attention_backward.h"
 #include "kernels/attention.h"
 #include "kernels/mix.h"
@@ -39,23 +41,29 @@ int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
  * dq. */
 #define MAX_PARTIALS 64
 
-static size_t segments(const iha_context *ctx, const iha_dims *dims)
+static size_t segments(const iha_context *ctx, const iha_dims *dims, size_t key_rows)
 {
     const size_t bh = dims->B * dims->H, cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
     const size_t per_group = (size_t)BW_ROWS * (size_t)tiles_per_group(dims->d);
-    const size_t groups = (dims->T + per_group - 1) / per_group;
+    const size_t groups = (key_rows + per_group - 1) / per_group;
     size_t s = (4 * cu + bh - 1) / bh;
     if (s > MAX_PARTIALS / bh) s = MAX_PARTIALS / bh;
     return s < 1 ? 1 : s > groups ? groups : s;
 }
 
-int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_dims *dims, size_t *elements)
+int iha__attention_partial_backward_sums_elements(const iha_context *ctx, const iha_dims *dims, size_t key_rows,
+                                                  size_t *elements)
 {
-    /* segments x B*H partials of ceil(T/16)*16 rows of d rounded up to 16 floats. */
+    /* segments x B*H partials of ceil(T/16)*16 query rows of d rounded up to 16 floats. */
     const size_t rows = (dims->T + 15) / 16 * 16, width = (dims->d + 15) / 16 * 16;
     size_t n;
-    return iha__mul(segments(ctx, dims), dims->B * dims->H, &n) && iha__mul(n, rows, &n) &&
+    return iha__mul(segments(ctx, dims, key_rows), dims->B * dims->H, &n) && iha__mul(n, rows, &n) &&
            iha__mul(n, width, elements);
+}
+
+int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_dims *dims, size_t *elements)
+{
+    return iha__attention_partial_backward_sums_elements(ctx, dims, dims->T, elements);
 }
 
 static void arg_ref(iha_args *a, iha_buffer r) { iha__arg_tensor(a, r.mem, r.offset); }
@@ -70,8 +78,56 @@ static void arg_mask(iha_args *a, const iha_dims *dims, int mask, size_t window,
     iha__attention_seq_args(a, dims, unread);
 }
 
-iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r,
-                                           int mask, size_t window, float scale)
+/* The tile kernel's first arguments, up to its segment count: Q and dO packed in 16-column blocks
+ * [B*H][T/16][d][16] (zero-padded), then the kernel of `file` with the tile options into
+ * `options` (64 bytes). key_rows: the keys each (b, h) walks. */
+static iha_status tiles_begin(iha_context *ctx, const iha_dims *dims, size_t key_rows, const iha_backward_refs *r,
+                              const char *file, const char *kernel, char *options, iha_args *a, cl_int *segs)
+{
+    const iha_buffer sources[2] = {r->qt, r->dout};
+    for (int i = 0; i < 2; ++i)
+        IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, dims, sources[i], (iha_buffer){r->packed[i], 0}, 16));
+    *segs = (cl_int)segments(ctx, dims, key_rows);
+    snprintf(options, 64, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, BW_ROWS, tiles_per_group(dims->d));
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, file, options, kernel, &k));
+    *a = iha__args_begin(k);
+    iha__arg_tensor(a, r->packed[0], 0);
+    iha__arg_tensor(a, r->packed[1], 0);
+    arg_ref(a, r->qt);
+    arg_ref(a, r->kt);
+    arg_ref(a, r->vt);
+    arg_ref(a, r->dout);
+    arg_ref(a, r->lse);
+    iha__arg_mem(a, r->delta);
+    arg_ref(a, r->dkt);
+    arg_ref(a, r->dvt);
+    iha__arg_mem(a, r->partial);
+    iha__arg_int(a, *segs);
+    return IHA_OK;
+}
+
+/* Launches the tile kernel whose arguments `a` holds, then the sum of its partials into dqt (with
+ * add, added into it). */
+static iha_status tiles_end(iha_context *ctx, iha_args *a, const iha_dims *dims, const iha_backward_refs *r,
+                            const char *file, const char *kernel, const char *options, cl_int segs, int add)
+{
+    const size_t items[2] = {(size_t)segs, dims->B * dims->H}, one[2] = {1, 1};
+    IHA_FORWARD_IF_ERROR(iha__launch(ctx, a, 2, items, one, kernel));
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, file, options, "attention_bwd_dq_sum_f32", &k));
+    *a = iha__args_begin(k);
+    iha__arg_mem(a, r->partial);
+    iha__arg_int(a, segs);
+    arg_ref(a, r->dqt);
+    iha__arg_int(a, (cl_int)dims->T);
+    iha__arg_int(a, add);
+    const size_t rows[2] = {dims->T, dims->B * dims->H};
+    return iha__launch(ctx, a, 2, rows, NULL, "attention_bwd_dq_sum_f32");
+}
+
+iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r, int mask,
+                                           size_t window, float scale)
 {
     char options[48];
     snprintf(options, sizeof options, "-DHEAD_DIM=%zu", dims->d);
@@ -106,37 +162,32 @@ iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dim
         return iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dkv_f32");
     }
 
-    /* Q and dO in 16-column blocks [B*H][T/16][d][16], zero-padded. */
-    const iha_buffer sources[2] = {r->qt, r->dout};
-    for (int i = 0; i < 2; ++i)
-        IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, dims, sources[i], (iha_buffer){r->packed[i], 0}, 16));
-    const cl_int segs = (cl_int)segments(ctx, dims);
-    snprintf(options, sizeof options, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, BW_ROWS,
-             tiles_per_group(dims->d));
-    const size_t items[2] = {(size_t)segs, dims->B * dims->H}, one[2] = {1, 1};
-
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_tiles_f32", &k));
-    a = iha__args_begin(k);
-    iha__arg_tensor(&a, r->packed[0], 0);
-    iha__arg_tensor(&a, r->packed[1], 0);
-    arg_ref(&a, r->qt);
-    arg_ref(&a, r->kt);
-    arg_ref(&a, r->vt);
-    arg_ref(&a, r->dout);
-    arg_ref(&a, r->lse);
-    iha__arg_mem(&a, r->delta);
-    arg_ref(&a, r->dkt);
-    arg_ref(&a, r->dvt);
-    iha__arg_mem(&a, r->partial);
-    iha__arg_int(&a, segs);
+    cl_int segs;
+    char tiles[64];
+    IHA_FORWARD_IF_ERROR(
+        tiles_begin(ctx, dims, dims->T, r, "attention_backward_tiles.cl", "attention_bwd_tiles_f32", tiles, &a, &segs));
     arg_mask(&a, dims, mask, window, scale, r->delta);
-    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, items, one, "attention_bwd_tiles_f32"));
+    return tiles_end(ctx, &a, dims, r, "attention_backward_tiles.cl", "attention_bwd_tiles_f32", tiles, segs, 0);
+}
 
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward_tiles.cl", options, "attention_bwd_dq_sum_f32", &k));
-    a = iha__args_begin(k);
-    iha__arg_mem(&a, r->partial);
-    iha__arg_int(&a, segs);
-    arg_ref(&a, r->dqt);
+iha_status iha__attention_partial_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_block_rows *at,
+                                                   const iha_backward_refs *r, int mask, cl_int window, float scale,
+                                                   int first, int add)
+{
+    const char *file = "attention_partial_backward_tiles.cl", *kernel = "attention_partial_bwd_tiles_f32";
+    cl_int segs;
+    char tiles[64];
+    iha_args a;
+    IHA_FORWARD_IF_ERROR(tiles_begin(ctx, dims, at->Tk, r, file, kernel, tiles, &a, &segs));
     iha__arg_int(&a, (cl_int)dims->T);
-    return iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dq_sum_f32");
+    iha__arg_int(&a, (cl_int)at->Tk);
+    iha__arg_int(&a, at->q0);
+    iha__arg_int(&a, at->k0);
+    iha__arg_int(&a, at->Tg);
+    iha__arg_int(&a, (cl_int)dims->P);
+    iha__arg_int(&a, mask);
+    iha__arg_int(&a, window);
+    iha__arg_float(&a, scale);
+    iha__arg_int(&a, add != 0);
+    return tiles_end(ctx, &a, dims, r, file, kernel, tiles, segs, !first);
 }

@@ -18,9 +18,28 @@ typedef struct iha_backward_refs {
 int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim);
 /* The tile kernel's partial sums, in floats, into *elements; returns 0 when the count overflows size_t. */
 int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_dims *dims, size_t *elements);
+/* The same for iha_attention_partial_backward's tile pass, whose keys are key_rows rows of
+ * another block than the dims->T query rows. */
+int iha__attention_partial_backward_sums_elements(const iha_context *ctx, const iha_dims *dims, size_t key_rows,
+                                                  size_t *elements);
 /* Dt = dO . O per row, then the gradients: with packed buffers one pass for dkt, dvt and the
  * partial sums of dqt, then their sum into dqt; without, dqt, then dkt and dvt. Every output
  * element is written. */
 iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *refs,
                                            int mask, size_t window, float scale);
+
+/* A partial step's blocks at global positions (iha_attention_partial_backward): Tk key rows from
+ * row k0, the query rows (dims->T) from row q0, the masks evaluated over a sequence of Tg rows. */
+typedef struct iha_block_rows {
+    size_t Tk;
+    cl_int q0, k0, Tg;
+} iha_block_rows;
+/* The tile pass of iha__attention_backward_enqueue over one query block (dims, T its rows) and
+ * one key block (refs->kt, vt, dkt, dvt of at->Tk rows), refs->delta already holding Dt and
+ * refs->packed and refs->partial given (two iha__packed_keys_elements(dims, 16) and
+ * iha__attention_partial_backward_sums_elements floats): dqt overwritten with first, else added
+ * into; dkt and dvt overwritten, or with add added into. window 0 or below Tg/P tokens. */
+iha_status iha__attention_partial_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_block_rows *at,
+                                                   const iha_backward_refs *refs, int mask, cl_int window, float scale,
+                                                   int first, int add);
 #endif

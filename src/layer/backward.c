@@ -52,13 +52,9 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
         iha__add(copies, p.lse_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
     IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));
-    cl_mem delta, packs[2] = {NULL, NULL}, sums = NULL;
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * f, &delta));
-    if (tiled) {
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_Q, packed * f, &packs[0]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_DO, packed * f, &packs[1]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DQ_PARTIAL, partial * f, &sums));
-    }
+    cl_mem delta, packs[2], sums;
+    IHA_FORWARD_IF_ERROR(
+        iha__attention_backward_workspace(ctx, tiled, p.lse_elems, packed, partial, &delta, packs, &sums));
     /* Float views: the inputs themselves, or their conversions in the layer backward's slots,
      * which no other part of this call uses. */
     iha_buffer view[9];

@@ -58,16 +58,11 @@ iha_status iha__core_grad_buffers(iha_context *ctx, const iha_plan *p, iha_buffe
     g->lse = from_saved ? iha__saved_lse(p, saved) : at(g->t[IHA_GRAD_LSE]);
     g->packed_keys = g->packed[0] = g->packed[1] = g->partial = NULL;
     if (!from_saved) IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, p->packed_elems * f, &g->packed_keys));
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p->lse_elems * f, &g->delta));
     size_t partial = 0;
-    if (iha__attention_backward_tiled(ctx, p->dims.d) &&
-        iha__attention_backward_partial_elements(ctx, &p->dims, &partial)) {
-        const size_t packed16 = iha__packed_keys_elements(&p->dims, 16);
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_Q, packed16 * f, &g->packed[0]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PACKED_DO, packed16 * f, &g->packed[1]));
-        IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DQ_PARTIAL, partial * f, &g->partial));
-    }
-    return IHA_OK;
+    const int tiled = iha__attention_backward_tiled(ctx, p->dims.d) &&
+                      iha__attention_backward_partial_elements(ctx, &p->dims, &partial);
+    return iha__attention_backward_workspace(ctx, tiled, p->lse_elems, iha__packed_keys_elements(&p->dims, 16), partial,
+                                             &g->delta, g->packed, &g->partial);
 }
 
 iha_status iha__core_forward_again(iha_context *ctx, const iha_plan *p, const iha_layer_weights *w,

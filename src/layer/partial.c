@@ -7,6 +7,7 @@
 
 #include "common/checked.h"
 #include "kernels/attention.h"
+#include "kernels/attention_backward.h"
 #include "kernels/mix.h"
 #include "layer/call.h"
 #include "layer/partial.h"
@@ -188,9 +189,18 @@ static iha_status partial_backward(iha_context *ctx, const iha_shape *shape, con
     const size_t q = p.virtual_elems, kv = g.key_elems;
     const size_t elems[9] = {q, kv, kv, q, p.lse_elems, q, q, kv, kv};
     IHA_FORWARD_IF_ERROR(check_all(ctx, 9, 6, b, elems, names));
-    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, p.lse_elems, sizeof(float)));
-    cl_mem delta;
-    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_DELTA, p.lse_elems * sizeof(float), &delta));
+    /* Workspace: Dt, one float per query row; for the tile pass packed copies of the query
+     * block's Q and dO and its partial dq sums. */
+    const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
+    const size_t packed = iha__packed_keys_elements(&p.dims, 16), f = sizeof(float);
+    size_t sums = 0, extra = 0, total = 0;
+    const int counted = (!tiled || (iha__attention_partial_backward_sums_elements(ctx, &p.dims, g.Tk, &sums) &&
+                                    iha__mul(packed, 2, &extra) && iha__add(extra, sums, &extra))) &&
+                        iha__add(extra, p.lse_elems, &total);
+    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, counted ? total : SIZE_MAX, f));
+    cl_mem delta, packs[2], part;
+    IHA_FORWARD_IF_ERROR(
+        iha__attention_backward_workspace(ctx, tiled, p.lse_elems, packed, sums, &delta, packs, &part));
     char opts[32];
     snprintf(opts, sizeof opts, "-DHEAD_DIM=%zu", p.dims.d);
     const size_t BH = p.dims.B * p.dims.H, qrows[2] = {p.dims.T, BH}, krows[2] = {g.Tk, BH};
@@ -203,6 +213,14 @@ static iha_status partial_backward(iha_context *ctx, const iha_shape *shape, con
     iha__arg_mem(&a, delta);
     iha__arg_int(&a, (cl_int)p.dims.T);
     IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, qrows, NULL, "attention_partial_rowdot_f32"));
+    if (tiled) {
+        const iha_backward_refs r = {b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], delta, {packs[0], packs[1]},
+                                     part};
+        const iha_block_rows at = {g.Tk, g.q0, g.k0, g.Tg};
+        IHA_FORWARD_IF_ERROR(iha__attention_partial_backward_enqueue(ctx, &p.dims, &at, &r, p.mask, g.window, p.scale,
+                                                                     block->first != 0, options->accumulate != 0));
+        return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);
+    }
 
     /* qt, kt, vt, dout, lse: the inputs both gradient kernels read, in their order. */
     const int in[5] = {0, 1, 2, 5, 4};

@@ -39,6 +39,11 @@ _Static_assert((int)IHA_WS_LAYER_END <= (int)IHA_WS_MEASURE_BASE, "the layer's w
 #define IHA_WS_PACKED_Q IHA_WS_QT
 #define IHA_WS_PACKED_DO IHA_WS_O
 #define IHA_WS_DQ_PARTIAL IHA_WS_VT
+/* The attention backward's buffers: Dt (delta_elems floats) into *delta and, with tiled, the tile
+ * kernel's packed Q and dO (packed floats each) and partial dq sums (sums floats) into packs and
+ * *part, NULL there without. The caller has counted them against the device's memory. */
+iha_status iha__attention_backward_workspace(iha_context *ctx, int tiled, size_t delta_elems, size_t packed,
+                                             size_t sums, cl_mem *delta, cl_mem packs[2], cl_mem *part);
 /* A decoding step with packed new tokens gathers x into, and scatters z from, [B][k][D] copies;
  * a decoding step uses no sequence bounds or packed rotary table. */
 #define IHA_WS_PACKED_X IHA_WS_SEQ_BOUNDS
