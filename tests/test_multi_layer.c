@@ -298,6 +298,7 @@ static void refusals(void **state)
     iha_attention_options half = o;
     half.weight_storage = IHA_STORAGE_F16;
     tu_assert_status(ctxs[0], iha_multi_backward(ctxs, R, &s, &half, w, x, dz, dx, grads), IHA_ERROR_UNSUPPORTED);
+    assert_true(tu_contains_nocase(iha_context_message(ctxs[1]), "weight_storage"));
     iha_shape big = s;
     big.tokens = 1;
     tu_assert_status(ctxs[1], iha_multi_backward(ctxs, R, &big, &o, w, x, dz, dx, grads), IHA_ERROR_INVALID_ARGUMENT);

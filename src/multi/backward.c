@@ -85,9 +85,6 @@ static iha_status check_part(const multi_run *m, const backward_args *a, size_t 
     part_list l;
     list_part(m, a, i, &l);
     iha_status st = iha__plan_make(ctx, &local, &m->options, 1, &p);
-    if (st == IHA_OK && p.weight_storage != IHA_STORAGE_F32)
-        st = iha__fail(ctx, IHA_ERROR_UNSUPPORTED,
-                       "takes float32 weights only (options->weight_storage must be IHA_STORAGE_F32)");
     if (st == IHA_OK) st = iha__check_weights(ctx, &p, &a->weights[i], 1);
     for (int k = 0; k < 2 && st == IHA_OK; ++k) st = iha__check_buffer(ctx, l.buf[k], l.elems[k], 4, l.name[k]);
     for (int k = OUT_FIRST; k < ALL && st == IHA_OK; ++k)
@@ -241,6 +238,9 @@ static iha_status run(multi_run *m, backward_args *a)
 {
     if (a->weights == NULL || a->x == NULL || a->dz == NULL)
         return multi_fail_all(m, IHA_ERROR_INVALID_ARGUMENT, "weights, x and dz must not be NULL");
+    if (m->options.weight_storage != IHA_STORAGE_F32)
+        return multi_fail_all(m, IHA_ERROR_UNSUPPORTED,
+                              "takes float32 weights only (options->weight_storage must be IHA_STORAGE_F32)");
     const iha_shape *s = &m->shape;
     /* The plan bounds D*H*d and H*H*P, so these products and their sum fit. */
     const size_t w = s->model_dim * s->heads * s->head_dim, mix = s->heads * s->heads * s->pseudo;
