@@ -21,7 +21,7 @@
  * driver that ends kernel loops early, where every call waits for its kernels, they run one
  * after another). The calls finish every context's queue before they return.
  *
- * Rules shared by both calls:
+ * Rules shared by every call:
  *   - count at least 1 and at most N (every part holds a token); contexts, shape and options not
  *     NULL; no context NULL and none twice (a part per context: several parts on one device take
  *     several contexts). Else IHA_ERROR_INVALID_ARGUMENT.
