@@ -117,12 +117,14 @@ IHA_API iha_status iha_multi_forward(iha_context *const *contexts, size_t count,
  *   weights[i]    the layer's weights on contexts[i] (a copy each, as iha_multi_forward's)
  *   grads[i]      on contexts[i]: every member whose mem is not NULL gets the WHOLE sequence's
  *                 gradient, summed over the parts (grads may be NULL: no gradients)
- * Every context receives the same sum, bit for bit: a data-parallel or sequence-parallel
- * training step on several devices keeps a copy of the weights on each and updates each copy
- * with the same gradient, so the call delivers it where each copy lives, without a further
- * all-reduce by the caller. A part may ask for fewer members than another (or none); a member
- * is summed once if any part asks for it. Outputs are overwritten, or added into with
- * options->accumulate (each part's dx and gradients into its own buffers).
+ * Every context receives the same sum (without accumulate the same floats on each): training
+ * on several devices keeps a copy of the weights on each and updates every copy with the same
+ * gradient, so the call delivers it where each copy lives; a single set on contexts[0] would
+ * leave the caller to copy it to the other devices before each update. A part may ask for
+ * fewer members than another (or none); a member is computed once if any part asks for it.
+ * Outputs are overwritten, or added into with options->accumulate (each part's dx and
+ * gradients into its own buffers). With no dx and no gradient asked for, the call only checks
+ * its arguments.
  * The call recomputes the forward (iha_layer_expand per part at its first token,
  * iha_multi_attention), then per part iha_layer_collapse_backward, iha_multi_attention_backward,
  * and per part iha_layer_expand_backward into stand-ins; the parts' gradients are read to host
