@@ -246,7 +246,7 @@ static void accumulate_and_some_outputs(void **state)
     run_case(&layer_shape, &grads_only, 1103);
 }
 
-/* Each refusal leaves every output as it was and says why in the context it concerns. */
+/* Each refusal leaves every output untouched and says why in the context it concerns. */
 static void refusals(void **state)
 {
     (void)state;
