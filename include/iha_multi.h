@@ -21,7 +21,7 @@
  * driver that ends kernel loops early, where every call waits for its kernels, they run one
  * after another). The calls finish every context's queue before they return.
  *
- * Rules shared by both calls:
+ * Rules shared by every call:
  *   - count at least 1 and at most N (every part holds a token); contexts, shape and options not
  *     NULL; no context NULL and none twice (a part per context: several parts on one device take
  *     several contexts). Else IHA_ERROR_INVALID_ARGUMENT.
@@ -109,6 +109,38 @@ IHA_API iha_status iha_multi_attention_backward(iha_context *const *contexts, si
 IHA_API iha_status iha_multi_forward(iha_context *const *contexts, size_t count, const iha_shape *shape,
                                      const iha_attention_options *options, const iha_layer_weights *weights,
                                      const iha_buffer *x, const iha_buffer *z);
+
+/* The backward of iha_multi_forward, as iha_backward over the whole sequence:
+ *   x[i], dz[i]   [batch][count_i][model_dim]  part i's tokens and dLoss/dz, on contexts[i]
+ *   dx[i]         [batch][count_i][model_dim]  written unless dx[i].mem is NULL (dx may be
+ *                 NULL: no dx anywhere)
+ *   weights[i]    the layer's weights on contexts[i] (a copy each, as iha_multi_forward's)
+ *   grads[i]      on contexts[i]: every member whose mem is not NULL gets the WHOLE sequence's
+ *                 gradient, summed over the parts (grads may be NULL: no gradients)
+ * Every context receives the same sum (without accumulate the same floats on each): training
+ * on several devices keeps a copy of the weights on each and updates every copy with the same
+ * gradient, so the call delivers it where each copy lives; a single set on contexts[0] would
+ * leave the caller to copy it to the other devices before each update. A part may ask for
+ * fewer members than another (or none); a member is computed once if any part asks for it.
+ * Outputs are overwritten, or added into with options->accumulate (each part's dx and
+ * gradients into its own buffers). With no dx and no gradient asked for, the call only checks
+ * its arguments.
+ * The call recomputes the forward (iha_layer_expand per part at its first token,
+ * iha_multi_attention), then per part iha_layer_collapse_backward, iha_multi_attention_backward,
+ * and per part iha_layer_expand_backward into stand-ins; the parts' gradients are read to host
+ * memory, summed in part order and written back to each context, and only then are dx and the
+ * gradients copied (or added) into the caller's buffers. dx and the gradients equal
+ * iha_backward's within float rounding. The rules above and iha_multi_forward's, and
+ * options->weight_storage must be IHA_STORAGE_F32 (IHA_ERROR_UNSUPPORTED); every output (dx[i],
+ * grads[i]'s members) must lie apart from every part's x, dz and weights and every other
+ * output. Workspace per context, beyond the stages' and iha_multi_attention_backward's own: qt,
+ * kt, vt, o, dout, dqt, dkt, dvt of the part (8*B*H*count_i*P*d floats), its lse, a dx
+ * stand-in (B*count_i*D) and the asked-for gradients (up to 4*D*H*d + 4*H*H*P floats); on the
+ * host, two copies of the asked-for gradients. */
+IHA_API iha_status iha_multi_backward(iha_context *const *contexts, size_t count, const iha_shape *shape,
+                                      const iha_attention_options *options, const iha_layer_weights *weights,
+                                      const iha_buffer *x, const iha_buffer *dz, const iha_buffer *dx,
+                                      const iha_layer_grads *grads);
 
 #ifdef __cplusplus
 }

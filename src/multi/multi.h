@@ -8,7 +8,9 @@
 
 /* Each context's staging buffers: a key block, its value block, and their gradients (backward);
  * the running log-sum-exp of a part whose lse has mem NULL (forward); the layer's part of the
- * pseudo-queries, -keys, -values and the attention's output (iha_multi_forward). */
+ * pseudo-queries, -keys, -values and the attention's output (iha_multi_forward); the layer
+ * backward's stand-ins: dout, dqt, dkt, dvt, dx and the part's weight gradients
+ * (iha_multi_backward). */
 enum {
     IHA_WS_MULTI_K = IHA_WS_MULTI_BASE,
     IHA_WS_MULTI_V,
@@ -19,6 +21,12 @@ enum {
     IHA_WS_MULTI_KT,
     IHA_WS_MULTI_VT,
     IHA_WS_MULTI_O,
+    IHA_WS_MULTI_DOUT,
+    IHA_WS_MULTI_DQT,
+    IHA_WS_MULTI_DKT,
+    IHA_WS_MULTI_DVT,
+    IHA_WS_MULTI_DX,
+    IHA_WS_MULTI_GRADS,
     IHA_WS_MULTI_END
 };
 _Static_assert((int)IHA_WS_MULTI_END <= (int)IHA_WS_COUNT, "the multi-context slots pass the workspace's end");

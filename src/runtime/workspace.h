@@ -17,7 +17,7 @@ enum {
     IHA_WS_LAYER_BASE = 2,    /* layer/workspace.h */
     IHA_WS_MEASURE_BASE = 48, /* measure/measure.h */
     IHA_WS_MULTI_BASE = 49,   /* multi/multi.h */
-    IHA_WS_COUNT = 58
+    IHA_WS_COUNT = 64
 };
 
 /* A device buffer of at least `bytes` in workspace slot `slot` (reallocated when too small). */
