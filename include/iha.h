@@ -630,10 +630,11 @@ IHA_API iha_status iha_attention_partial(iha_context *ctx, const iha_shape *shap
  * shape, options and block rules as iha_attention_partial (block->first only decides dqt's
  * overwrite); every output must lie apart from every input and the other outputs. On devices
  * that are not GPUs the call runs iha_attention_backward's register tiles over the block pair
- * (cl/attention_partial_backward_tiles.cl), as fast per pair as iha_attention_backward; GPUs
- * run one work-item per row (cl/attention_partial.cl). Workspace, counted against the device's
- * memory before anything is enqueued: B*H*T floats (Delta, T = tokens*pseudo); on devices that
- * are not GPUs also packed copies of qt and dout (2*B*H*ceil(T/16)*16*head_dim floats) and
+ * (cl/attention_partial_backward_tiles.cl), as fast per pair as iha_attention_backward; GPUs,
+ * and drivers that end kernel loops early (where iha_attention_backward does the same), run one
+ * work-item per row (cl/attention_partial.cl). Workspace, counted against the device's memory
+ * before anything is enqueued: B*H*T floats (Delta, T = tokens*pseudo); with the register tiles
+ * also packed copies of qt and dout (2*B*H*ceil(T/16)*16*head_dim floats) and
  * S partial sums of dqt (S*B*H*ceil(T/16)*16*ceil(head_dim/16)*16 floats, S as in
  * iha_attention_backward, its bound by key groups counted over the key block's k_tokens*pseudo
  * rows). */
