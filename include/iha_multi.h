@@ -30,11 +30,12 @@
  *     IHA_ERROR_INVALID_ARGUMENT (rotate at global positions first: iha_layer_expand's
  *     first_token); shape->model_dim is ignored; the shape and option rules of iha_attention on
  *     the whole sequence apply (T = N*P at most INT_MAX/4).
- *   - Every argument of every part is checked, and every internal buffer of every context
- *     allocated, before anything is enqueued on any context: a refused call writes nothing
- *     anywhere. Each part's buffers must belong to its context, be large enough for its rows
- *     (IHA_ERROR_BUFFER_TOO_SMALL) and keep the outputs apart from every input and every other
- *     output of every part (IHA_ERROR_INVALID_ARGUMENT).
+ *   - Every argument of every part is checked, every internal buffer of every context
+ *     allocated (and the kernel of an addition made part by part built), before anything is
+ *     enqueued on any context: a refused call writes nothing anywhere. Each part's buffers must
+ *     belong to its context, be large enough for its rows (IHA_ERROR_BUFFER_TOO_SMALL) and keep
+ *     the outputs apart from every input and every other output of every part
+ *     (IHA_ERROR_INVALID_ARGUMENT).
  *   - Messages: every context's message is cleared on entry. A failure that belongs to one part
  *     (its buffers, its device) is reported in that part's context, and the message names it
  *     ("contexts[2]: ..."); a failure of the common arguments (shape, options, count, a NULL or
@@ -44,8 +45,13 @@
  *     (iha.h's rules: no other thread may use any of them meanwhile).
  *   - Internal memory: per context, staging buffers for the largest part's key block and the
  *     partial steps' own workspace for it (the workspace, kept between calls; iha_context_trim
- *     releases it), counted against the device's memory; on the host, a copy of every key and value block that another part needs (at most
- *     2*B*H*N*P*d floats), freed before the call returns.
+ *     releases it), counted against the device's memory; on the host, a copy of every key and
+ *     value block that another part needs (at most 2*B*H*N*P*d floats), freed before the call
+ *     returns. The device's memory is checked per context, and per nested call (a stage, the
+ *     attention) on its own: the buffers of several contexts on one device, and those of nested
+ *     calls together, are not checked against it, so R contexts on one device can exceed it
+ *     together, and then a call fails part way through with IHA_ERROR_DEVICE_MEMORY or
+ *     IHA_ERROR_OPENCL (outputs unspecified, as after any device failure).
  */
 #ifndef IHA_MULTI_H
 #define IHA_MULTI_H
@@ -69,8 +75,10 @@ IHA_API void iha_multi_split(size_t tokens, size_t parts, size_t part, size_t *f
  * with count_i from iha_multi_split(shape->tokens, count, i, ...) and shape->tokens the WHOLE
  * sequence's N. o and lse equal iha_attention's rows of the part's tokens over the whole
  * sequence within float rounding. Device memory per context, with more than one part: two
- * blocks of the largest part's B*H*ceil(N/count)*P*d floats (key and value staging), and
- * B*H*count_i*P floats for an lse with mem NULL. */
+ * blocks of the largest part's B*H*ceil(N/count)*P*d floats (key and value staging),
+ * B*H*count_i*P floats for an lse with mem NULL, and on devices other than GPUs
+ * iha_attention_partial's packed copy of the largest key block (its size, rows rounded up to the
+ * tiles' key block). */
 IHA_API iha_status iha_multi_attention(iha_context *const *contexts, size_t count, const iha_shape *shape,
                                        const iha_attention_options *options, const iha_buffer *qt, const iha_buffer *kt,
                                        const iha_buffer *vt, const iha_buffer *o, const iha_buffer *lse);
@@ -83,9 +91,12 @@ IHA_API iha_status iha_multi_attention(iha_context *const *contexts, size_t coun
  * overwritten, or added into with options->accumulate. Part i's dqt sums its queries' gradient
  * over every key block it sees; each key block's dkt and dvt sum every part's share: its own
  * part's is computed in place, the others' on the contexts that see the block, read back to
- * host, summed there in part order and added in on the block's context. Device memory per
- * context, with more than one part: four blocks of the largest part's floats (key, value and
- * their gradients' staging) and B*H*count_i*P floats (iha_attention_partial_backward's Delta);
+ * host, summed there deterministically in the ring's step order and added in on the block's
+ * context. Device memory per context, with more than one part: four blocks of the largest
+ * part's floats (key, value and their gradients' staging) and iha_attention_partial_backward's
+ * workspace for the largest key block: B*H*count_i*P floats (Delta) and, on devices other than
+ * GPUs, packed copies of the part's qt and dout (each its size with rows and columns rounded up
+ * to 16) and partial dq sums (at most max(64, B*H) / (B*H) copies of that size);
  * host memory beyond the key and value copies: the summed foreign gradients of every block that
  * has any (at most 2*B*H*N*P*d floats) and two blocks of dK and dV per context in flight. */
 IHA_API iha_status iha_multi_attention_backward(iha_context *const *contexts, size_t count, const iha_shape *shape,
@@ -103,9 +114,10 @@ IHA_API iha_status iha_multi_attention_backward(iha_context *const *contexts, si
  * (the expansion's rotary already applied), then each context runs iha_layer_collapse. The rules
  * above, with rotary allowed; shape->model_dim is the layer's D; options->storage must be
  * IHA_STORAGE_F32 (weight_storage as in iha_forward). Every part's x, z and weights are checked
- * before anything is enqueued; z must lie apart from the weights and from every part's x and z.
- * Workspace per context, beyond the stages' own and iha_multi_attention's: the part's qt, kt,
- * vt and o (4*B*H*count_i*P*d floats). */
+ * before anything is enqueued; z must lie apart from every part's weights, x and z.
+ * z[i] is written only once every part's collapse came through (each part collapses into a
+ * stand-in first). Workspace per context, beyond the stages' own and iha_multi_attention's: the
+ * part's qt, kt, vt and o (4*B*H*count_i*P*d floats) and z's stand-in (B*count_i*D floats). */
 IHA_API iha_status iha_multi_forward(iha_context *const *contexts, size_t count, const iha_shape *shape,
                                      const iha_attention_options *options, const iha_layer_weights *weights,
                                      const iha_buffer *x, const iha_buffer *z);

@@ -4,7 +4,9 @@
  * every mask, windows of 1 and 2 tokens spanning parts (and hiding whole blocks), gradients added
  * into with accumulate; the parts' o, lse, dqt, dkt and dvt against iha_attention and
  * iha_attention_backward on one context and the float64 reference; outputs at offsets with guards
- * around them; the split; refusals with nothing written and the message in the right context;
+ * around them; blocks long enough for the tile kernels' several key blocks and query tiles; the
+ * split; refusals with nothing written and the message in the right context (z[0] overlapping
+ * weights[1] on two contexts of one cl_context too);
  * iha_multi_forward (the layer stages around iha_multi_attention) against iha_forward.
  */
 #include <setjmp.h>
@@ -233,6 +235,25 @@ static void parts_equal_one_context(void **state)
         }
 }
 
+/* Blocks long enough for the tile kernels' several key blocks and query tiles, with tails:
+ * d = 24 (a partial last chunk of the rows) over parts of 17 and 16 rows, and parts of 42
+ * virtual rows (14 tokens of P = 3) over two and three contexts. */
+static void long_blocks(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    for (int mask = 0; mask < 3; ++mask) {
+        const multi_case c = {1, 33, 2, 24, 1, 2, mask, 0, 0.0f, mask == 1};
+        run_case(&c);
+    }
+    for (int mask = 0; mask < 3; ++mask) {
+        const multi_case c = {1, 28, 2, 8, 3, 2, mask, mask == 2 ? 5 : 0, 0.0f, mask == 0};
+        run_case(&c);
+    }
+    const multi_case three = {1, 42, 1, 8, 3, 3, 1, 0, 0.0f, 0};
+    run_case(&three);
+}
+
 /* B = 2, P = 3, a scale of its own, accumulate, three parts of a sequence of 11. */
 static void batch_scale_accumulate(void **state)
 {
@@ -337,6 +358,61 @@ static void layer_equals_forward(void **state)
         }
 }
 
+/* Two iha contexts on one cl_context, the second borrowing the first's with a queue of its own:
+ * z[0] overlapping weights[1] would be a race between the parts, and is refused with nothing
+ * written. */
+static void shared_cl_context(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    cl_int err;
+    cl_command_queue queue =
+        clCreateCommandQueue(iha_context_cl_context(tu_ctx), iha_context_cl_device(tu_ctx), 0, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    iha_context_options co;
+    iha_context_options_init(&co);
+    co.opencl_context = iha_context_cl_context(tu_ctx);
+    co.opencl_queue = queue;
+    iha_context *borrowed = NULL;
+    assert_int_equal(tu_context_open(&borrowed, &co), 0);
+    clReleaseCommandQueue(queue); /* the context holds its own reference */
+    iha_context *const pair[2] = {tu_ctx, borrowed};
+    const iha_shape shape = {1, 6, 16, 2, 8, 2}; /* two parts of 3 tokens */
+    const size_t D = shape.model_dim, part = 3 * D, nw = D * shape.heads * shape.head_dim;
+    const iha_attention_options o = tu_options(1, 0, 1);
+    tu_layer l;
+    free(tu_layer_with_reference(&l, &shape, 77, &o));
+    tu_device_layer dev[2];
+    iha_layer_weights w[2];
+    iha_buffer x[2], z[2];
+    float *tmp = tu_malloc(nw * sizeof(float)), *before = tu_malloc(nw * sizeof(float));
+    for (size_t i = 0; i < 2; ++i) {
+        tu_device_layer_upload(pair[i], &l, 0, &dev[i]);
+        w[i] = dev[i].weights;
+        x[i] = at(tu_buffer_guarded(pair[i], l.x + i * part, part, OFFSET, GUARD, SENTINEL));
+        z[i] = at(tu_buffer_guarded(pair[i], NULL, part, OFFSET, GUARD, SENTINEL));
+    }
+    tu_fill_value(tmp, part, 3.0f);
+    tu_buffer_write(pair[1], z[1].mem, OFFSET, tmp, part);
+    tu_buffer_read(pair[1], w[1].wq.mem, w[1].wq.offset, before, nw);
+    z[0] = w[1].wq; /* a buffer of contexts[0]'s cl_context too */
+    tu_assert_status(pair[0], iha_multi_forward(pair, 2, &shape, &o, w, x, z), IHA_ERROR_INVALID_ARGUMENT);
+    assert_true(tu_contains_nocase(iha_context_message(pair[0]), "contexts[0]"));
+    assert_true(tu_contains_nocase(iha_context_message(pair[0]), "weights[1].wq"));
+    for (size_t i = 0; i < 2; ++i) tu_assert_status(pair[i], iha_context_finish(pair[i]), IHA_OK);
+    tu_buffer_read(pair[1], w[1].wq.mem, w[1].wq.offset, tmp, nw);
+    assert_memory_equal(tmp, before, nw * sizeof(float));
+    tu_assert_buffer_all(pair[1], z[1].mem, OFFSET, part, 3.0f);
+    for (size_t i = 0; i < 2; ++i) {
+        tu_buffer_release(x[i].mem);
+        if (i == 1) tu_buffer_release(z[i].mem);
+        tu_device_layer_release(&dev[i]);
+    }
+    tu_layer_free(&l);
+    iha_context_free(borrowed);
+    free(tmp), free(before);
+}
+
 /* Each refusal leaves every output as it was and says why in the context it concerns. */
 static void refusals(void **state)
 {
@@ -422,7 +498,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(split),
         cmocka_unit_test(parts_equal_one_context),
         cmocka_unit_test(batch_scale_accumulate),
+        cmocka_unit_test(long_blocks),
         cmocka_unit_test(layer_equals_forward),
+        cmocka_unit_test(shared_cl_context),
         cmocka_unit_test(refusals),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], setup, teardown);

@@ -7,4 +7,7 @@
  * src and dst must not overlap. IHA_ERROR_UNSUPPORTED for a storage without an accumulation
  * kernel. */
 iha_status iha__accumulate_enqueue(iha_context *ctx, iha_storage storage, iha_buffer src, iha_buffer dst, size_t n);
+/* Builds (or finds in the context's cache) the accumulation kernel into `storage`, so that a
+ * later iha__accumulate_enqueue cannot fail for its build. */
+iha_status iha__accumulate_kernel_get(iha_context *ctx, iha_storage storage);
 #endif

@@ -20,10 +20,10 @@
 
 /* The block geometry in virtual rows, and the mask arguments at global positions. */
 typedef struct partial_geometry {
-    size_t Tk;           /* key rows of the block */
-    size_t key_elems;    /* B*H*Tk*d */
-    cl_int q0, k0, Tg;   /* first query row, first key row, a length covering both blocks */
-    cl_int window;       /* tokens, 0 when the window hides nothing inside Tg */
+    size_t Tk;         /* key rows of the block */
+    size_t key_elems;  /* B*H*Tk*d */
+    cl_int q0, k0, Tg; /* first query row, first key row, a length covering both blocks */
+    cl_int window;     /* tokens, 0 when the window hides nothing inside Tg */
 } partial_geometry;
 
 static iha_status plan_partial(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
@@ -45,7 +45,8 @@ static iha_status plan_partial(iha_context *ctx, const iha_shape *shape, const i
                    iha__mul(block->k_offset, P, &k0) && iha__mul(block->k_tokens, P, &Tk) &&
                    iha__mul(p->dims.B, p->dims.H, &bh) && iha__mul(bh, Tk, &g->key_elems) &&
                    iha__mul(g->key_elems, p->dims.d, &g->key_elems);
-    IHA_RETURN_ERROR_IF(!ok, ctx, IHA_ERROR_SIZE_OVERFLOW, "%s: the block's offsets or key tokens overflow size_t", call);
+    IHA_RETURN_ERROR_IF(!ok, ctx, IHA_ERROR_SIZE_OVERFLOW, "%s: the block's offsets or key tokens overflow size_t",
+                        call);
     IHA_RETURN_ERROR_IF(q_end > limit || k_end > limit, ctx, IHA_ERROR_UNSUPPORTED,
                         "%s: the blocks end at virtual rows %zu (queries) and %zu (keys); the limit is %zu", call,
                         q_end, k_end, limit);
@@ -96,16 +97,62 @@ static size_t packed_key_elems(const iha_attention_config *cfg, size_t row_elems
     return packed_elems;
 }
 
-iha_status iha__partial_reserve(iha_context *ctx, const iha_shape *shape, size_t k_tokens, size_t *floats)
+/* Floats of the packed key block a forward step takes on ctx (0 on GPUs); SIZE_MAX on overflow. */
+static size_t forward_floats(const iha_context *ctx, size_t row_elems, size_t head_dim, size_t Tk)
 {
-    *floats = 0;
-    if (ctx->info.is_gpu) return IHA_OK;
+    if (ctx->info.is_gpu) return 0;
     iha_attention_config cfg;
-    iha__attention_config_default(ctx, shape->head_dim, &cfg);
+    iha__attention_config_default(ctx, head_dim, &cfg);
+    return packed_key_elems(&cfg, row_elems, Tk);
+}
+
+/* What a backward step of query block dims over Tk key rows takes from workspace: Dt (the
+ * lse's size), and with `tiled` two packed copies (*packed floats each) and *sums floats of
+ * partial dq sums. Returns the total, SIZE_MAX on overflow. */
+static size_t backward_floats(const iha_context *ctx, const iha_dims *dims, int tiled, size_t Tk, size_t *packed,
+                              size_t *sums)
+{
+    *packed = *sums = 0;
+    size_t delta, extra = 0, total;
+    if (!iha__mul(dims->B * dims->H, dims->T, &delta)) return SIZE_MAX;
+    if (tiled) {
+        *packed = iha__packed_keys_elements(dims, 16);
+        if (*packed == 0 || !iha__attention_partial_backward_sums_elements(ctx, dims, Tk, sums) ||
+            !iha__mul(*packed, 2, &extra) || !iha__add(extra, *sums, &extra))
+            return SIZE_MAX;
+    }
+    return iha__add(extra, delta, &total) ? total : SIZE_MAX;
+}
+
+/* The caller's `others` floats and a step's `floats`, checked together against ctx's memory. */
+static iha_status check_with(iha_context *ctx, size_t others, size_t floats)
+{
+    size_t total;
+    if (!iha__add(others, floats, &total)) total = SIZE_MAX;
+    return iha__workspace_check_total(ctx, total, sizeof(float));
+}
+
+iha_status iha__partial_reserve(iha_context *ctx, const iha_shape *shape, size_t k_tokens, size_t others,
+                                size_t *floats)
+{
     const size_t row_elems = shape->batch * shape->heads * shape->head_dim;
-    *floats = packed_key_elems(&cfg, row_elems, k_tokens * shape->pseudo);
+    *floats = forward_floats(ctx, row_elems, shape->head_dim, k_tokens * shape->pseudo);
+    IHA_FORWARD_IF_ERROR(check_with(ctx, others, *floats));
     cl_mem packed;
-    return iha__workspace_get(ctx, IHA_WS_KT, *floats * sizeof(float), &packed);
+    return *floats == 0 ? IHA_OK : iha__workspace_get(ctx, IHA_WS_KT, *floats * sizeof(float), &packed);
+}
+
+iha_status iha__partial_backward_reserve(iha_context *ctx, const iha_shape *shape, size_t k_tokens, size_t others,
+                                         size_t *floats)
+{
+    const iha_dims dims = {
+        shape->batch, shape->tokens, shape->heads, shape->head_dim, shape->pseudo, shape->tokens * shape->pseudo, NULL};
+    const int tiled = iha__attention_backward_tiled(ctx, dims.d);
+    size_t packed, sums;
+    *floats = backward_floats(ctx, &dims, tiled, k_tokens * shape->pseudo, &packed, &sums);
+    IHA_FORWARD_IF_ERROR(check_with(ctx, others, *floats));
+    cl_mem delta, packs[2], part;
+    return iha__attention_backward_workspace(ctx, tiled, dims.B * dims.H * dims.T, packed, sums, &delta, packs, &part);
 }
 
 /* Devices that are not GPUs: cl/attention.cl's register tiles over the key block, packed into
@@ -118,7 +165,7 @@ static iha_status partial_forward_tiles(iha_context *ctx, const iha_plan *p, con
     iha_dims kd = p->dims;
     kd.T = g->Tk;
     kd.N = block->k_tokens;
-    const size_t packed_elems = packed_key_elems(&cfg, g->key_elems / g->Tk, g->Tk);
+    const size_t packed_elems = forward_floats(ctx, g->key_elems / g->Tk, p->dims.d, g->Tk);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, packed_elems, sizeof(float)));
     cl_mem packed;
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_KT, packed_elems * sizeof(float), &packed));
@@ -192,12 +239,9 @@ static iha_status partial_backward(iha_context *ctx, const iha_shape *shape, con
     /* Workspace: Dt, one float per query row; for the tile pass packed copies of the query
      * block's Q and dO and its partial dq sums. */
     const int tiled = iha__attention_backward_tiled(ctx, p.dims.d);
-    const size_t packed = iha__packed_keys_elements(&p.dims, 16), f = sizeof(float);
-    size_t sums = 0, extra = 0, total = 0;
-    const int counted = (!tiled || (iha__attention_partial_backward_sums_elements(ctx, &p.dims, g.Tk, &sums) &&
-                                    iha__mul(packed, 2, &extra) && iha__add(extra, sums, &extra))) &&
-                        iha__add(extra, p.lse_elems, &total);
-    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, counted ? total : SIZE_MAX, f));
+    size_t packed, sums;
+    const size_t total = backward_floats(ctx, &p.dims, tiled, g.Tk, &packed, &sums);
+    IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, sizeof(float)));
     cl_mem delta, packs[2], part;
     IHA_FORWARD_IF_ERROR(
         iha__attention_backward_workspace(ctx, tiled, p.lse_elems, packed, sums, &delta, packs, &part));

@@ -1,9 +1,11 @@
 /* iha_multi_attention: every context attends its part's queries over its own key block, then
  * over every other block its queries see, each block read to host once from its own context and
  * written to the staging buffers of the contexts that need it; iha_attention_partial merges. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/checked.h"
 #include "layer/partial.h"
 #include "multi/multi.h"
 #include "runtime/error.h"
@@ -21,10 +23,11 @@ static iha_status prepare(const multi_run *m, const iha_buffer *lse, forward_par
     for (size_t i = 0; i < m->R; ++i) {
         const int internal_lse = lse == NULL || lse[i].mem == NULL;
         const size_t staging = m->R > 1 ? 2 * m->block_elems : 0, own = internal_lse ? multi_part_lse(m, i) : 0;
-        /* The partial steps' own workspace, grown now so that no step can fail for it. */
-        size_t steps = 0;
-        iha_status st = iha__partial_reserve(m->ctx[i], &m->shape, multi_tokens(m, 0), &steps);
-        if (st == IHA_OK) st = iha__workspace_check_total(m->ctx[i], staging + own + steps, sizeof(float));
+        /* The partial steps' own workspace, counted with the staging and grown here so that no
+         * step can fail for it. */
+        size_t others, steps;
+        if (!iha__add(staging, own, &others)) others = SIZE_MAX;
+        const iha_status st = iha__partial_reserve(m->ctx[i], &m->shape, multi_tokens(m, 0), others, &steps);
         if (st != IHA_OK) return multi_fail_part(m, i, st, NULL);
         if (m->R > 1) {
             IHA_FORWARD_IF_ERROR(multi_staging(m, i, IHA_WS_MULTI_K, m->block_elems, &parts[i].k));

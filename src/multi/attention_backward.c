@@ -8,7 +8,7 @@
 
 #include "common/checked.h"
 #include "kernels/accumulate.h"
-#include "layer/workspace.h"
+#include "layer/partial.h"
 #include "multi/multi.h"
 #include "runtime/error.h"
 
@@ -30,14 +30,17 @@ typedef struct backward_host {
     char *has_sum; /* per block */
 } backward_host;
 
+/* Every context's buffers, before anything is enqueued on any: the staging, the workspace of
+ * iha_attention_partial_backward for the longest key block (part 0's, so that no step can fail
+ * for it), and the accumulation kernel that adds the other parts' shares into a block's dK and
+ * dV (built here, so that no delivery can fail after another has been made). */
 static iha_status prepare(const multi_run *m, backward_part *parts)
 {
     for (size_t i = 0; i < m->R; ++i) {
-        const size_t staging = m->R > 1 ? 4 * m->block_elems : 0, delta = multi_part_lse(m, i);
-        iha_status st = iha__workspace_check_total(m->ctx[i], staging + delta, sizeof(float));
-        /* iha_attention_partial_backward's Delta, grown now so that no step can fail for it. */
-        cl_mem unused;
-        if (st == IHA_OK) st = iha__workspace_get(m->ctx[i], IHA_WS_DELTA, delta * sizeof(float), &unused);
+        const size_t staging = m->R > 1 ? 4 * m->block_elems : 0;
+        const iha_shape local = multi_part_shape(m, i);
+        size_t steps;
+        iha_status st = iha__partial_backward_reserve(m->ctx[i], &local, multi_tokens(m, 0), staging, &steps);
         if (st != IHA_OK) return multi_fail_part(m, i, st, NULL);
         parts[i].block[0] = parts[i].block[1] = m->R;
         if (m->R == 1) continue;
@@ -45,6 +48,10 @@ static iha_status prepare(const multi_run *m, backward_part *parts)
         IHA_FORWARD_IF_ERROR(multi_staging(m, i, IHA_WS_MULTI_V, m->block_elems, &parts[i].v));
         IHA_FORWARD_IF_ERROR(multi_staging(m, i, IHA_WS_MULTI_DK, m->block_elems, &parts[i].dk));
         IHA_FORWARD_IF_ERROR(multi_staging(m, i, IHA_WS_MULTI_DV, m->block_elems, &parts[i].dv));
+        if (multi_needed(m, i)) {
+            st = iha__accumulate_kernel_get(m->ctx[i], IHA_STORAGE_F32);
+            if (st != IHA_OK) return multi_fail_part(m, i, st, "the accumulation kernel");
+        }
     }
     return IHA_OK;
 }

@@ -264,6 +264,12 @@ static iha_status run(multi_run *m, backward_args *a)
         st = multi_fail_all(m, IHA_ERROR_HOST_MEMORY, "no host memory for the parts");
     for (size_t i = 0; i < m->R && st == IHA_OK; ++i) st = check_apart(m, a, i, &lists[0], &lists[1]);
     for (size_t i = 0; i < m->R && st == IHA_OK && wanted; ++i) st = part_buffers(m, a, i, b[i]);
+    /* With accumulate the delivery adds part by part: its kernel is built on every context here,
+     * so that no part's delivery fails for the build after an earlier part's has been added. */
+    for (size_t i = 0; i < m->R && st == IHA_OK && wanted && m->options.accumulate; ++i) {
+        st = iha__accumulate_kernel_get(m->ctx[i], IHA_STORAGE_F32);
+        if (st != IHA_OK) st = multi_fail_part(m, i, st, "the accumulation kernel");
+    }
     /* Nothing is enqueued before this point. */
     if (st == IHA_OK && wanted) st = compute(m, a, b, arrays, host);
     st = multi_finish(m, st);

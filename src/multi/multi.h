@@ -8,8 +8,8 @@
 
 /* Each context's staging buffers: a key block, its value block, and their gradients (backward);
  * the running log-sum-exp of a part whose lse has mem NULL (forward); the layer's part of the
- * pseudo-queries, -keys, -values and the attention's output (iha_multi_forward); the layer
- * backward's stand-ins: dout, dqt, dkt, dvt, dx and the part's weight gradients
+ * pseudo-queries, -keys, -values, the attention's output and z's stand-in (iha_multi_forward);
+ * the layer backward's stand-ins: dout, dqt, dkt, dvt, dx and the part's weight gradients
  * (iha_multi_backward). */
 enum {
     IHA_WS_MULTI_K = IHA_WS_MULTI_BASE,
@@ -27,6 +27,7 @@ enum {
     IHA_WS_MULTI_DVT,
     IHA_WS_MULTI_DX,
     IHA_WS_MULTI_GRADS,
+    IHA_WS_MULTI_Z,
     IHA_WS_MULTI_END
 };
 _Static_assert((int)IHA_WS_MULTI_END <= (int)IHA_WS_COUNT, "the multi-context slots pass the workspace's end");

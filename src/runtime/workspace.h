@@ -6,8 +6,8 @@
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
 #endif
-#include <CL/cl.h>
 #include "iha.h"
+#include <CL/cl.h>
 
 typedef int iha_workspace_slot;
 
@@ -17,7 +17,7 @@ enum {
     IHA_WS_LAYER_BASE = 2,    /* layer/workspace.h */
     IHA_WS_MEASURE_BASE = 48, /* measure/measure.h */
     IHA_WS_MULTI_BASE = 49,   /* multi/multi.h */
-    IHA_WS_COUNT = 64
+    IHA_WS_COUNT = 65
 };
 
 /* A device buffer of at least `bytes` in workspace slot `slot` (reallocated when too small). */
