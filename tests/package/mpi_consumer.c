@@ -74,7 +74,7 @@ static int check_attention(iha_context *ctx, int rank, const iha_mpi_run *run)
     if (single_st != IHA_OK) fprintf(stderr, "rank %d: iha_attention: %s\n", rank, iha_context_message(ctx));
     if (ring_st != IHA_OK) fprintf(stderr, "rank %d: iha_mpi_attention: %s\n", rank, iha_mpi_message());
     ok = single_st == IHA_OK && ring_st == IHA_OK;
-    float *o = q; /* q is no longer needed */
+    float *o = q; /* q is not read past this point: its memory holds o */
     cl_command_queue queue = iha_context_cl_queue(ctx);
     ok = ok && clEnqueueReadBuffer(queue, m[3], CL_TRUE, 0, all_n * sizeof(float), o, 0, NULL, NULL) == CL_SUCCESS &&
          clEnqueueReadBuffer(queue, m[8], CL_TRUE, 0, mine_n * sizeof(float), ring, 0, NULL, NULL) == CL_SUCCESS;
