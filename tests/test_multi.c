@@ -23,30 +23,8 @@
 #include "iha_multi.h"
 #include "reference.h"
 #include "test_layer.h"
+#include "test_contexts.h"
 #include "test_util.h"
-
-#define MAX_R 3
-#define OFFSET 3 /* every part's tensors start this many floats into their buffers */
-#define GUARD 5  /* and have this many floats of sentinel after them */
-#define SENTINEL 7.25f
-
-/* The contexts: tu_ctx and two more on the same device. */
-static iha_context *ctxs[MAX_R];
-
-static int setup(void **state)
-{
-    if (tu_group_setup(state) != 0) return -1;
-    ctxs[0] = tu_ctx;
-    for (int i = 1; i < MAX_R && tu_ctx != NULL; ++i)
-        if (tu_context_open(&ctxs[i], NULL) != 0) return -1;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    for (int i = 1; i < MAX_R; ++i) iha_context_free(ctxs[i]);
-    return tu_group_teardown(state);
-}
 
 typedef struct multi_case {
     size_t B, N, H, d, P, R;
