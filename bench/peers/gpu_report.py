@@ -1,0 +1,161 @@
+"""gpu_report.py - iha beside PyTorch's SDPA on one device: a Markdown table and the issue's
+targets, each met or not, from `iha bench --json` reports and cuda_sdpa.py's JSON.
+
+    python gpu_report.py --peers peers.json --table table.md --targets targets.txt \
+        --ceilings CEILINGS_JSON [--core16 IHA_JSON] IHA_JSON...
+
+The ceilings (peak FMA, copy bandwidth) are those of the --ceilings report's run (its
+`ceilings` section), used for every fraction, so that all rows divide by the same ceiling.
+--core16 names a report of iha's attention core with 16-bit inputs, for the target that a
+16-bit path be at least twice the float32 forward; without it that target is "not measured".
+Standard library only: it runs wherever the iha reports are.
+"""
+
+import argparse
+import json
+import os
+
+# The issue's targets: fraction of the measured ceiling each result must reach.
+FORWARD_OF_PEAK = {64: 0.5, 128: 0.4}
+BACKWARD_OF_PEAK = 0.3
+DECODE_OF_COPY = 0.5
+CORE16_OVER_F32 = 2.0
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def fmt(x, digits=3):
+    if x is None:
+        return "-"
+    return f"{x:.{digits}g}"
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def peer_seconds(prob, dtype):
+    r = prob["results"].get(dtype, {}) if prob else {}
+    return r.get("seconds") if r.get("state") == "ran" else None
+
+
+def peer_cell(prob, dtype, unit_scale):
+    """A peer's rate in the row's unit, or why it has none."""
+    r = prob["results"].get(dtype, {}) if prob else {}
+    if r.get("state") == "ran":
+        return fmt(unit_scale(prob, r))
+    return "failed" if r else "-"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("iha_json", nargs="+")
+    ap.add_argument("--peers", help="cuda_sdpa.py's JSON (absent or unreadable: iha's columns only)")
+    ap.add_argument("--ceilings", required=True)
+    ap.add_argument("--core16", help="an `iha bench --json` report of a 16-bit attention core")
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--targets", required=True)
+    args = ap.parse_args()
+
+    ceil = load(args.ceilings).get("ceilings", {})
+    peak = ceil.get("peak_fma_gflops") if ceil.get("state") == "ran" else None
+    copy = ceil.get("copy_bytes_per_second") if ceil.get("state") == "ran" else None
+    peers = None
+    if args.peers and os.path.exists(args.peers):
+        peers = load(args.peers)
+    by_key = {}
+    for prob in (peers or {}).get("problems", []):
+        by_key[(prob["iha_json"], prob["kind"])] = prob
+
+    rows, targets = [], []
+
+    def target(text, value, goal, unit="", met=None):
+        if value is None:
+            targets.append(f"target {text}: not measured")
+            return
+        ok = value >= goal if met is None else met
+        targets.append(f"target {text}: {value:.3g}{unit} against {goal:g}{unit}: {'met' if ok else 'NOT MET'}")
+
+    def flops_rate(prob, r):
+        return prob["flops"] / r["seconds"] / 1e12
+
+    def bytes_rate(prob, r):
+        return r["cache_bytes_per_second"] / 1e9
+
+    f32_forward = {}
+    for path in args.iha_json:
+        name = os.path.basename(path)
+        rep = load(path)
+        a, bw, dec = rep.get("attention", {}), rep.get("backward", {}), rep.get("decode", {})
+        if a.get("state") == "ran":
+            shape = f"B·H = {a['batch'] * a['heads']}, T = {a['t']}, d = {a['d']}"
+            kinds = [("forward", a["seconds"], a["flops"])]
+            if bw.get("state") == "ran":
+                kinds.append(("backward", bw["seconds"], bw["flops"]))
+            for kind, seconds, flops in kinds:
+                prob = by_key.get((name, kind))
+                tflops = flops / seconds / 1e12
+                of_peak = flops / seconds / 1e9 / peak if peak else None
+                p32, p16 = peer_seconds(prob, "float32"), peer_seconds(prob, "bfloat16")
+                rows.append([f"{a['mask']} {kind}, {shape}", "TFLOP/s", fmt(tflops), fmt(of_peak, 2) + " of peak FMA",
+                             peer_cell(prob, "float32", flops_rate), peer_cell(prob, "bfloat16", flops_rate),
+                             fmt(ratio(p32, seconds), 2), fmt(ratio(p16, seconds), 2)])
+                what = f"{kind} fp32 {a['mask']} d={a['d']} T={a['t']} >= fraction of peak FMA"
+                if kind == "forward":
+                    f32_forward[(a["d"], a["t"], a["mask"])] = seconds
+                    target(what, of_peak, FORWARD_OF_PEAK.get(a["d"], FORWARD_OF_PEAK[128]))
+                    target(f"forward fp32 {a['mask']} d={a['d']} faster than PyTorch fp32 SDPA (PyTorch's time over "
+                           f"iha's)", ratio(p32, seconds), 1.0, "x", met=p32 is not None and seconds < p32)
+                else:
+                    target(what, of_peak, BACKWARD_OF_PEAK)
+        if dec.get("state") == "ran":
+            prob = by_key.get((name, "decode"))
+            storage = "bf16" if dec.get("bf16") else "half" if dec.get("half") else "float"
+            seconds = dec["attention_seconds"]
+            of_copy = dec["cache_bytes_per_second"] / copy if copy else None
+            p32, p16 = peer_seconds(prob, "float32"), peer_seconds(prob, "bfloat16")
+            rows.append([f"decoding step's attention, {storage} cache, B = {dec['batch']}, H = {dec['heads']}, "
+                         f"d = {dec['d']}, {dec['cached_tokens']} cached tokens ({dec['cached_tokens'] * dec['p']} "
+                         f"keys), {fmt(seconds * 1e6)} µs", "GB/s", fmt(dec["cache_bytes_per_second"] / 1e9),
+                         fmt(of_copy, 2) + " of copy", peer_cell(prob, "float32", bytes_rate),
+                         peer_cell(prob, "bfloat16", bytes_rate), fmt(ratio(p32, seconds), 2), fmt(ratio(p16, seconds), 2)])
+            if dec["batch"] == 1:
+                target(f"decode B=1 {storage} cache d={dec['d']} L={dec['cached_tokens']} >= fraction of copy bandwidth",
+                       of_copy, DECODE_OF_COPY)
+    if args.core16 and os.path.exists(args.core16):
+        a16 = load(args.core16).get("attention", {})
+        base = f32_forward.get((a16.get("d"), a16.get("t"), a16.get("mask")))
+        sp = ratio(base, a16.get("seconds")) if a16.get("state") == "ran" else None
+        target(f"16-bit attention core d={a16.get('d')} >= times the fp32 forward's speed", sp, CORE16_OVER_F32, "x")
+    else:
+        targets.append("target 16-bit matrix-engine path >= 2x the fp32 forward: not measured (no --core16 report: "
+                       "iha bench has no 16-bit attention core to run)")
+
+    head = ["problem (iha: `iha bench --json`)", "unit", "iha", "iha of ceiling", "PyTorch SDPA fp32",
+            "PyTorch SDPA bf16", "iha / PyTorch fp32 (speed)", "iha / PyTorch bf16 (speed)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    first = load(args.iha_json[0])
+    lines.append("")
+    lines.append(f"iha {first.get('iha_version')} on {first.get('device')}; ceilings from {os.path.basename(args.ceilings)}: "
+                 f"peak FMA {fmt(peak / 1e3 if peak else None)} TFLOP/s, copy {fmt(copy / 1e9 if copy else None)} GB/s.")
+    if peers:
+        lines.append(f"PyTorch {peers['torch_version']} (CUDA {peers['cuda_version']}) on {peers['device_name']}, "
+                     f"{peers['timer']}, median of {peers['reps']} after {peers['warmup']} warm-up calls, TF32 off; "
+                     f"torch's copy {fmt(peers['copy_bytes_per_second'] / 1e9)} GB/s.")
+    else:
+        lines.append("No PyTorch figures: the peer run failed or did not run (peers.txt says why).")
+    failed = [f"{p['kind']} {p['iha_json']} {d}: {r['note']}" for p in (peers or {}).get("problems", [])
+              for d, r in p["results"].items() if r.get("state") != "ran"]
+    lines += [f"failed: {f}" for f in failed]
+    with open(args.table, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(args.targets, "w") as f:
+        f.write("\n".join(targets) + "\n")
+
+
+if __name__ == "__main__":
+    main()
