@@ -1,30 +1,52 @@
 #!/usr/bin/env bash
-# Checks iha on a machine with an NVIDIA GPU, in one prepared run (see the project's GPU.md):
-#   1. when the build's libraries are missing there, unpacks the Debian packages brought along
-#      in .deb/ into a private prefix (never over /, whose own libraries must stay intact) and
-#      puts its library directories on LD_LIBRARY_PATH;
+# Checks iha on a machine with an NVIDIA GPU, in one prepared run (see the project's GPU.md and
+# doc/performance.md, "Preparing a lent GPU's run"):
+#   1. when the build was configured elsewhere, links the configured source and build paths to
+#      this tree (ctest's files name them absolutely) and restores the build's library links;
+#      when the build's libraries are missing, unpacks the Debian packages brought along in .deb/
+#      into a private prefix (never over /, whose own libraries must stay intact) and puts its
+#      library directories on LD_LIBRARY_PATH;
 #   2. finds the driver's OpenCL library, libnvidia-opencl.so.1, under the driver's root
 #      (default /usr/local/nvidia) or the system's library directories;
 #   3. registers it with the ICD loader: nothing to do when a vendors file already names it;
 #      else /etc/OpenCL/vendors/nvidia.icd when writable, else a private vendors directory
 #      passed through OCL_ICD_VENDORS;
-#   4. runs `iha devices`, the test suite with IHA_DEVICE=nvidia, `iha bench` with the
-#      built-in tile sizes, `iha tune` with a short budget, `iha bench` again (table, JSON at
-#      d=64 and d=128, the backward passes, a decoding step) and `iha soak`, each with a time
-#      limit, each into a file of the output directory, and prints a short report (report.txt).
-# Exit status: 0 all passed, 1 a step failed, 2 usage, 3 no NVIDIA OpenCL driver or platform.
+#   4. runs, each step with a time limit and within --total-seconds for all of them, each into a
+#      file of the output directory: `iha devices`, `iha check`, `iha bench --json` with the
+#      built-in tile sizes, `iha tune` with a short budget, then `iha bench --json` on the
+#      problems of the side-by-side table (the causal and the unmasked core at d = 64 and 128
+#      with their backward, T = 8192; a decoding step, B = 1, --cache-tokens cached tokens,
+#      float and bf16 cache, d = 64 and a float cache at d = 128), PyTorch's SDPA on the same
+#      problems (bench/peers/cuda_sdpa.py, float32 and bfloat16), the table and the targets
+#      (bench/peers/gpu_report.py: table.md, the targets in report.txt), the test suite with
+#      IHA_DEVICE=nvidia, `iha bench`'s full table and `iha soak`; report.txt is the summary.
+# Exit status: 0 all passed, 1 a step failed or had no time left, 2 usage, 3 no NVIDIA OpenCL
+# driver or platform. Targets not met do not fail the run: report.txt says which.
 #
 #   tools/scripts/gpu-check.sh [--build DIR] [--out DIR] [--nvidia-root DIR] [--icd-dir DIR] [--device SPEC]
-#                      [--tune-seconds S] [--bench-args "ARGS"] [--test-jobs N] [--test-seconds S]
-#                      [--soak-seconds S] [--use-debs] [--no-tests] [--dry-run]
+#                      [--total-seconds S] [--tune-seconds S] [--bench-args "ARGS"] [--cache-tokens L]
+#                      [--test-jobs N] [--test-seconds S] [--check-seconds S] [--soak-seconds S]
+#                      [--python PY] [--peer-device DEV] [--peer-reps R] [--core16-args "ARGS"]
+#                      [--tests REGEX] [--use-debs] [--no-tests] [--no-peers] [--dry-run]
+#   tools/scripts/gpu-check.sh --prepare [--build DIR]
 # --dry-run finds and registers the driver as above (use --icd-dir to keep /etc untouched) but
-# only prints the iha commands it would run. --device (default nvidia) is the IHA_DEVICE the
+# only prints the commands it would run. --device (default nvidia) is the IHA_DEVICE the
 # checks use and the name `iha devices` must show: with another driver standing in for
 # NVIDIA's (say PoCL's library at <root>/lib64/libnvidia-opencl.so.1 and --device pocl), the
-# whole script can be rehearsed on a machine without a GPU. --use-debs unpacks .deb/ even when
-# the libraries are already there (to rehearse step 1). The test suite runs through ctest, whose
-# files name the build directory by the absolute path it was configured in: on another machine,
-# link that path to the build first (the caller's job; the report says when ctest finds nothing).
+# whole script can be rehearsed on a machine without a GPU, with --peer-device cpu for the
+# peers and --bench-args "--n 128" for small cores. --use-debs unpacks .deb/ even when the
+# libraries are already there (to rehearse step 1). --bench-args go to every core run (not the
+# decoding steps). --python is the Python with torch for the peers (default: the first of
+# bench/peers/.work/venv/bin/python, python3, /usr/bin/python3, /opt/conda/bin/python that
+# imports torch). --core16-args, when iha bench can run a 16-bit attention core, are the options
+# that make it do so; the table's 16-bit target reads that run. --tests REGEX runs only the
+# tests whose names match (ctest -R). Scratch files (the unpacked packages, the program cache)
+# go to a temporary directory, so that --out holds only what is worth reading.
+# --prepare runs nothing: on the build machine, it copies into .deb/ the Debian packages of the
+# libraries the build's tools and tests load (the C and C++ runtimes and MPI's excepted: the
+# lent machine's own are newer, and the MPI tests are left out where mpiexec is missing), from
+# apt's cache or through apt-get download, and prints what a device run would carry (build and
+# .deb, 64 MiB at most) and the command line (doc/performance.md, "Preparing a lent GPU's run").
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -32,17 +54,27 @@ build="$root/build"
 out=""
 nvidia_root=/usr/local/nvidia
 icd_dir=""
-tune_seconds=60
+total_seconds=480
+tune_seconds=30
 device=nvidia
 bench_args=""
+cache_tokens=4096
 test_jobs=$(nproc 2> /dev/null || echo 2)
-test_seconds=900
-soak_seconds=60
+test_seconds=180
+check_seconds=120
+soak_seconds=20
+python=""
+peer_device=cuda
+peer_reps=10
+core16_args=""
 use_debs=0
+prepare=0
+tests_regex=""
 run_tests=1
+run_peers=1
 dry_run=0
 
-usage() { grep -A1 '^#   tools/scripts/gpu-check.sh' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2; }
+usage() { sed -n '/^#   tools\/scripts\/gpu-check.sh/,/^# --dry-run/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# *//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=${2:?}; shift 2 ;;
@@ -50,19 +82,61 @@ while [ $# -gt 0 ]; do
     --nvidia-root) nvidia_root=${2:?}; shift 2 ;;
     --icd-dir) icd_dir=${2:?}; shift 2 ;;
     --device) device=${2:?}; shift 2 ;;
+    --total-seconds) total_seconds=${2:?}; shift 2 ;;
     --tune-seconds) tune_seconds=${2:?}; shift 2 ;;
     --bench-args) bench_args=${2?}; shift 2 ;;
+    --cache-tokens) cache_tokens=${2:?}; shift 2 ;;
     --test-jobs) test_jobs=${2:?}; shift 2 ;;
     --test-seconds) test_seconds=${2:?}; shift 2 ;;
+    --check-seconds) check_seconds=${2:?}; shift 2 ;;
     --soak-seconds) soak_seconds=${2:?}; shift 2 ;;
+    --python) python=${2:?}; shift 2 ;;
+    --peer-device) peer_device=${2:?}; shift 2 ;;
+    --peer-reps) peer_reps=${2:?}; shift 2 ;;
+    --core16-args) core16_args=${2?}; shift 2 ;;
+    --tests) tests_regex=${2:?}; shift 2 ;;
+    --prepare) prepare=1; shift ;;
     --use-debs) use_debs=1; shift ;;
     --no-tests) run_tests=0; shift ;;
+    --no-peers) run_peers=0; shift ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) usage ;;
   esac
 done
+deadline=$((SECONDS + total_seconds))
 [ -d "$build" ] && build=$(cd "$build" && pwd)
+
+if [ $prepare -eq 1 ]; then
+  [ -x "$build/tools/iha" ] || { echo "prepare: no $build/tools/iha: build first" >&2; exit 1; }
+  kind=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
+  [ "$kind" = Release ] || echo "prepare: warning: $build is a '$kind' build; measure a Release one" >&2
+  mkdir -p "$root/.deb"
+  # The package owning each library the binaries load (a merged /usr registers /usr/lib paths).
+  packages=$(for f in "$build"/tools/iha "$build"/tests/test_* "$build"/tests/example_*; do
+      case $f in *mpi*) continue ;; esac
+      [ -x "$f" ] && ldd "$f" | awk '/=> \// {print $3}'
+    done | sort -u | while read -r p; do
+      dpkg -S "$p" 2> /dev/null || dpkg -S "/usr$p" 2> /dev/null || dpkg -S "$(readlink -f "$p")" 2> /dev/null || true
+    done | cut -d: -f1 | sort -u | grep -vx -e libc6 -e libgcc-s1 -e libstdc++6)
+  for p in $packages; do
+    v=$(dpkg-query -W -f '${Version}' "$p") a=$(dpkg-query -W -f '${Architecture}' "$p")
+    f="/var/cache/apt/archives/${p}_${v//:/%3a}_$a.deb"
+    if [ -e "$f" ]; then cp "$f" "$root/.deb/"; else (cd "$root/.deb" && apt-get download -q "$p=$v"); fi
+  done
+  echo "prepare: .deb holds: $(cd "$root/.deb" && ls | tr "\n" " ")"
+  rel=${build#"$root"/}
+  size=$(du -scb "$build" "$root/.deb" | tail -1 | cut -f1)
+  echo "prepare: carry [\"$rel\", \".deb\"]: $((size / 1048576)) MiB of 64 MiB ($size bytes)"
+  if [ "$size" -gt $((64 << 20)) ]; then
+    echo "prepare: too large; the largest parts of $build:" >&2
+    du -sm "$build"/* | sort -n | tail -5 >&2
+    exit 1
+  fi
+  echo "prepare: device command (carry [\"$rel\", \".deb\"], timeout_s 570):"
+  echo "  tools/scripts/gpu-check.sh --build $rel --out \"\$OUT/gpu-check\" --total-seconds 480"
+  exit 0
+fi
 [ -n "$out" ] || out="$build/gpu-check-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -70,16 +144,41 @@ report="$out/report.txt"
 : > "$report"
 note() { echo "$*" | tee -a "$report"; }
 failed=0
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/iha-gpu-check.XXXXXX")
+# The peers' Python gets the environment as it came: the packages' older libraries (step 1)
+# are the build's, not PyTorch's.
+orig_ld_library_path=${LD_LIBRARY_PATH-}
+# NVIDIA's OpenCL ends the process when a write to its compute cache fails (GPU.md).
+export CUDA_CACHE_DISABLE=${CUDA_CACHE_DISABLE:-1}
 
 note "iha GPU check, $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname)"
 command -v nvidia-smi > /dev/null &&
   note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
 
-# ---- 1. Packages brought along ---------------------------------------------------------
+# ---- 1. The build's paths and the packages brought along --------------------------------
+# cached NAME: a path CMake recorded in the build's cache.
+cached() { sed -n "s|^$1:INTERNAL=||p" "$build/CMakeCache.txt" 2> /dev/null | head -1; }
+# A build configured at another path (the machine it was built on): ctest's files and the
+# binaries' run paths name that path, so it is linked to this tree when it is free to take.
+for pair in "$(cached CMAKE_HOME_DIRECTORY)=$root" "$(cached CMAKE_CACHEFILE_DIR)=$build"; do
+  from=${pair%%=*} to=${pair#*=}
+  if [ -n "$from" ] && [ ! -e "$from" ] && [ "$from" != "$to" ]; then
+    if mkdir -p "$(dirname "$from")" 2> /dev/null && ln -s "$to" "$from" 2> /dev/null; then
+      note "paths: linked $from -> $to (the build was configured there)"
+    else
+      note "paths: cannot link $from -> $to: ctest will find no tests"
+    fi
+  fi
+done
+# A copy that dropped symbolic links loses libiha.so.0 -> libiha.so.0.1.0 and the like.
+for f in "$build"/lib*.so.*.*.*; do
+  [ -f "$f" ] || continue
+  for l in "${f%.*.*}" "${f%.*.*.*}"; do [ -e "$l" ] || ln -s "$(basename "$f")" "$l"; done
+done
 iha="$build/tools/iha"
 missing() { [ -x "$iha" ] && ldd "$iha" 2> /dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' '; }
 if [ -d "$root/.deb" ] && { [ $use_debs -eq 1 ] || [ -n "$(missing)" ]; }; then
-  prefix="$out/debroot"
+  prefix="$scratch/debroot"
   note "packages: missing [$(missing)], --use-debs $use_debs: unpacking $root/.deb/*.deb into $prefix"
   mkdir -p "$prefix"
   for f in "$root"/.deb/*.deb; do dpkg -x "$f" "$prefix"; done
@@ -135,22 +234,29 @@ if [ ! -x "$iha" ]; then
   note "build: $iha is missing: build first (cmake -S $root -B $build && cmake --build $build)"
   exit 1
 fi
-export IHA_DEVICE="$device" IHA_CACHE_DIR="$out/cache"
+export IHA_DEVICE="$device" IHA_CACHE_DIR="$scratch/cache"
 
-# step NAME SECONDS command...: output in $out/NAME.txt; failure noted, not fatal.
+# step NAME SECONDS command...: output in $out/NAME.txt; failure noted, not fatal. The limit is
+# cut to what --total-seconds leaves, and a step with under 10 s left does not start.
 step() {
-  local name=$1 limit=$2 t=$SECONDS rc=0
+  local name=$1 limit=$2 t=$SECONDS rc=0 left=$((deadline - SECONDS))
   shift 2
   if [ $dry_run -eq 1 ]; then
     note "$name: would run: timeout $limit $*"
     return 0
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
+  if [ "$limit" -lt 10 ]; then
+    failed=1
+    note "$name: SKIPPED, no time left of --total-seconds $total_seconds"
+    return 1
   fi
   timeout "$limit" "$@" > "$out/$name.txt" 2>&1 || rc=$?
   if [ $rc -eq 0 ]; then
     note "$name: ok ($((SECONDS - t)) s)"
   else
     failed=1
-    note "$name: FAILED, exit $rc$([ $rc -eq 124 ] && echo ' (time limit)') after $((SECONDS - t)) s: $out/$name.txt"
+    note "$name: FAILED, exit $rc$([ $rc -eq 124 ] && echo " (time limit $limit s)") after $((SECONDS - t)) s: $out/$name.txt"
   fi
   return $rc
 }
@@ -163,17 +269,10 @@ fi
 
 [ $dry_run -eq 1 ] || command -v clinfo > /dev/null && { clinfo > "$out/clinfo.txt" 2>&1 || true; }
 
-if [ $run_tests -eq 1 ]; then
-  if command -v ctest > /dev/null; then
-    step tests "$test_seconds" ctest --test-dir "$build" --output-on-failure -j "$test_jobs" || true
-    [ $dry_run -eq 1 ] || note "tests: $(grep -E 'tests passed|tests failed|No tests were found' "$out/tests.txt" | tail -1)"
-    [ $dry_run -eq 1 ] || grep -E '^\s+[0-9]+ - ' "$out/tests.txt" | sed 's/^ */tests: failed /' | tee -a "$report" || true
-  else # no CMake on the machine: the test executables one by one
-    for t in "$build"/tests/test_* "$build"/tests/example*; do
-      if [ -x "$t" ]; then step "$(basename "$t")" 300 "$t" || true; fi
-    done
-  fi
-fi
+# Every kernel family against float64 on this device before any figure is trusted.
+step check "$check_seconds" "$iha" check || true
+[ $dry_run -eq 1 ] || note "check: $(awk '$3 == "ok" {o++} $3 == "FAILED" {f++} $3 == "unsupported" {u++}
+  END {printf "%d rows ok, %d FAILED, %d unsupported", o, f, u}' "$out/check.txt" 2> /dev/null)"
 
 # bench_summary FILE: the attention core's and the ceilings' figures from a --json run.
 bench_summary() {
@@ -184,39 +283,120 @@ bench_summary() {
     "$py" - "$1" << 'PY' 2> /dev/null || grep -o '"gflops":[^,]*' "$1" | head -3
 import json, sys
 j = json.load(open(sys.argv[1]))
-a = j["attention"]
-f = {k[len("fraction_of_"):]: round(v, 3) for k, v in a.items() if k.startswith("fraction_of_") and v}
-print("d=%s T=%s B*H=%s: %.4g s, %.1f GFLOP/s, %.3g GB/s; fractions %s" % (
-    a["d"], a["t"], a["batch"] * a["heads"], a["seconds"], a["gflops"],
-    a["bytes_per_second"] / 1e9, f))
+a, b, d = j["attention"], j["backward"], j["decode"]
+if a["state"] == "ran":
+    f = {k[len("fraction_of_"):]: round(v, 3) for k, v in a.items() if k.startswith("fraction_of_") and v}
+    print("%s d=%s T=%s B*H=%s: %.4g s, %.1f GFLOP/s, %.3g GB/s; fractions %s" % (
+        a["mask"], a["d"], a["t"], a["batch"] * a["heads"], a["seconds"], a["gflops"],
+        a["bytes_per_second"] / 1e9, f))
+if b["state"] == "ran":
+    print("  backward: %.4g s, %.1f GFLOP/s, %.2f x the forward's time" % (
+        b["seconds"], b["gflops"], b["backward_over_forward"]))
+if d["state"] == "ran":
+    print("decode B=%s d=%s L=%s bf16=%s half=%s: step %.4g ms, attention %.4g ms, cache %.4g GB/s" % (
+        d["batch"], d["d"], d["cached_tokens"], d["bf16"], d["half"], d["step_seconds"] * 1e3,
+        d["attention_seconds"] * 1e3, d["cache_bytes_per_second"] / 1e9))
 PY
   fi
 }
 
 # Built-in tile sizes first, so that what tuning gains shows.
 # shellcheck disable=SC2086 # --bench-args holds several options
-step bench_builtin 300 "$iha" bench --json --no-cold-start --no-layer --no-baseline $bench_args || true
+step bench_builtin 120 "$iha" bench --json --no-cold-start --no-layer --no-baseline $bench_args || true
 note "bench_builtin: $(bench_summary "$out/bench_builtin.txt")"
-step tune $((tune_seconds + 300)) "$iha" tune --budget-s "$tune_seconds" || true
+step tune $((tune_seconds + 120)) "$iha" tune --budget-s "$tune_seconds" || true
+
+# The table's problems, each as one JSON report: the first one also measures the ceilings that
+# every fraction of the table divides by.
+json_runs=()
+json_run() { # NAME LIMIT bench-options...
+  local name=$1 limit=$2
+  shift 2
+  step "$name" "$limit" "$iha" bench --json "$@" || true
+  note "$name: $(bench_summary "$out/$name.txt")"
+  [ -s "$out/$name.txt" ] && json_runs+=("$out/$name.txt")
+  return 0
+}
+for d in 64 128; do
+  for mask in causal none; do
+    ceilings=--no-ceilings
+    [ "$d$mask" = 64causal ] && ceilings=""
+    # shellcheck disable=SC2086
+    json_run "core_d${d}_$mask" 150 --no-cold-start --no-layer --no-baseline $ceilings --backward --d "$d" \
+      --mask "$mask" $bench_args
+  done
+done
+json_run decode_d64_float 90 --decode --no-ceilings --batch 1 --d 64 --cache-tokens "$cache_tokens"
+json_run decode_d64_bf16 90 --decode --no-ceilings --batch 1 --d 64 --cache-tokens "$cache_tokens" --bf16
+json_run decode_d128_float 90 --decode --no-ceilings --batch 1 --d 128 --cache-tokens "$cache_tokens"
+core16=""
+if [ -n "$core16_args" ]; then
+  # shellcheck disable=SC2086
+  step core16 150 "$iha" bench --json --no-cold-start --no-layer --no-baseline --no-ceilings $core16_args || true
+  core16="$out/core16.txt"
+fi
+
+# PyTorch's SDPA on the same problems, then the table and the targets.
+if [ $run_peers -eq 1 ]; then
+  if [ -z "$python" ]; then
+    for py in "$root/bench/peers/.work/venv/bin/python" python3 /usr/bin/python3 /opt/conda/bin/python; do
+      if command -v "$py" > /dev/null && LD_LIBRARY_PATH=$orig_ld_library_path "$py" -c 'import torch' 2> /dev/null; then
+        python=$py
+        break
+      fi
+    done
+  fi
+  if [ -z "$python" ]; then
+    failed=1
+    note "peers: FAILED, no Python that imports torch (--python PY)"
+  elif [ ${#json_runs[@]} -gt 0 ] || [ $dry_run -eq 1 ]; then
+    note "peers: $python, torch $(LD_LIBRARY_PATH=$orig_ld_library_path "$python" -c 'import torch; print(torch.__version__)' 2> /dev/null)"
+    step peers 240 env LD_LIBRARY_PATH="$orig_ld_library_path" "$python" "$root/bench/peers/cuda_sdpa.py" \
+      --device "$peer_device" --reps "$peer_reps" --out "$out/peers.json" "${json_runs[@]}" || true
+  fi
+fi
+if [ $dry_run -eq 0 ] && [ -s "$out/core_d64_causal.txt" ]; then
+  if python3 "$root/bench/peers/gpu_report.py" --peers "$out/peers.json" --ceilings "$out/core_d64_causal.txt" \
+      --table "$out/table.md" --targets "$out/targets.txt" ${core16:+--core16 "$core16"} "${json_runs[@]}" \
+      > "$out/gpu_report.txt" 2>&1; then
+    sed 's/^/table: /' "$out/table.md" >> "$report"
+    tee -a "$report" < "$out/targets.txt"
+  else
+    failed=1
+    note "table: FAILED: $out/gpu_report.txt"
+  fi
+fi
+
+if [ $run_tests -eq 1 ]; then
+  if command -v ctest > /dev/null; then
+    # The MPI tests need mpiexec, which the lent machine need not have.
+    exclude=()
+    if ! command -v mpiexec > /dev/null; then exclude=(-E mpi); note "tests: no mpiexec: the MPI tests are left out"; fi
+    [ -z "$tests_regex" ] || exclude+=(-R "$tests_regex")
+    step tests "$test_seconds" ctest --test-dir "$build" --output-on-failure -j "$test_jobs" --timeout 120 \
+      "${exclude[@]}" || true
+    [ $dry_run -eq 1 ] || note "tests: $(grep -E 'tests passed|tests failed|No tests were found' "$out/tests.txt" | tail -1)"
+    [ $dry_run -eq 1 ] || grep -E '^\s+[0-9]+ - ' "$out/tests.txt" | sed 's/^ */tests: failed /' | tee -a "$report" || true
+  else # no CMake on the machine: the test executables without arguments, --test-jobs at a time
+    mkdir -p "$out/tests"
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    step tests "$test_seconds" bash -c 'ls "$1"/tests/test_* "$1"/tests/example_* | grep -v mpi | grep -E -- "${3:-.}" |
+      xargs -P "$2" -I{} sh -c '\''timeout 60 "$1" > "$2/tests/$(basename "$1").txt" 2>&1 && echo "ok $1" ||
+      echo "FAILED $1"'\'' _ {} "$4"' _ "$build" "$test_jobs" "$tests_regex" "$out" || true
+    [ $dry_run -eq 1 ] || grep -c '^ok' "$out/tests.txt" | sed 's/^/tests: passed /' | tee -a "$report" || true
+    [ $dry_run -eq 1 ] || grep '^FAILED' "$out/tests.txt" | sed 's/^/tests: /' | tee -a "$report" || true
+  fi
+fi
+
 # shellcheck disable=SC2086
-step bench 600 "$iha" bench $bench_args || true
+step bench 180 "$iha" bench $bench_args || true
 [ $dry_run -eq 1 ] || grep -E '^  (copy kernel|CLBlast SGEMM 1024|peak FMA kernel|fused|layer \(wall\)|mixing \+|empty|warm)' \
   "$out/bench.txt" | head -20 |
   sed 's/^/bench: /' | tee -a "$report" || true
-for d in 64 128; do
-  # shellcheck disable=SC2086
-  step "bench_d$d" 300 "$iha" bench --json --no-cold-start --d "$d" $bench_args || true
-  note "bench_d$d: $(bench_summary "$out/bench_d$d.txt")"
-done
-# The backward passes (never yet run on a GPU): the attention step and the whole layer.
-step bench_backward 300 "$iha" bench --backward --n 1024 --no-baseline --no-cold-start --no-ceilings || true
-[ $dry_run -eq 1 ] || grep -E 'backward' "$out/bench_backward.txt" | grep -E 'ms|/ forward' | head -6 |
-  sed 's/^/bench_backward: /' | tee -a "$report" || true
-step bench_decode 300 "$iha" bench --decode || true
-[ $dry_run -eq 1 ] || grep -E -i 'tokens/s|bandwidth' "$out/bench_decode.txt" | head -6 | sed 's/^/bench_decode: /' |
-  tee -a "$report" || true
 step soak $((soak_seconds + 60)) "$iha" soak --seconds "$soak_seconds" --warmup $((soak_seconds / 4)) || true
 [ $dry_run -eq 1 ] || note "soak: $(grep '^result:' "$out/soak.txt" || echo 'no result')"
 
-note "report: $report; everything else in $out"
+rm -rf "$scratch"
+note "time: $SECONDS s of --total-seconds $total_seconds"
+note "report: $report; table: $out/table.md; everything else in $out"
 exit $failed
