@@ -34,7 +34,7 @@ static const iha_shape shape = {1, 24, 16, 2, 8, 4};
 /* A decode entry for shape's heads (BH = 2, d = 8, P = 4), causal and global. */
 static void add_decode(cJSON *entries, const char *role, long elem_bytes, long k, long cached, const long cfg[5])
 {
-    static const char *const params[5] = {"ATT_ROWS", "ATT_VD", "group", "min_split_keys", "per_cu"};
+    static const char *const params[7] = {"ATT_ROWS", "ATT_VD", "group", "min_split_keys", "per_cu", "variant", "keys"};
     static const char *const keys[8] = {"mask", "windowed", "elem_bytes", "d", "P", "k", "cached", "BH"};
     const long values[8] = {0, 0, elem_bytes, 8, 4, k, cached, 2};
     cJSON *e = cJSON_CreateObject(), *b = cJSON_CreateObject(), *c = cJSON_CreateObject();
@@ -42,8 +42,8 @@ static void add_decode(cJSON *entries, const char *role, long elem_bytes, long k
     cJSON_AddStringToObject(e, "role", role);
     for (int i = 0; i < 8; i++)
         cJSON_AddNumberToObject(b, keys[i], (double)values[i]);
-    for (int i = 0; i < 5; i++)
-        cJSON_AddNumberToObject(c, params[i], (double)cfg[i]);
+    for (int i = 0; i < 7; i++) /* register tiles (variant 0, keys 1) */
+        cJSON_AddNumberToObject(c, params[i], (double)(i < 5 ? cfg[i] : i == 5 ? 0 : 1));
     cJSON_AddItemToObject(e, "bucket", b);
     cJSON_AddItemToObject(e, "config", c);
     cJSON_AddItemToArray(entries, e);
@@ -192,15 +192,15 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
     /* 1. The last token's step is in the entry's bucket; 2. the prompt chunk is nearest to it. */
     decoded d = decode_layer(ctx, &l, zref, IHA_STORAGE_F32);
     assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_EXACT);
-    assert_string_equal(d.step.config, "ATT_ROWS=2 ATT_VD=4 group=4 min_split_keys=64 per_cu=32");
+    assert_string_equal(d.step.config, "ATT_ROWS=2 ATT_VD=4 group=4 min_split_keys=64 per_cu=32 variant=0 keys=1");
     assert_int_equal(d.prefill.source, IHA_CONFIG_PROFILE_NEAREST);
-    assert_string_equal(d.prefill.config, "ATT_ROWS=2 ATT_VD=4 group=4 min_split_keys=64 per_cu=32");
+    assert_string_equal(d.prefill.config, "ATT_ROWS=2 ATT_VD=4 group=4 min_split_keys=64 per_cu=32 variant=0 keys=1");
     assert_non_null(strstr(d.prefill.source_bucket, "k=1 cached=128"));
     assert_non_null(strstr(d.prefill.bucket, "k=32 cached=1 "));
     /* 3. A half cache is another kind: the device default. */
     d = decode_layer(ctx, &l, zref, IHA_STORAGE_F16);
     assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_DEVICE);
-    assert_string_equal(d.step.config, "ATT_ROWS=1 ATT_VD=8 group=0 min_split_keys=128 per_cu=2");
+    assert_string_equal(d.step.config, "ATT_ROWS=1 ATT_VD=8 group=0 min_split_keys=128 per_cu=2 variant=0 keys=1");
     /* The step reports the layer's other kernels too: attention, rows, decode and gemm. */
     size_t count = 0;
     assert_int_equal(iha_context_last_choices(ctx, NULL, 0, &count), IHA_OK);
@@ -211,9 +211,11 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
 }
 
 /* The decode kernels made wrong when ATT_ROWS is 2 (only the decode kernels are built with
- * KV_HALF defined). */
+ * KV_HALF defined; variant 1 takes ATT_ROWS as DEC_ROWS). */
 static const char *decode_fault(const char *name)
 {
+    if (strcmp(name, "attention_decode_groups.cl") == 0)
+        return "#if DEC_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 0.01f)\n#endif\n";
     return strcmp(name, "attention.cl") == 0
                ? "#if defined(KV_HALF) && ATT_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 0.01f)\n#endif\n"
                : NULL;

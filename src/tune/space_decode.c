@@ -1,5 +1,6 @@
-/* The tuning space of the decode kernels (cl/attention_decode.cl; iha_decode_config: tile, vector
- * width, work-group and key-split policy) and its problems: timing on the bucket's step (k new
+/* The tuning space of the decode kernels (cl/attention_decode.cl and, variant 1,
+ * cl/attention_decode_groups.cl; iha_decode_config: tile, vector width, work-group, keys per
+ * work-item and key-split policy) and its problems: timing on the bucket's step (k new
  * tokens per sequence) against a full cache of the layer's B, H and N, verification on two ragged
  * sequences (one long enough for several splits at every min_split_keys, one short enough to
  * leave splits empty) against a float64 attention of doc/spec.md "Decoding with a cache". The key
@@ -14,15 +15,17 @@
 #include "tune/buffers.h"
 #include "tune/state.h"
 
-enum { P_ROWS, P_VD, P_GROUP, P_MIN_KEYS, P_PER_CU };
+enum { P_ROWS, P_VD, P_GROUP, P_MIN_KEYS, P_PER_CU, P_VARIANT, P_KEYS };
 enum { K_MASK, K_WINDOWED, K_BYTES, K_D, K_P, K_K, K_CACHED, K_BH, K_COUNT };
 
 static const iha_tune_param params[] = {
     {"ATT_ROWS", 4, {1, 2, 4, 8}, NULL},
     {"ATT_VD", 3, {4, 8, 16}, NULL},
-    {"group", 7, {0, 1, 2, 4, 8, 16, 64}, NULL}, /* 0: the driver chooses */
+    {"group", 10, {0, 1, 2, 4, 8, 16, 32, 64, 128, 256}, NULL}, /* variant 0: 0, the driver chooses */
     {"min_split_keys", 6, {64, 128, 256, 512, 1024, 2048}, NULL},
     {"per_cu", 8, {1, 2, 4, 8, 16, 32, 64, 128}, NULL},
+    {"variant", 2, {0, 1}, NULL}, /* 0: register tiles, 1: a work-group per split */
+    {"keys", 4, {1, 2, 4, 8}, NULL},
 };
 
 /* Kind keys must match; the rest are compared on a log2 scale. k is the step's new tokens per
@@ -32,22 +35,47 @@ static const iha_tune_key keys[] = {
     {"mask", 1}, {"windowed", 1}, {"elem_bytes", 1}, {"d", 0}, {"P", 0}, {"k", 0}, {"cached", 0}, {"BH", 0},
 };
 
-/* Private state per work-item: ATT_ROWS query rows and accumulators of d floats. */
-static int tile_fits(const long *v) { return v[0] * v[1] <= 2048; }
+/* Private state per work-item (variant 0): ATT_ROWS query rows and accumulators of d floats. */
+static int tile_fits(const long *v) { return v[2] == 1 || v[0] * v[1] <= 2048; }
 /* A vector wider than the head wastes its lanes. */
 static int vector_fits_head(const long *v) { return v[0] <= (iha__pow2_ceil(v[1]) > 4 ? iha__pow2_ceil(v[1]) : 4); }
+/* Each variant's unused parameters keep one value (variant 0: keys 1; variant 1: ATT_VD 4), so
+ * the search does not time one configuration twice. */
+static int unused_fixed(const long *v) { return v[0] == 1 ? v[2] == 4 : v[1] == 1; }
+/* Variant 1: a work-group of at least 32 work-items (a power of 2: the reductions halve it), and
+ * scores of rows * keys per work-item in registers. */
+static int group_variant_shape(const long *v) { return v[0] == 0 || (v[1] >= 32 && v[2] * v[3] <= 32); }
+
+/* Variant 1's local memory (iha__decode_group_local_bytes); variant 0 uses none. */
+static long local_bytes(const long *v)
+{
+    return v[0] == 1 ? (long)iha__decode_group_local_bytes((int)v[1], (size_t)v[2], (int)v[3], (size_t)v[4]) : 0;
+}
 /* A tile taller than the step's query rows (k*P per sequence) computes copies of its last row. */
 static int tile_fits_rows(const long *v) { return v[0] <= iha__pow2_ceil(v[1] * v[2]); }
 
 static const iha_tune_constraint constraints[] = {
-    {tile_fits, {"ATT_ROWS", "d", NULL, NULL}, "ATT_ROWS rows of d floats exceed private memory"},
+    {tile_fits, {"ATT_ROWS", "d", "variant", NULL}, "ATT_ROWS rows of d floats exceed private memory"},
+    {unused_fixed, {"variant", "keys", "ATT_VD", NULL}, "a parameter the variant does not use is not its first value"},
+    {group_variant_shape,
+     {"variant", "group", "ATT_ROWS", "keys"},
+     "variant 1 needs 32 work-items or more and ATT_ROWS * keys of 32 at most"},
     {vector_fits_head, {"ATT_VD", "d", NULL, NULL}, "ATT_VD is wider than the head"},
     {tile_fits_rows, {"ATT_ROWS", "k", "P", NULL}, "ATT_ROWS exceeds the step's query rows"},
     {iha__at_most_x, {"group", "max_group", NULL, NULL}, "the work-group exceeds the device's maximum"},
 };
 
 static const iha_tune_space space = {
-    "decode", params, 5, keys, K_COUNT, constraints, 4, NULL, {NULL}, {NULL, NULL, NULL},
+    "decode",
+    params,
+    7,
+    keys,
+    K_COUNT,
+    constraints,
+    6,
+    local_bytes,
+    {"variant", "ATT_ROWS", "group", "keys", "d", NULL},
+    {NULL, NULL, NULL},
 };
 
 void iha__tune_decode_config(const iha_tune_config *c, iha_decode_config *cfg)
@@ -57,6 +85,8 @@ void iha__tune_decode_config(const iha_tune_config *c, iha_decode_config *cfg)
     cfg->group = (size_t)c->v[P_GROUP];
     cfg->min_split_keys = (int)c->v[P_MIN_KEYS];
     cfg->per_cu = (int)c->v[P_PER_CU];
+    cfg->variant = (int)c->v[P_VARIANT];
+    cfg->keys = (int)c->v[P_KEYS];
 }
 
 void iha__tune_decode_bucket(const iha_decode_dims *dd, int mask, size_t window, iha_tune_bucket *b)
@@ -116,6 +146,8 @@ static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_co
     c->v[P_GROUP] = (long)cfg.group;
     c->v[P_MIN_KEYS] = cfg.min_split_keys;
     c->v[P_PER_CU] = cfg.per_cu;
+    c->v[P_VARIANT] = cfg.variant;
+    c->v[P_KEYS] = cfg.keys;
     return 1;
 }
 
@@ -128,12 +160,14 @@ static void safe(const iha_tune_bucket *b, iha_tune_config *c)
     c->v[P_GROUP] = 0;
     c->v[P_MIN_KEYS] = 256;
     c->v[P_PER_CU] = 8;
+    c->v[P_VARIANT] = 0;
+    c->v[P_KEYS] = 1;
 }
 
 /* ---- Problems ---- */
 
 #define MAX_COPIES 4
-#define MAX_SPLITS 64 /* DEC_MAX_SPLITS: the partial buffer is sized for the most splits */
+#define MAX_SPLITS 256 /* variant 1's most: the partial buffer is sized for the most splits */
 
 typedef struct problem {
     iha_decode_dims dd; /* dd.tune is set per run */
@@ -141,7 +175,7 @@ typedef struct problem {
     size_t window;
     float scale;
     int copies;
-    cl_int step[4];     /* (n0, count) per sequence; verification has 2 sequences, timing shares one pair */
+    cl_int step[4]; /* (n0, count) per sequence; verification has 2 sequences, timing shares one pair */
     cl_mem q, o, partial, steps;
     cl_mem keys[MAX_COPIES], values[MAX_COPIES];
     float *hq, *hk, *hv; /* verification: queries, and keys and values as rows [B*H][t_max][d] as stored */
@@ -241,7 +275,8 @@ static iha_status make_cache(iha_context *ctx, problem *pr, int copy, int verify
         for (size_t i = 0; i < n; ++i) k[i] = half_value(half_bits(k[i]));
     float *packed = st == IHA_OK ? pack(k, bh, dd->t_max, dd->d, kb) : NULL;
     if (st == IHA_OK && packed == NULL) st = iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
-    if (st == IHA_OK) st = upload(ctx, packed, bh * ((dd->t_max + kb - 1) / kb) * kb * dd->d, dd->half, &pr->keys[copy]);
+    if (st == IHA_OK)
+        st = upload(ctx, packed, bh * ((dd->t_max + kb - 1) / kb) * kb * dd->d, dd->half, &pr->keys[copy]);
     free(packed);
     if (st == IHA_OK && verify) {
         pr->hk = k, pr->hv = v;
@@ -285,8 +320,9 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     if (st == IHA_OK) st = iha__tune_buffer(ctx, 2 * dd->B, NULL, &pr->steps);
     for (size_t i = 0; i < dd->B && st == IHA_OK; ++i) {
         const cl_int *pair = &pr->step[i == 0 || !verify ? 0 : 2];
-        IHA_CL_CHECK(ctx, clEnqueueWriteBuffer(ctx->queue, pr->steps, CL_TRUE, 2 * i * sizeof(cl_int), 2 * sizeof(cl_int),
-                                               pair, 0, NULL, NULL),
+        IHA_CL_CHECK(ctx,
+                     clEnqueueWriteBuffer(ctx->queue, pr->steps, CL_TRUE, 2 * i * sizeof(cl_int), 2 * sizeof(cl_int),
+                                          pair, 0, NULL, NULL),
                      "clEnqueueWriteBuffer (decode tuning steps)");
     }
     for (int i = 0; i < pr->copies && st == IHA_OK; ++i) st = make_cache(ctx, pr, i, verify);
@@ -314,8 +350,9 @@ static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, i
         c = &builtin_config;
     }
     iha__tune_decode_config(c, &dd.tune);
-    return iha__decode_attention_enqueue(ctx, &dd, (iha_buffer){pr->q, 0}, pr->keys[copy], pr->values[copy], pr->partial,
-                                         (iha_buffer){pr->o, 0}, pr->steps, pr->mask, pr->window, pr->scale);
+    return iha__decode_attention_enqueue(ctx, &dd, (iha_buffer){pr->q, 0}, pr->keys[copy], pr->values[copy],
+                                         pr->partial, (iha_buffer){pr->o, 0}, pr->steps, pr->mask, pr->window,
+                                         pr->scale);
 }
 
 /* One launch builds the program and, on PoCL, the machine code for this work-group size. */
@@ -347,11 +384,12 @@ static void reference(const void *p, double *ref)
 static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, double *error)
 {
     problem *pr = p;
-    return iha__tune_check_output(ctx, pr, c, enqueue, pr->o, pr->dd.B * pr->dd.H * pr->dd.k * pr->dd.P * pr->dd.d, reference, error);
+    return iha__tune_check_output(ctx, pr, c, enqueue, pr->o, pr->dd.B * pr->dd.H * pr->dd.k * pr->dd.P * pr->dd.d,
+                                  reference, error);
 }
 
 /* Weight 0.5: a layer shape makes two decode tasks (float and half cache), together one share. */
 const iha_tunable iha__tunable_decode = {
-    &space, 0.5, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, NULL,
-    prepare, enqueue, check, NULL,
+    &space,       0.5,           bucket_of, builtin, safe,    NULL,  problem_create,
+    problem_free, problem_bytes, NULL,      prepare, enqueue, check, NULL,
 };
