@@ -304,6 +304,30 @@ static void nonfinite_inputs(void **state)
                 }
 }
 
+/* The cases CI runs under Oclgrind's race detection and on rusticl, whose programs and runs are
+ * slow: a window and P > 1 with a ragged T, packed sequences with a dead row, in the smallest
+ * tiles, the square 16 x 16 and the 32 x 32 of the GPU built-ins. */
+static void ci_subset(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const bwd_case cases[] = {
+        {1, 7, 2, 9, 3, CAUSAL, 2, 0, {0}},
+        {1, 13, 1, 8, 2, TOKEN, 0, 1, {5, 1, 7}},
+    };
+    static const size_t picks[] = {1, 2, 3};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bwd_problem pr;
+        problem_make(&cases[i], 7700 + i, -1, 0.0f, &pr);
+        for (size_t j = 0; j < sizeof picks / sizeof picks[0]; j++)
+            if (variant_fits(&kVariants[picks[j]], cases[i].d))
+                run_variant(&pr, &cases[i], &kVariants[picks[j]], 0, "backward");
+            else
+                print_message("%s does not fit d=%zu on this device: skipped\n", kVariants[picks[j]].name, cases[i].d);
+        problem_free(&pr);
+    }
+}
+
 /* A tile that does not fit is refused with a message, nothing written. */
 static void refusals(void **state)
 {
@@ -333,6 +357,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(small_shapes),     cmocka_unit_test(wide_shapes),      cmocka_unit_test(packed_sequences),
         cmocka_unit_test(dead_rows),        cmocka_unit_test(nonfinite_inputs), cmocka_unit_test(refusals),
+        cmocka_unit_test(ci_subset),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

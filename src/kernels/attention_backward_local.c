@@ -17,16 +17,16 @@ static size_t pad_to(size_t x, size_t n) { return (x + n - 1) / n * n; }
 
 size_t iha__backward_kv_local_bytes(size_t head_dim, int keys, int queries)
 {
-    const size_t nq = (size_t)(queries > 0 ? queries : 4) / 4, dp = pad_to(head_dim, nq);
-    const size_t ks = (size_t)keys + 4, qs = (size_t)queries + 4;
-    return (2 * dp * ks + 2 * dp * qs + 2 * (size_t)queries * ks) * sizeof(float);
+    const size_t nq = queries >= 4 ? (size_t)queries / 4 : 1, dp = pad_to(head_dim, nq);
+    const size_t ks = (size_t)(keys > 0 ? keys : 0) + 4, qs = (size_t)(queries > 0 ? queries : 0) + 4;
+    return (2 * dp * ks + 2 * dp * qs + 2 * (qs - 4) * ks) * sizeof(float);
 }
 
 size_t iha__backward_q_local_bytes(size_t head_dim, int rows, int keys)
 {
-    const size_t nk = (size_t)(keys > 0 ? keys : 4) / 4, dp = pad_to(head_dim, nk);
-    const size_t qs = (size_t)rows + 4, ks = (size_t)keys + 4;
-    return (2 * dp * qs + 2 * dp * ks + (size_t)keys * qs) * sizeof(float);
+    const size_t nk = keys >= 4 ? (size_t)keys / 4 : 1, dp = pad_to(head_dim, nk);
+    const size_t qs = (size_t)(rows > 0 ? rows : 0) + 4, ks = (size_t)(keys > 0 ? keys : 0) + 4;
+    return (2 * dp * qs + 2 * dp * ks + (ks - 4) * qs) * sizeof(float);
 }
 
 /* One pass's tile: `along` rows or keys the group owns, `across` streamed per tile, whose
