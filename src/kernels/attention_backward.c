@@ -1,7 +1,8 @@
 /* Host side of the attention backward kernels, all on the context's in-order queue: the row dots
  * Dt, then CPUs take cl/attention_backward_tiles.cl's one pass over the visible pairs (on packed
- * copies of Q and dO, with partial dq sums) and its sum of the partials; GPUs take
- * cl/attention_backward.cl's dq and then dk and dv, one row per work-item. The same tile pass
+ * copies of Q and dO, with partial dq sums) and its sum of the partials; GPUs take dq and then dk
+ * and dv from cl/attention_backward_local.cl's local tiles where they fit
+ * (attention_backward_local.c), else cl/attention_backward.cl's, one row per work-item. The same tile pass
  * over one query block and one key block (cl/attention_partial_backward_tiles.cl) is
  * iha_attention_partial_backward's on CPUs. */
 #include "kernels/attention_backward.h"
@@ -68,7 +69,7 @@ int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_d
 
 static void arg_ref(iha_args *a, iha_buffer r) { iha__arg_tensor(a, r.mem, r.offset); }
 
-static void arg_mask(iha_args *a, const iha_dims *dims, int mask, size_t window, float scale, cl_mem unread)
+void iha__backward_mask_args(iha_args *a, const iha_dims *dims, int mask, size_t window, float scale, cl_mem unread)
 {
     iha__arg_int(a, (cl_int)dims->T);
     iha__arg_int(a, (cl_int)dims->P);
@@ -126,47 +127,79 @@ static iha_status tiles_end(iha_context *ctx, iha_args *a, const iha_dims *dims,
     return iha__launch(ctx, a, 2, rows, NULL, "attention_bwd_dq_sum_f32");
 }
 
-iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r, int mask,
-                                           size_t window, float scale)
+/* dq, then dk and dv, each by its local-tile pass where cfg gives one, else its row kernel;
+ * Dt already in r->delta. */
+static iha_status gradients(iha_context *ctx, const iha_backward_config *cfg, const iha_dims *dims,
+                            const iha_backward_refs *r, int mask, size_t window, float scale)
+{
+    char options[48];
+    snprintf(options, sizeof options, "-DHEAD_DIM=%zu", dims->d);
+    const size_t rows[2] = {dims->T, dims->B * dims->H};
+    const iha_buffer inputs[5] = {r->qt, r->kt, r->vt, r->dout, r->lse};
+    cl_kernel k;
+    iha_args a;
+    if (cfg->q_rows > 0) {
+        IHA_FORWARD_IF_ERROR(iha__attention_backward_dq_local_enqueue(ctx, cfg, dims, r, mask, window, scale));
+    } else {
+        IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dq_f32", &k));
+        a = iha__args_begin(k);
+        for (int i = 0; i < 5; ++i) arg_ref(&a, inputs[i]);
+        iha__arg_mem(&a, r->delta);
+        arg_ref(&a, r->dqt);
+        iha__backward_mask_args(&a, dims, mask, window, scale, r->delta);
+        IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dq_f32"));
+    }
+    if (cfg->kv_keys > 0) return iha__attention_backward_dkv_local_enqueue(ctx, cfg, dims, r, mask, window, scale);
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dkv_f32", &k));
+    a = iha__args_begin(k);
+    for (int i = 0; i < 5; ++i) arg_ref(&a, inputs[i]);
+    iha__arg_mem(&a, r->delta);
+    arg_ref(&a, r->dkt);
+    arg_ref(&a, r->dvt);
+    iha__backward_mask_args(&a, dims, mask, window, scale, r->delta);
+    return iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dkv_f32");
+}
+
+/* Dt = dO . O per row into r->delta. */
+static iha_status row_dots(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r)
 {
     char options[48];
     snprintf(options, sizeof options, "-DHEAD_DIM=%zu", dims->d);
     const size_t rows[2] = {dims->T, dims->B * dims->H};
     cl_kernel k;
-
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_rowdot_f32", &k));
     iha_args a = iha__args_begin(k);
     arg_ref(&a, r->o);
     arg_ref(&a, r->dout);
     iha__arg_mem(&a, r->delta);
     iha__arg_int(&a, (cl_int)dims->T);
-    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_rowdot_f32"));
+    return iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_rowdot_f32");
+}
+
+iha_status iha__attention_backward_enqueue_config(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r,
+                                                  const iha_backward_config *cfg, int mask, size_t window, float scale)
+{
+    IHA_FORWARD_IF_ERROR(row_dots(ctx, dims, r));
+    return gradients(ctx, cfg, dims, r, mask, window, scale);
+}
+
+iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r, int mask,
+                                           size_t window, float scale)
+{
+    IHA_FORWARD_IF_ERROR(row_dots(ctx, dims, r));
 
     if (r->packed[0] == NULL) {
-        const iha_buffer inputs[5] = {r->qt, r->kt, r->vt, r->dout, r->lse};
-        IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dq_f32", &k));
-        a = iha__args_begin(k);
-        for (int i = 0; i < 5; ++i) arg_ref(&a, inputs[i]);
-        iha__arg_mem(&a, r->delta);
-        arg_ref(&a, r->dqt);
-        arg_mask(&a, dims, mask, window, scale, r->delta);
-        IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dq_f32"));
-
-        IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_backward.cl", options, "attention_bwd_dkv_f32", &k));
-        a = iha__args_begin(k);
-        for (int i = 0; i < 5; ++i) arg_ref(&a, inputs[i]);
-        iha__arg_mem(&a, r->delta);
-        arg_ref(&a, r->dkt);
-        arg_ref(&a, r->dvt);
-        arg_mask(&a, dims, mask, window, scale, r->delta);
-        return iha__launch(ctx, &a, 2, rows, NULL, "attention_bwd_dkv_f32");
+        iha_backward_config cfg;
+        iha__attention_backward_config_default(ctx, dims->d, &cfg);
+        return gradients(ctx, &cfg, dims, r, mask, window, scale);
     }
 
     cl_int segs;
     char tiles[64];
+    iha_args a;
     IHA_FORWARD_IF_ERROR(
         tiles_begin(ctx, dims, dims->T, r, "attention_backward_tiles.cl", "attention_bwd_tiles_f32", tiles, &a, &segs));
-    arg_mask(&a, dims, mask, window, scale, r->delta);
+    iha__backward_mask_args(&a, dims, mask, window, scale, r->delta);
     return tiles_end(ctx, &a, dims, r, "attention_backward_tiles.cl", "attention_bwd_tiles_f32", tiles, segs, 0);
 }
 

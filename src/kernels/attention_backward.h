@@ -1,7 +1,9 @@
-/* The attention backward (cl/attention_backward.cl, cl/attention_backward_tiles.cl). */
+/* The attention backward (cl/attention_backward.cl, cl/attention_backward_tiles.cl,
+ * cl/attention_backward_local.cl). */
 #ifndef IHA_KERNELS_ATTENTION_BACKWARD_H
 #define IHA_KERNELS_ATTENTION_BACKWARD_H
 #include "kernels/tensor.h"
+#include "runtime/launch.h"
 
 /* The backward pass of attention: its tensors (see iha_attention_backward) and workspace. */
 typedef struct iha_backward_refs {
@@ -27,6 +29,37 @@ int iha__attention_partial_backward_sums_elements(const iha_context *ctx, const 
  * element is written. */
 iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *refs,
                                            int mask, size_t window, float scale);
+
+/* The passes of the backward without the CPU tile kernel: each takes cl/attention_backward_local.cl's
+ * local tiles where its fields are set, its row kernel of cl/attention_backward.cl where they
+ * are 0. */
+typedef struct iha_backward_config {
+    int kv_keys, kv_queries; /* dk/dv: key rows per work-group, query rows per tile (BWL_KEYS, BWL_QUERIES) */
+    int q_rows, q_keys;      /* dq: query rows per work-group, keys per tile (BWL_ROWS, BWL_TILE_KEYS) */
+} iha_backward_config;
+/* The built-in for this device and head width: local tiles on GPUs whose driver runs loops to the
+ * end, where they fit; 0 (the row kernels) elsewhere. */
+void iha__attention_backward_config_default(const iha_context *ctx, size_t head_dim, iha_backward_config *cfg);
+/* Local memory of each pass's tile, and whether it fits the device (multiples of 4, work-group
+ * size, local memory, at most 16 accumulator columns per work-item). */
+size_t iha__backward_kv_local_bytes(size_t head_dim, int keys, int queries);
+size_t iha__backward_q_local_bytes(size_t head_dim, int rows, int keys);
+int iha__backward_kv_fits(const iha_context *ctx, size_t head_dim, int keys, int queries);
+int iha__backward_q_fits(const iha_context *ctx, size_t head_dim, int rows, int keys);
+/* Dt, then the gradients in configuration cfg, whatever the device's built-in (refs->packed
+ * unused); a tile that does not fit is IHA_ERROR_UNSUPPORTED. For tests and tuning. */
+iha_status iha__attention_backward_enqueue_config(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *refs,
+                                                  const iha_backward_config *cfg, int mask, size_t window, float scale);
+/* The local-tile passes alone (Dt in refs->delta): dqt, or dkt and dvt. */
+iha_status iha__attention_backward_dq_local_enqueue(iha_context *ctx, const iha_backward_config *cfg,
+                                                    const iha_dims *dims, const iha_backward_refs *refs, int mask,
+                                                    size_t window, float scale);
+iha_status iha__attention_backward_dkv_local_enqueue(iha_context *ctx, const iha_backward_config *cfg,
+                                                     const iha_dims *dims, const iha_backward_refs *refs, int mask,
+                                                     size_t window, float scale);
+/* The mask arguments every backward kernel takes after its tensors: T, P, mask, window, scale
+ * and the packed sequences' bounds (unread: any buffer, for calls without them). */
+void iha__backward_mask_args(iha_args *a, const iha_dims *dims, int mask, size_t window, float scale, cl_mem unread);
 
 /* A partial step's blocks at global positions (iha_attention_partial_backward): Tk key rows from
  * row k0, the query rows (dims->T) from row q0, the masks evaluated over a sequence of Tg rows. */
