@@ -176,9 +176,13 @@ def copy_bandwidth(device, timer):
 
 def problems_of(path):
     """The problems of one `iha bench --json` report."""
-    with open(path) as f:
-        report = json.load(f)
     name = os.path.basename(path)
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"cuda_sdpa: {name}: not an iha bench JSON report ({e}): skipped", file=sys.stderr)
+        return []
     found = []
     a = report.get("attention", {})
     if a.get("state") == "ran":
