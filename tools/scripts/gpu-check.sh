@@ -32,10 +32,12 @@
 # --dry-run finds and registers the driver as above (use --icd-dir to keep /etc untouched) but
 # only prints the commands it would run. --device (default nvidia) is the IHA_DEVICE the
 # checks use and the name `iha devices` must show: with another driver standing in for
-# NVIDIA's (say PoCL's library at <root>/lib64/libnvidia-opencl.so.1 and --device pocl), the
-# whole script can be rehearsed on a machine without a GPU, with --peer-device cpu for the
-# peers and --bench-args "--n 128" for small cores. --use-debs unpacks .deb/ even when the
-# libraries are already there (to rehearse step 1). --bench-args go to every core run (not the
+# NVIDIA's (say PoCL's library linked as <root>/lib/x86_64-linux-gnu/libnvidia-opencl.so.1,
+# with <root>/lib/x86_64-linux-gnu/pocl and <root>/share/pocl linked to PoCL's own directories,
+# which it finds beside its library, and --device pocl), the whole script can be rehearsed on
+# a machine without a GPU, with --peer-device cpu for the peers and --bench-args "--n 128" for
+# small cores. --use-debs unpacks .deb/ even when the libraries are already there (to rehearse
+# step 1). --bench-args go to every core run (not the
 # decoding steps). --python is the Python with torch for the peers (default: the first of
 # bench/peers/.work/venv/bin/python, python3, /usr/bin/python3, /opt/conda/bin/python that
 # imports torch). --core16-args, when iha bench can run a 16-bit attention core, are the options
