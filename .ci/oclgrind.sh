@@ -24,7 +24,10 @@
 #   4. tests/test_gemm with --data-races: the library's SGEMM kernel in every tile of its tuning
 #      space on ragged shapes, with buffers that end where their matrices do;
 #   5. tests/test_backward with --data-races: the attention backward kernels on ragged shapes
-#      under every mask, windows, P = 1, d = 1 to 256; tests/test_layer_backward with
+#      under every mask, windows, P = 1, d = 1 to 256 (the simulator is a GPU: the local-tile
+#      passes of cl/attention_backward_local.cl where they fit); tests/test_backward_variants'
+#      small case with --data-races: those passes in several tiles, packed sequences with a dead
+#      row; tests/test_layer_backward with
 #      --data-races: the layer backward's transposes, inverse rotary and mixing gradients, and
 #      the GEMM with beta = 1, on ragged shapes; tests/test_partial with --data-races: the partial
 #      attention kernels and their merge over 2 to 4 blocks; tests/test_core_backward and tests/test_accumulate
@@ -76,6 +79,7 @@ run bf16_convert -- "$tests/test_bf16_convert"
 run nonfinite -- "$tests/test_nonfinite"
 run gemm_races --data-races -- "$tests/test_gemm"
 run backward_races --data-races -- "$tests/test_backward"
+IHA_TEST_ONLY=small_packed_and_dead run backward_variants_races --data-races -- "$tests/test_backward_variants"
 run layer_backward_races --data-races -- "$tests/test_layer_backward"
 run packed_races --data-races -- "$tests/test_packed"
 run partial_races --data-races -- "$tests/test_partial"

@@ -307,7 +307,7 @@ static void nonfinite_inputs(void **state)
 /* The cases CI runs under Oclgrind's race detection and on rusticl, whose programs and runs are
  * slow: a window and P > 1 with a ragged T, packed sequences with a dead row, in the smallest
  * tiles, the square 16 x 16 and the 32 x 32 of the GPU built-ins. */
-static void ci_subset(void **state)
+static void small_packed_and_dead(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
@@ -357,7 +357,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(small_shapes),     cmocka_unit_test(wide_shapes),      cmocka_unit_test(packed_sequences),
         cmocka_unit_test(dead_rows),        cmocka_unit_test(nonfinite_inputs), cmocka_unit_test(refusals),
-        cmocka_unit_test(ci_subset),
+        cmocka_unit_test(small_packed_and_dead),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }
