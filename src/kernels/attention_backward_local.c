@@ -83,6 +83,23 @@ iha_status iha__attention_backward_local_kernel(iha_context *ctx, const iha_back
     return iha__kernel_get(ctx, "attention_backward_local.cl", options, name, out);
 }
 
+/* Both passes read the same inputs first and launch a work-group of `threads` work-items per
+ * `rows` rows (query rows for dq, key rows for dk and dv) of one (b, h). */
+static void input_args(iha_args *a, const iha_backward_refs *r)
+{
+    const iha_buffer inputs[5] = {r->qt, r->kt, r->vt, r->dout, r->lse};
+    for (int i = 0; i < 5; ++i) iha__arg_tensor(a, inputs[i].mem, inputs[i].offset);
+    iha__arg_mem(a, r->delta);
+}
+
+static iha_status launch_tiles(iha_context *ctx, iha_args *a, const iha_dims *dims, int rows, size_t threads,
+                               const char *name)
+{
+    const size_t global[2] = {(dims->T + (size_t)rows - 1) / (size_t)rows * threads, dims->B * dims->H};
+    const size_t local[2] = {threads, 1};
+    return iha__launch(ctx, a, 2, global, local, name);
+}
+
 iha_status iha__attention_backward_dq_local_enqueue(iha_context *ctx, const iha_backward_config *cfg,
                                                     const iha_dims *dims, const iha_backward_refs *r, int mask,
                                                     size_t window, float scale)
@@ -95,15 +112,11 @@ iha_status iha__attention_backward_dq_local_enqueue(iha_context *ctx, const iha_
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__attention_backward_local_kernel(ctx, cfg, dims->d, "attention_bwd_dq_local_f32", &k));
     iha_args a = iha__args_begin(k);
-    const iha_buffer inputs[5] = {r->qt, r->kt, r->vt, r->dout, r->lse};
-    for (int i = 0; i < 5; ++i) iha__arg_tensor(&a, inputs[i].mem, inputs[i].offset);
-    iha__arg_mem(&a, r->delta);
+    input_args(&a, r);
     iha__arg_tensor(&a, r->dqt.mem, r->dqt.offset);
     iha__backward_mask_args(&a, dims, mask, window, scale, r->delta);
-    const size_t threads = (size_t)(cfg->q_rows / 4) * (size_t)(cfg->q_keys / 4);
-    const size_t global[2] = {(dims->T + (size_t)cfg->q_rows - 1) / (size_t)cfg->q_rows * threads, dims->B * dims->H};
-    const size_t local[2] = {threads, 1};
-    return iha__launch(ctx, &a, 2, global, local, "attention_bwd_dq_local_f32");
+    return launch_tiles(ctx, &a, dims, cfg->q_rows, (size_t)(cfg->q_rows / 4) * (size_t)(cfg->q_keys / 4),
+                        "attention_bwd_dq_local_f32");
 }
 
 iha_status iha__attention_backward_dkv_local_enqueue(iha_context *ctx, const iha_backward_config *cfg,
@@ -119,15 +132,10 @@ iha_status iha__attention_backward_dkv_local_enqueue(iha_context *ctx, const iha
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__attention_backward_local_kernel(ctx, cfg, dims->d, "attention_bwd_dkv_local_f32", &k));
     iha_args a = iha__args_begin(k);
-    const iha_buffer inputs[5] = {r->qt, r->kt, r->vt, r->dout, r->lse};
-    for (int i = 0; i < 5; ++i) iha__arg_tensor(&a, inputs[i].mem, inputs[i].offset);
-    iha__arg_mem(&a, r->delta);
+    input_args(&a, r);
     iha__arg_tensor(&a, r->dkt.mem, r->dkt.offset);
     iha__arg_tensor(&a, r->dvt.mem, r->dvt.offset);
     iha__backward_mask_args(&a, dims, mask, window, scale, r->delta);
-    const size_t threads = (size_t)(cfg->kv_keys / 4) * (size_t)(cfg->kv_queries / 4);
-    const size_t global[2] = {(dims->T + (size_t)cfg->kv_keys - 1) / (size_t)cfg->kv_keys * threads,
-                              dims->B * dims->H};
-    const size_t local[2] = {threads, 1};
-    return iha__launch(ctx, &a, 2, global, local, "attention_bwd_dkv_local_f32");
+    return launch_tiles(ctx, &a, dims, cfg->kv_keys, (size_t)(cfg->kv_keys / 4) * (size_t)(cfg->kv_queries / 4),
+                        "attention_bwd_dkv_local_f32");
 }
