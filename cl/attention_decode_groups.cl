@@ -65,7 +65,9 @@
 #define COL_LANES (DEC_GROUP < HEAD_DIM ? DEC_GROUP : HEAD_DIM)
 #define COLS_PER_ITEM ((HEAD_DIM + COL_LANES - 1) / COL_LANES)
 #define KEY_GROUPS (DEC_GROUP / COL_LANES)
-#define KEYS_PER_GROUP (DEC_TILE / KEY_GROUPS)
+/* Rounded up: the key groups need not divide the tile (d = 13 on 128 work-items makes 9), and
+ * the last group takes the remainder. */
+#define KEYS_PER_GROUP ((DEC_TILE + KEY_GROUPS - 1) / KEY_GROUPS)
 
 /* Scores exceed the exponentials' reference point by at most this (base 2), as in attention.cl. */
 #define MAX_SLACK 8.0f
@@ -213,8 +215,8 @@ __kernel __attribute__((reqd_work_group_size(DEC_GROUP, 1, 1))) void attention_d
         barrier(CLK_LOCAL_MEM_FENCE);
 
         if (kgroup < KEY_GROUPS) {
-            const int jb = kgroup * KEYS_PER_GROUP;
-            for (int j = jb; j < jb + KEYS_PER_GROUP; ++j) {
+            const int jb = kgroup * KEYS_PER_GROUP, je = min(jb + KEYS_PER_GROUP, DEC_TILE);
+            for (int j = jb; j < je; ++j) {
                 const int u = j0 + j;
                 if (u < first || u > last) continue; /* the same key for the group's lanes */
                 const __global kv_t *vrow = vb + (size_t)ROW_OF(u) * HEAD_DIM;

@@ -6,8 +6,9 @@
  * sequence so far. The configuration is forced the way an application's profile would force it
  * (the decode kernel's device-wide default in a context whose profile is off), and every step
  * must report it, so a configuration the library refused cannot pass unnoticed. Configurations
- * cover a group wider than the head (several key groups in P.V), narrower (several columns per
- * work-item, a tail), one and several query rows and keys per work-item.
+ * cover a group wider than the head (several key groups in P.V, also a count of them that does
+ * not divide the tile), narrower (several columns per work-item, a tail), one and several query
+ * rows and keys per work-item.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -102,6 +103,8 @@ static const groups_case kCases[] = {
      0,
      0.0f,
      {2, 64, 1, 64, 8}},
+    /* A group of 64 over d = 20 makes 3 key groups, which do not divide a tile of 128 keys. */
+    {"uneven_key_groups", 1, 48, 40, 2, 20, 3, NONE, 0, 0, IHA_STORAGE_F32, 4, {0}, 0, 0.0f, {4, 64, 2, 256, 1}},
     {"long_cache_large_scale",
      1,
      300,
