@@ -222,7 +222,7 @@ static void print_layer(const bench_config *cfg, const bench_results *r)
 
 static void print_cold(const bench_results *r)
 {
-    printf("\ncold start (child processes, fresh IHA cache dir and POCL_CACHE_DIR; layer shape above)\n");
+    printf("\ncold start (child processes, fresh IHA cache dir and driver caches (POCL_CACHE_DIR, CUDA_CACHE_PATH); layer shape above)\n");
     const bench_cold_start *c = &r->cold;
     if (c->state != BENCH_RAN) {
         printf("  %s\n", c->state == BENCH_SKIPPED ? "skipped (--no-cold-start)" : c->note);

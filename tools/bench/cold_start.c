@@ -6,7 +6,8 @@
  * PoCL reads POCL_CACHE_DIR when the OpenCL platform loads, before any call of ours could
  * change it, so each measurement runs in a child process: the parent re-executes itself
  * (/proc/self/exe) as "iha bench <the same options> --cold-start-child IHA_DIR" through
- * posix_spawn, with POCL_CACHE_DIR=POCL_DIR in the child's environment. IHA_DIR (passed to
+ * posix_spawn, with POCL_CACHE_DIR=POCL_DIR (and NVIDIA's CUDA_CACHE_PATH=POCL_DIR) in the
+ * child's environment. IHA_DIR (passed to
  * iha_context_options.cache_dir) and POCL_DIR are fresh subdirectories of a mkdtemp directory
  * under $TMPDIR (else /tmp), removed afterwards. The child prints one line,
  * "cold-start context_seconds S forward_seconds S", on its stdout, which is a pipe to the parent.
@@ -70,26 +71,50 @@ int bench_cold_start_child(const bench_config *c, const char *cache_dir)
 
 /* ---- The parent ---- */
 
-/* environ without POCL_CACHE_DIR, plus POCL_CACHE_DIR=dir. Free the array and its last entry. */
+/* The drivers' own caches of compiled kernels, which the child gets empty in `dir` (PoCL's, and
+ * NVIDIA's compute cache, which also replaces a CUDA_CACHE_DISABLE of the parent's: the warm run
+ * measures a driver that keeps what it compiled, as an application's does). */
+static const char *const kDriverCacheVars[] = {"POCL_CACHE_DIR=", "CUDA_CACHE_PATH=", "CUDA_CACHE_DISABLE="};
+#define DRIVER_CACHE_VARS (sizeof kDriverCacheVars / sizeof kDriverCacheVars[0])
+#define DRIVER_CACHE_SET 2 /* the first two point to dir; the last is dropped */
+
+static int is_driver_cache_var(const char *entry)
+{
+    for (size_t i = 0; i < DRIVER_CACHE_VARS; i++)
+        if (strncmp(entry, kDriverCacheVars[i], strlen(kDriverCacheVars[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* environ without the driver cache variables, plus each of the first DRIVER_CACHE_SET set to
+ * dir. Free with free_environment. */
 static char **child_environment(const char *dir)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = malloc((n + 2) * sizeof *env);
-    size_t size = strlen("POCL_CACHE_DIR=") + strlen(dir) + 1;
-    char *entry = malloc(size);
-    if (!env || !entry) {
+    char **env = malloc((n + DRIVER_CACHE_SET + 1) * sizeof *env);
+    char *entries[DRIVER_CACHE_SET] = {NULL};
+    int ok = env != NULL;
+    for (size_t i = 0; i < DRIVER_CACHE_SET && ok; i++) {
+        size_t size = strlen(kDriverCacheVars[i]) + strlen(dir) + 1;
+        entries[i] = malloc(size);
+        ok = entries[i] != NULL;
+        if (ok)
+            snprintf(entries[i], size, "%s%s", kDriverCacheVars[i], dir);
+    }
+    if (!ok) {
+        for (size_t i = 0; i < DRIVER_CACHE_SET; i++)
+            free(entries[i]);
         free(env);
-        free(entry);
         return NULL;
     }
-    snprintf(entry, size, "POCL_CACHE_DIR=%s", dir);
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "POCL_CACHE_DIR=", 15) != 0)
+        if (!is_driver_cache_var(environ[i]))
             env[m++] = environ[i];
-    env[m++] = entry;
+    for (size_t i = 0; i < DRIVER_CACHE_SET; i++)
+        env[m++] = entries[i];
     env[m] = NULL;
     return env;
 }
@@ -101,7 +126,8 @@ static void free_environment(char **env)
     size_t n = 0;
     while (env[n])
         n++;
-    free(env[n - 1]);
+    for (size_t i = n - DRIVER_CACHE_SET; i < n; i++)
+        free(env[i]);
     free(env);
 }
 

@@ -152,8 +152,9 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/iha-gpu-check.XXXXXX")
 # The peers' Python gets the environment as it came: the packages' older libraries (step 1)
 # are the build's, not PyTorch's.
 orig_ld_library_path=${LD_LIBRARY_PATH-}
-# NVIDIA's OpenCL ends the process when a write to its compute cache fails (GPU.md).
-export CUDA_CACHE_DISABLE=${CUDA_CACHE_DISABLE:-1}
+# NVIDIA's OpenCL ends the process when a write to its compute cache fails (GPU.md): the cache
+# goes to the scratch directory, which is writable, unless the caller chose its own.
+export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$scratch/cuda-cache}
 
 note "iha GPU check, $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname)"
 command -v nvidia-smi > /dev/null &&
