@@ -61,7 +61,7 @@ typedef enum iha_config_source {
 
 /* One kernel configuration a call used. Fixed layout, no pointers. */
 typedef struct iha_kernel_choice {
-    char kernel[16];         /* "attention", "rows" (mixing and collapse share it), "decode", "gemm" */
+    char kernel[16];         /* "attention", "rows" (mixing and collapse share it), "decode", "backward", "gemm" */
     char bucket[160];        /* the call's bucket, e.g. "mask=0 windowed=0 elem_bytes=4 d=64 P=4 T=4096 span=4096" */
     char config[512];        /* e.g. "ATT_ROWS=4 ATT_TILES=4 ATT_KB=16 ATT_VD=16 group=1 variant=0 LOC_KEYS=32 ATT_PREFETCH=1";
                                 "CLBlast database" for CLBlast's own parameters */
@@ -71,7 +71,9 @@ typedef struct iha_kernel_choice {
 
 /* The configurations of the last layer call on ctx whose arguments passed their checks
  * (iha_forward, iha_attention_core, iha_attention, iha_decode_step, which adds a "decode"
- * entry; a refused call changes nothing): up to `capacity` entries into out (NULL when capacity is 0), the number
+ * entry, iha_backward and iha_attention_core_backward, which add a "backward" entry, and
+ * iha_attention_backward, which reports "backward" and "gemm" alone; a refused call changes
+ * nothing): up to `capacity` entries into out (NULL when capacity is 0), the number
  * available in *count. The GEMM entry reports the context's GEMM configuration (its backend,
  * and the parameters applied to CLBlast when that is the backend). */
 IHA_API iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *out, size_t capacity, size_t *count);
@@ -109,6 +111,11 @@ IHA_API iha_status iha_profile_clear(iha_context *ctx);
  * or global, cache element type, new tokens k, cached keys seen, B*H; the last three rounded up
  * to powers of two), and iha_context_last_choices then reports a "decode" entry. */
 #define IHA_TUNE_DECODE 8u
+/* The attention backward of iha_attention_backward, iha_backward and iha_attention_core_backward
+ * (on CPUs the register tiles per work-item, on GPUs each pass's local tiles or its row kernel),
+ * on the forward's buckets; a backward call then reports a "backward" entry in
+ * iha_context_last_choices. */
+#define IHA_TUNE_BACKWARD 16u
 
 /* Passed to the progress callback after the built-in default and after each candidate. */
 typedef struct iha_tune_progress {

@@ -167,7 +167,7 @@ static void internal_case(const bwd_case *c, int tiles, int dead_row, uint64_t s
                            {b[5], 0},   {out[0], 0}, {out[1], 0}, {out[2], 0}, delta,
                            {packed[0], packed[1]}, packed[2]};
     const float scale = c->scale != 0.0f ? c->scale : 1.0f / sqrtf((float)c->d);
-    tu_assert_status(tu_ctx, iha__attention_backward_enqueue(tu_ctx, &dims, &r, c->mask, (size_t)c->window, scale),
+    tu_assert_status(tu_ctx, iha__attention_backward_enqueue(tu_ctx, &dims, &r, NULL, c->mask, (size_t)c->window, scale),
                      IHA_OK);
     double *ref[3];
     for (int i = 0; i < 3; i++) ref[i] = tu_malloc(n * sizeof(double));

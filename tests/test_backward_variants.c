@@ -46,14 +46,14 @@ typedef struct bwd_variant {
  * built-ins' shapes, 64-row groups past a 64-row T, and each pass alone beside the other's row
  * kernel. */
 static const bwd_variant kVariants[] = {
-    {"rows", {0, 0, 0, 0}},
-    {"local dkv 8x4, dq 4x8", {8, 4, 4, 8}},
-    {"local dkv 16x16, dq 16x16", {16, 16, 16, 16}},
-    {"local dkv 32x32, dq 32x32", {32, 32, 32, 32}},
-    {"local dkv 64x32, dq 64x32", {64, 32, 64, 32}},
-    {"local dkv 32x64, dq 32x64", {32, 64, 32, 64}},
-    {"local dkv 16x32, rows dq", {16, 32, 0, 0}},
-    {"rows dkv, local dq 16x32", {0, 0, 16, 32}},
+    {"rows", {0, 0, 0, 0, 0}},
+    {"local dkv 8x4, dq 4x8", {8, 4, 4, 8, 0}},
+    {"local dkv 16x16, dq 16x16", {16, 16, 16, 16, 0}},
+    {"local dkv 32x32, dq 32x32", {32, 32, 32, 32, 0}},
+    {"local dkv 64x32, dq 64x32", {64, 32, 64, 32, 0}},
+    {"local dkv 32x64, dq 32x64", {32, 64, 32, 64, 0}},
+    {"local dkv 16x32, rows dq", {16, 32, 0, 0, 0}},
+    {"rows dkv, local dq 16x32", {0, 0, 16, 32, 0}},
 };
 #define VARIANT_COUNT (sizeof kVariants / sizeof kVariants[0])
 
@@ -286,8 +286,8 @@ static void nonfinite_inputs(void **state)
     static const int masks[] = {CAUSAL, TOKEN, NONE};
     static const long long windows[] = {0, 3};
     static const bwd_variant variants[] = {
-        {"local dkv 16x16, dq 16x16", {16, 16, 16, 16}},
-        {"local dkv 8x4, dq 4x8", {8, 4, 4, 8}},
+        {"local dkv 16x16, dq 16x16", {16, 16, 16, 16, 0}},
+        {"local dkv 8x4, dq 4x8", {8, 4, 4, 8, 0}},
     };
     for (int which = 0; which < 4; which++)
         for (int v = 0; v < 3; v++)
@@ -333,7 +333,7 @@ static void refusals(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    static const iha_backward_config bad[] = {{6, 32, 0, 0}, {0, 0, 32, 2}, {32, 4, 0, 0}};
+    static const iha_backward_config bad[] = {{6, 32, 0, 0, 0}, {0, 0, 32, 2, 0}, {32, 4, 0, 0, 0}};
     const bwd_case c = {1, 4, 1, 256, 1, CAUSAL, 0, 0, {0}};
     bwd_problem pr;
     problem_make(&c, 7600, -1, 0.0f, &pr);

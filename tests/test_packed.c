@@ -237,7 +237,7 @@ static void attention_backward_case(void **state)
                                    {b[4], 0}, {b[5], 0},       out[0],             out[1],
                                    out[2],    delta,           {packed[0], packed[1]}, packed[2]};
             tu_assert_status(tu_ctx,
-                             iha__attention_backward_enqueue(tu_ctx, &dims, &r, c->mask, (size_t)c->window,
+                             iha__attention_backward_enqueue(tu_ctx, &dims, &r, NULL, c->mask, (size_t)c->window,
                                                              1.0f / sqrtf((float)c->d)),
                              IHA_OK);
             for (int j = 0; j < 3; j++) tu_assert_buffer_close(tu_ctx, names[1 + tiles][j], out[j], n, ref[j], TU_TOL_F32);

@@ -21,7 +21,12 @@
  * The tiles' state (four arrays of 4 rows of d floats) then lives in L2, read once per block. */
 #define BW_ROWS 4
 
-static int tiles_per_group(size_t head_dim) { return head_dim <= 64 ? 8 : 16; }
+int iha__backward_tiles_default(size_t head_dim) { return head_dim <= 64 ? 8 : 16; }
+
+static int tiles_of(const iha_backward_config *cfg, size_t head_dim)
+{
+    return cfg != NULL && cfg->tiles >= IHA_BACKWARD_TILES_MIN ? cfg->tiles : iha__backward_tiles_default(head_dim);
+}
 
 int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
 {
@@ -42,29 +47,34 @@ int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
  * dq. */
 #define MAX_PARTIALS 64
 
-static size_t segments(const iha_context *ctx, const iha_dims *dims, size_t key_rows)
+static size_t segments(const iha_context *ctx, const iha_dims *dims, size_t key_rows, int tiles)
 {
     const size_t bh = dims->B * dims->H, cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
-    const size_t per_group = (size_t)BW_ROWS * (size_t)tiles_per_group(dims->d);
+    const size_t per_group = (size_t)BW_ROWS * (size_t)tiles;
     const size_t groups = (key_rows + per_group - 1) / per_group;
     size_t s = (4 * cu + bh - 1) / bh;
     if (s > MAX_PARTIALS / bh) s = MAX_PARTIALS / bh;
     return s < 1 ? 1 : s > groups ? groups : s;
 }
 
+/* segments x B*H partials of ceil(T/16)*16 query rows of d rounded up to 16 floats. */
+static int sums_elements(const iha_context *ctx, const iha_dims *dims, size_t key_rows, int tiles, size_t *elements)
+{
+    const size_t rows = (dims->T + 15) / 16 * 16, width = (dims->d + 15) / 16 * 16;
+    size_t n;
+    return iha__mul(segments(ctx, dims, key_rows, tiles), dims->B * dims->H, &n) && iha__mul(n, rows, &n) &&
+           iha__mul(n, width, elements);
+}
+
 int iha__attention_partial_backward_sums_elements(const iha_context *ctx, const iha_dims *dims, size_t key_rows,
                                                   size_t *elements)
 {
-    /* segments x B*H partials of ceil(T/16)*16 query rows of d rounded up to 16 floats. */
-    const size_t rows = (dims->T + 15) / 16 * 16, width = (dims->d + 15) / 16 * 16;
-    size_t n;
-    return iha__mul(segments(ctx, dims, key_rows), dims->B * dims->H, &n) && iha__mul(n, rows, &n) &&
-           iha__mul(n, width, elements);
+    return sums_elements(ctx, dims, key_rows, iha__backward_tiles_default(dims->d), elements);
 }
 
 int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_dims *dims, size_t *elements)
 {
-    return iha__attention_partial_backward_sums_elements(ctx, dims, dims->T, elements);
+    return sums_elements(ctx, dims, dims->T, IHA_BACKWARD_TILES_MIN, elements);
 }
 
 static void arg_ref(iha_args *a, iha_buffer r) { iha__arg_tensor(a, r.mem, r.offset); }
@@ -80,16 +90,17 @@ void iha__backward_mask_args(iha_args *a, const iha_dims *dims, int mask, size_t
 }
 
 /* The tile kernel's first arguments, up to its segment count: Q and dO packed in 16-column blocks
- * [B*H][T/16][d][16] (zero-padded), then the kernel of `file` with the tile options into
- * `options` (64 bytes). key_rows: the keys each (b, h) walks. */
-static iha_status tiles_begin(iha_context *ctx, const iha_dims *dims, size_t key_rows, const iha_backward_refs *r,
-                              const char *file, const char *kernel, char *options, iha_args *a, cl_int *segs)
+ * [B*H][T/16][d][16] (zero-padded), then the kernel of `file` with `tiles` tiles per work-item,
+ * its options into `options` (64 bytes). key_rows: the keys each (b, h) walks. */
+static iha_status tiles_begin(iha_context *ctx, const iha_dims *dims, size_t key_rows, int tiles,
+                              const iha_backward_refs *r, const char *file, const char *kernel, char *options,
+                              iha_args *a, cl_int *segs)
 {
     const iha_buffer sources[2] = {r->qt, r->dout};
     for (int i = 0; i < 2; ++i)
         IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, dims, sources[i], (iha_buffer){r->packed[i], 0}, 16));
-    *segs = (cl_int)segments(ctx, dims, key_rows);
-    snprintf(options, 64, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, BW_ROWS, tiles_per_group(dims->d));
+    *segs = (cl_int)segments(ctx, dims, key_rows, tiles);
+    snprintf(options, 64, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, BW_ROWS, tiles);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, file, options, kernel, &k));
     *a = iha__args_begin(k);
@@ -183,22 +194,22 @@ iha_status iha__attention_backward_enqueue_config(iha_context *ctx, const iha_di
     return gradients(ctx, cfg, dims, r, mask, window, scale);
 }
 
-iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r, int mask,
-                                           size_t window, float scale)
+iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *r,
+                                           const iha_backward_config *cfg, int mask, size_t window, float scale)
 {
     IHA_FORWARD_IF_ERROR(row_dots(ctx, dims, r));
 
     if (r->packed[0] == NULL) {
-        iha_backward_config cfg;
-        iha__attention_backward_config_default(ctx, dims->d, &cfg);
-        return gradients(ctx, &cfg, dims, r, mask, window, scale);
+        iha_backward_config builtin;
+        if (cfg == NULL) iha__attention_backward_config_default(ctx, dims->d, &builtin);
+        return gradients(ctx, cfg ? cfg : &builtin, dims, r, mask, window, scale);
     }
 
     cl_int segs;
     char tiles[64];
     iha_args a;
-    IHA_FORWARD_IF_ERROR(
-        tiles_begin(ctx, dims, dims->T, r, "attention_backward_tiles.cl", "attention_bwd_tiles_f32", tiles, &a, &segs));
+    IHA_FORWARD_IF_ERROR(tiles_begin(ctx, dims, dims->T, tiles_of(cfg, dims->d), r, "attention_backward_tiles.cl",
+                                     "attention_bwd_tiles_f32", tiles, &a, &segs));
     iha__backward_mask_args(&a, dims, mask, window, scale, r->delta);
     return tiles_end(ctx, &a, dims, r, "attention_backward_tiles.cl", "attention_bwd_tiles_f32", tiles, segs, 0);
 }
@@ -211,7 +222,8 @@ iha_status iha__attention_partial_backward_enqueue(iha_context *ctx, const iha_d
     cl_int segs;
     char tiles[64];
     iha_args a;
-    IHA_FORWARD_IF_ERROR(tiles_begin(ctx, dims, at->Tk, r, file, kernel, tiles, &a, &segs));
+    IHA_FORWARD_IF_ERROR(tiles_begin(ctx, dims, at->Tk, iha__backward_tiles_default(dims->d), r, file, kernel, tiles,
+                                     &a, &segs));
     iha__arg_int(&a, (cl_int)dims->T);
     iha__arg_int(&a, (cl_int)at->Tk);
     iha__arg_int(&a, at->q0);

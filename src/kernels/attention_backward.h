@@ -18,33 +18,44 @@ typedef struct iha_backward_refs {
  * on this device, which needs two packed copies of iha__packed_keys_elements(dims, 16) floats
  * each and iha__attention_backward_partial_elements floats of partial sums. */
 int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim);
-/* The tile kernel's partial sums, in floats, into *elements; returns 0 when the count overflows size_t. */
+/* The tile kernel's partial sums, in floats, into *elements, enough for every configuration;
+ * returns 0 when the count overflows size_t. */
 int iha__attention_backward_partial_elements(const iha_context *ctx, const iha_dims *dims, size_t *elements);
 /* The same for iha_attention_partial_backward's tile pass, whose keys are key_rows rows of
  * another block than the dims->T query rows. */
 int iha__attention_partial_backward_sums_elements(const iha_context *ctx, const iha_dims *dims, size_t key_rows,
                                                   size_t *elements);
-/* Dt = dO . O per row, then the gradients: with packed buffers one pass for dkt, dvt and the
- * partial sums of dqt, then their sum into dqt; without, dqt, then dkt and dvt. Every output
- * element is written. */
-iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *refs,
-                                           int mask, size_t window, float scale);
-
-/* The passes of the backward without the CPU tile kernel: each takes cl/attention_backward_local.cl's
- * local tiles where its fields are set, its row kernel of cl/attention_backward.cl where they
- * are 0. */
+/* A backward configuration. With packed buffers (the CPU tile kernel) only `tiles` counts; without,
+ * each pass takes cl/attention_backward_local.cl's local tiles where its fields are set, its row
+ * kernel of cl/attention_backward.cl where they are 0. */
 typedef struct iha_backward_config {
     int kv_keys, kv_queries; /* dk/dv: key rows per work-group, query rows per tile (BWL_KEYS, BWL_QUERIES) */
     int q_rows, q_keys;      /* dq: query rows per work-group, keys per tile (BWL_ROWS, BWL_TILE_KEYS) */
+    int tiles;               /* the tile kernel's 4-row register tiles per work-item (BW_TILES): 4, 8 or 16 */
 } iha_backward_config;
 /* The built-in for this device and head width: local tiles on GPUs whose driver runs loops to the
- * end, where they fit; 0 (the row kernels) elsewhere. */
+ * end, where they fit; 0 (the row kernels) elsewhere; the tile kernel's tiles for the width. */
 void iha__attention_backward_config_default(const iha_context *ctx, size_t head_dim, iha_backward_config *cfg);
+/* The tile kernel's built-in tiles per work-item for a head width, and the fewest any
+ * configuration may take (which sizes the partial sums: fewer tiles make more work-items). */
+int iha__backward_tiles_default(size_t head_dim);
+#define IHA_BACKWARD_TILES_MIN 4
+
+/* Dt = dO . O per row, then the gradients in configuration cfg (NULL: the built-in): with packed
+ * buffers one pass for dkt, dvt and the partial sums of dqt, then their sum into dqt; without,
+ * dqt, then dkt and dvt. Every output element is written. A local tile that does not fit the
+ * device is IHA_ERROR_UNSUPPORTED. */
+iha_status iha__attention_backward_enqueue(iha_context *ctx, const iha_dims *dims, const iha_backward_refs *refs,
+                                           const iha_backward_config *cfg, int mask, size_t window, float scale);
 /* Local memory of each pass's tile, and whether it fits the device (multiples of 4, work-group
  * size, local memory, at most 16 accumulator columns per work-item). */
 size_t iha__backward_kv_local_bytes(size_t head_dim, int keys, int queries);
 size_t iha__backward_q_local_bytes(size_t head_dim, int rows, int keys);
 int iha__backward_kv_fits(const iha_context *ctx, size_t head_dim, int keys, int queries);
+/* The same without local memory, for the tuning space's constraints: one pass's tile of `along`
+ * rows or keys per work-group and `across` streamed per tile (multiples of 4), its work-items
+ * within max_group and its accumulator columns within the limit. */
+int iha__backward_tile_shape_fits(size_t head_dim, int along, int across, size_t max_group);
 int iha__backward_q_fits(const iha_context *ctx, size_t head_dim, int rows, int keys);
 /* Dt, then the gradients in configuration cfg, whatever the device's built-in (refs->packed
  * unused); a tile that does not fit is IHA_ERROR_UNSUPPORTED. For tests and tuning. */

@@ -29,14 +29,18 @@ size_t iha__backward_q_local_bytes(size_t head_dim, int rows, int keys)
     return (2 * dp * qs + 2 * dp * ks + (ks - 4) * qs) * sizeof(float);
 }
 
-/* One pass's tile: `along` rows or keys the group owns, `across` streamed per tile, whose
- * quarter splits the output columns. */
-static int tile_fits(const iha_context *ctx, size_t head_dim, int along, int across, size_t bytes)
+int iha__backward_tile_shape_fits(size_t head_dim, int along, int across, size_t max_group)
 {
     if (along < 4 || along % 4 || across < 4 || across % 4) return 0;
     const size_t threads = (size_t)(along / 4) * (size_t)(across / 4);
     const size_t columns = pad_to(head_dim, (size_t)across / 4) / ((size_t)across / 4);
-    return threads <= ctx->info.max_work_group_size && bytes <= ctx->info.local_mem_bytes && columns <= MAX_COLUMNS;
+    return threads <= max_group && columns <= MAX_COLUMNS;
+}
+
+static int tile_fits(const iha_context *ctx, size_t head_dim, int along, int across, size_t bytes)
+{
+    return iha__backward_tile_shape_fits(head_dim, along, across, ctx->info.max_work_group_size) &&
+           bytes <= ctx->info.local_mem_bytes;
 }
 
 int iha__backward_kv_fits(const iha_context *ctx, size_t head_dim, int keys, int queries)
@@ -60,7 +64,7 @@ static const int q_tiles[][2] = {{64, 32}, {32, 32}, {32, 64}, {16, 32}, {16, 64
 
 void iha__attention_backward_config_default(const iha_context *ctx, size_t head_dim, iha_backward_config *cfg)
 {
-    *cfg = (iha_backward_config){0, 0, 0, 0};
+    *cfg = (iha_backward_config){0, 0, 0, 0, iha__backward_tiles_default(head_dim)};
     /* CPUs run the register-tile kernels or the row kernels (iha__attention_backward_tiled). A
      * driver that ends loops early keeps the row kernels, which walk fewer iterations per
      * work-item than a tile walks per query tile. */

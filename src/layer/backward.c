@@ -10,6 +10,7 @@
 #include "layer/workspace.h"
 #include "runtime/error.h"
 #include "runtime/loop_limit.h"
+#include "tune/choose.h"
 
 static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                      const iha_buffer in[6], const iha_buffer out[3])
@@ -51,6 +52,9 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
         iha__add(copies, iha__plan_sequences_elements(&p), &copies))
         iha__add(copies, p.lse_elems, &total);
     IHA_FORWARD_IF_ERROR(iha__workspace_check_total(ctx, total, f));
+    /* The call's only choice besides the GEMM's: the record starts with it. */
+    const int choose = IHA_CHOOSE_TUNE | IHA_CHOOSE_RECORD | IHA_CHOOSE_FIRST;
+    IHA_FORWARD_IF_ERROR(iha__tune_choose_backward(ctx, shape, options, choose, &p.backward));
     IHA_FORWARD_IF_ERROR(iha__plan_sequences(ctx, &p));
     cl_mem delta, packs[2], sums;
     IHA_FORWARD_IF_ERROR(
@@ -73,7 +77,7 @@ static iha_status attention_backward(iha_context *ctx, const iha_shape *shape, c
     }
     iha_backward_refs r = {view[0], view[1], view[2], view[3], view[4], view[5], view[6], view[7], view[8],
                            delta,   {packs[0], packs[1]}, sums};
-    IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, &p.dims, &r, p.mask, p.window, p.scale));
+    IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, &p.dims, &r, &p.backward, p.mask, p.window, p.scale));
     for (int j = 0; j < 3 && stand_in; ++j)
         IHA_FORWARD_IF_ERROR(iha__grad_store(ctx, storage, acc, view[6 + j], out[j], n));
     return iha__stage_done(ctx, &ctx->stage_times.attention, &mark);

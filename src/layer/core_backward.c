@@ -122,7 +122,7 @@ iha_status iha__core_backward_stages(iha_context *ctx, const iha_plan *p, const 
                            g->o,                   g->lse,                 at(g->t[IHA_GRAD_DO]),
                            at(g->t[IHA_GRAD_DQT]), at(g->t[IHA_GRAD_DKT]), at(g->t[IHA_GRAD_DVT]),
                            g->delta,               {g->packed[0], g->packed[1]}, g->partial};
-    IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, dims, &r, p->mask, p->window, p->scale));
+    IHA_FORWARD_IF_ERROR(iha__attention_backward_enqueue(ctx, dims, &r, &p->backward, p->mask, p->window, p->scale));
     if (rope) {
         IHA_FORWARD_IF_ERROR(iha__rope_inverse_enqueue(ctx, dims, r.dqt, rope));
         IHA_FORWARD_IF_ERROR(iha__rope_inverse_enqueue(ctx, dims, r.dkt, rope));
@@ -176,7 +176,7 @@ static iha_status check_call(iha_context *ctx, const iha_shape *shape, const iha
                 IHA_FORWARD_IF_ERROR(iha__check_apart(ctx, out[i], e, b, out[j], out_elems(p, j), out_bytes(p, j),
                                                       out_names[i], out_names[j]));
     }
-    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, p));
+    IHA_FORWARD_IF_ERROR(iha__plan_choose_backward(ctx, shape, options, p));
     return iha__plan_sequences(ctx, p);
 }
 

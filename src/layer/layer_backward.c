@@ -230,7 +230,7 @@ static iha_status check_call(iha_context *ctx, const iha_shape *shape, const iha
     else
         *saved = (iha_buffer){NULL, 0};
     IHA_FORWARD_IF_ERROR(check_outputs(ctx, p, w, x, dz, *saved, out));
-    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, p));
+    IHA_FORWARD_IF_ERROR(iha__plan_choose_backward(ctx, shape, options, p));
     return iha__plan_sequences(ctx, p);
 }
 

@@ -172,6 +172,13 @@ iha_status iha__plan_choose(iha_context *ctx, const iha_shape *shape, const iha_
     return size_packed_keys(ctx, p);
 }
 
+iha_status iha__plan_choose_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                     iha_plan *p)
+{
+    IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, p));
+    return iha__tune_choose_backward(ctx, shape, options, IHA_CHOOSE_TUNE | IHA_CHOOSE_RECORD, &p->backward);
+}
+
 iha_status iha__check_buffer(iha_context *ctx, iha_buffer buf, size_t elems, size_t elem_bytes, const char *name)
 {
     IHA_RETURN_ERROR_IF(buf.mem == NULL, ctx, IHA_ERROR_INVALID_ARGUMENT, "buffer %s is NULL", name);

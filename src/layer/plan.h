@@ -3,6 +3,7 @@
 #ifndef IHA_LAYER_PLAN_H
 #define IHA_LAYER_PLAN_H
 #include "kernels/attention.h"
+#include "kernels/attention_backward.h"
 #include "kernels/mix.h"
 
 typedef struct iha_plan {
@@ -23,6 +24,7 @@ typedef struct iha_plan {
     size_t weight_bytes;   /* bytes per weight element, 2 or 4 */
     iha_attention_config attention;
     iha_mix_collapse_config mix_collapse;
+    iha_backward_config backward; /* set by iha__plan_choose_backward; zero elsewhere */
     int mask;
     size_t window;         /* tokens; 0 also when the window covers the whole sequence */
     float scale;
@@ -55,6 +57,10 @@ iha_status iha__plan_lookup(iha_context *ctx, const iha_shape *shape, const iha_
  * use, and records them for iha_context_last_choices. A refused call therefore never tunes. */
 iha_status iha__plan_choose(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                             iha_plan *plan);
+/* iha__plan_choose for a call that runs the attention backward: also chooses (and records) its
+ * configuration. */
+iha_status iha__plan_choose_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                     iha_plan *plan);
 /* For a call that honours packed sequences, after iha__plan_choose: uploads the plan's sequence
  * bounds and sets dims.seq_bounds (nothing when there are none). layer/sequences.c. */
 iha_status iha__plan_sequences(iha_context *ctx, iha_plan *plan);

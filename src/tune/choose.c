@@ -91,6 +91,21 @@ iha_status iha__tune_choose_decode(iha_context *ctx, iha_decode_dims *dd, int ma
     return IHA_OK;
 }
 
+iha_status iha__tune_choose_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                     int flags, iha_backward_config *out)
+{
+    iha_tune_state *s = ctx->tune;
+    iha_tune_config c;
+    iha_kernel_choice choice;
+    IHA_FORWARD_IF_ERROR(
+        choose_one(ctx, &iha__tunable_backward, shape, options, (flags & IHA_CHOOSE_TUNE) != 0, &c, &choice));
+    iha__tune_backward_config(&c, out);
+    if (!(flags & IHA_CHOOSE_RECORD)) return IHA_OK;
+    if (flags & IHA_CHOOSE_FIRST) s->choice_count = 0;
+    if (s->choice_count < IHA_TUNE_CHOICES) s->choices[s->choice_count++] = choice;
+    return IHA_OK;
+}
+
 iha_status iha_context_last_choices(const iha_context *ctx, iha_kernel_choice *out, size_t capacity, size_t *count)
 {
     if (ctx == NULL || count == NULL || (out == NULL && capacity > 0)) return IHA_ERROR_INVALID_ARGUMENT;

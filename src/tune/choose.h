@@ -2,6 +2,7 @@
 #ifndef IHA_TUNE_CHOOSE_H
 #define IHA_TUNE_CHOOSE_H
 #include "gemm/gemm.h"
+#include "kernels/attention_backward.h"
 #include "kernels/decode.h"
 #include "kernels/mix.h"
 
@@ -9,7 +10,8 @@
 enum {
     IHA_CHOOSE_TUNE = 1,  /* tune them first when the context opted into tuning on first use: only
                              for a layer call whose every check has passed */
-    IHA_CHOOSE_RECORD = 2 /* a layer call: the choices become iha_context_last_choices */
+    IHA_CHOOSE_RECORD = 2, /* a layer call: the choices become iha_context_last_choices */
+    IHA_CHOOSE_FIRST = 4   /* with RECORD, for a call that makes no other choice: the record starts anew */
 };
 
 /* Chooses attention's and the mixing/collapse kernels' configurations for a validated call,
@@ -32,4 +34,10 @@ void iha__tune_gemm_own_tile(iha_context *ctx, iha_gemm_config *out);
  * geometry dd holds (t_cur and the cache's key block set), by the same fallback order, and adds
  * it to the choices of the step (after iha__tune_choose's, which the step's plan made). */
 iha_status iha__tune_choose_decode(iha_context *ctx, iha_decode_dims *dd, int mask, size_t window);
+
+/* Chooses the attention backward's configuration for a validated backward call by the same
+ * fallback order, tuning it first where the context asked for that (flags as for
+ * iha__tune_choose), and with IHA_CHOOSE_RECORD adds it to the call's choices. */
+iha_status iha__tune_choose_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
+                                     int flags, iha_backward_config *out);
 #endif

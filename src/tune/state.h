@@ -3,12 +3,15 @@
 #ifndef IHA_TUNE_STATE_H
 #define IHA_TUNE_STATE_H
 #include "gemm/sgemm.h"
+#include "kernels/attention_backward.h"
 #include "kernels/decode.h"
 #include "kernels/mix.h"
 #include "tune/profile.h"
 #include "tune/search.h"
 
-#define IHA_TUNE_CHOICES 3 /* attention, mixing and collapse ("rows"), and (decode steps) decode; gemm from `gemm` */
+/* attention, mixing and collapse ("rows"), and decode (decoding steps) or backward (backward
+ * calls); gemm from `gemm` */
+#define IHA_TUNE_CHOICES 3
 
 typedef struct iha_tune_state {
     iha_profile profile;
@@ -68,6 +71,7 @@ iha_status iha__tune_tasks(iha_context *ctx, const iha_tune_run *run);
 void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *cfg);
 void iha__tune_mix_collapse_config(const iha_tune_config *c, iha_mix_collapse_config *cfg);
 void iha__tune_decode_config(const iha_tune_config *c, iha_decode_config *cfg);
+void iha__tune_backward_config(const iha_tune_config *c, iha_backward_config *cfg);
 /* The decode bucket of a step (dd's geometry, its mask and window in tokens, 0: global). */
 void iha__tune_decode_bucket(const iha_decode_dims *dd, int mask, size_t window, iha_tune_bucket *b);
 /* The decode buckets a layer call stands for (bucket_of's float cache, then a half cache):

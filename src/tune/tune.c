@@ -196,6 +196,7 @@ static size_t collect_tasks(iha_context *ctx, const iha_shape *shapes, const iha
         const unsigned bit = t == &iha__tunable_gemm        ? IHA_TUNE_GEMM
                              : t == &iha__tunable_attention ? IHA_TUNE_ATTENTION
                              : t == &iha__tunable_decode    ? IHA_TUNE_DECODE
+                             : t == &iha__tunable_backward  ? IHA_TUNE_BACKWARD
                                                             : IHA_TUNE_ROWS;
         if (kernels != 0 && !(kernels & bit)) continue;
         for (size_t i = 0; i < count; ++i) {

@@ -20,7 +20,7 @@ static cli_option options[] = {
     {"budget-s", "S", "wall-clock budget in seconds for the whole run (default 40)", NULL},
     {"shapes", "demo|B,N,D,H,d,P", "layer shape (default demo: 1,1024,512,8,64,4)", NULL},
     {"layers", "both|global|sliding", "causal layers to tune: global, sliding window N/(2P^2), both (default)", NULL},
-    {"kernels", "LIST", "comma-separated attention,rows,gemm,decode (default all)", NULL},
+    {"kernels", "LIST", "comma-separated attention,rows,gemm,decode,backward (default all)", NULL},
     {"reps", "R", "timed runs per candidate, median taken (default 5)", NULL},
     {"dry-run", NULL, "measure and report, but store nothing", NULL},
     {"exhaustive", NULL, "benchmark: budgeted search, then every configuration (slow); needs --kernels without gemm",
@@ -33,7 +33,8 @@ static cli_spec spec = {
     "[options]",
     "Measures candidate configurations of the layer's kernels on this device: attention, mixing and\n"
     "collapse (rows), the layer's SGEMMs (gemm: which backend runs them, the library's own kernel\n"
-    "cl/gemm.cl or CLBlast, and each one's parameters) and the decoding step's attention (decode).\n"
+    "cl/gemm.cl or CLBlast, and each one's parameters), the decoding step's attention (decode) and\n"
+    "the attention backward of training (backward).\n"
     "Each candidate is verified against a float64 reference on a small problem; the fastest goes\n"
     "into the device's tuning profile (`iha profile path`). Progress goes to stderr; the\n"
     "before/after table to stdout. Times are medians per run of each kernel's timing problem.\n"
@@ -64,6 +65,7 @@ static int parse_kernels(const char *text, unsigned *out)
         else if (strcmp(tok, "rows") == 0) *out |= IHA_TUNE_ROWS;
         else if (strcmp(tok, "gemm") == 0) *out |= IHA_TUNE_GEMM;
         else if (strcmp(tok, "decode") == 0) *out |= IHA_TUNE_DECODE;
+        else if (strcmp(tok, "backward") == 0) *out |= IHA_TUNE_BACKWARD;
         else return -1;
     }
     return 0;
@@ -244,7 +246,7 @@ int cmd_tune(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     if (parse_kernels(cli_get(&spec, "kernels"), &to.kernels)) {
-        cli_error(&spec, "--kernels takes a comma-separated list of attention, rows, gemm, decode");
+        cli_error(&spec, "--kernels takes a comma-separated list of attention, rows, gemm, decode, backward");
         return CLI_EXIT_USAGE;
     }
     if (cli_get_positive_float(&spec, "budget-s", &budget) || cli_get_size(&spec, "reps", 1, 64, &reps))
