@@ -150,7 +150,7 @@ export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 pkg-config --validate iha
 [ "$(pkg-config --modversion iha)" = "$version" ] || fail "pkg-config --modversion iha is not $version"
 # iha.h includes only OpenCL's headers: the flags name no other library's directory.
-cflags=$(pkg-config --cflags iha)
+read -r cflags < <(pkg-config --cflags iha) # without its trailing blank
 [ "$cflags" = "-I$prefix/include" ] || fail "pkg-config --cflags iha is '$cflags', not -I$prefix/include alone"
 read -r -a iha_pc <<< "$(pkg-config --cflags --libs iha)"
 cc -std=c11 "${cxx_flags[@]}" examples/host_layer.c "${iha_pc[@]}" -Wl,-rpath,"$prefix/$libdir" -o "$work/pc_host_layer"
@@ -208,7 +208,7 @@ shows libclblast dpkg-deb -f "${debs[0]}" Depends || fail "libiha$major's depend
 # nothing else of ours beside them; a driver recommended, since the ICD loader runs nothing
 # without one; a maintainer who is someone.
 for deb in "${debs[@]}"; do
-  stray=$(dpkg-deb -c "$deb" | awk '{print $6}' | grep -E '^\./usr/lib/' | grep -v "^\./usr/$libdir/" || true)
+  stray=$(dpkg-deb -c "$deb" | awk '{print $6}' | grep -E '^\./usr/lib/.*[^/]$' | grep -v "^\./usr/$libdir/" || true)
   [ -z "$stray" ] || fail "$(basename "$deb") installs outside /usr/$libdir: $stray"
   if shows LICENSE dpkg-deb -c "$deb"; then fail "$(basename "$deb") installs a LICENSE file (copyright holds it)"; fi
   maintainer=$(dpkg-deb -f "$deb" Maintainer)
