@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 shellcheck --version | sed -n 2p
-shellcheck .ci/run .ci/*.sh tools/scripts/*.sh bench/peers/*.sh python/run_tests.sh
+shellcheck .ci/run .ci/*.sh tools/scripts/*.sh tools/man/*.sh bench/peers/*.sh python/run_tests.sh
 echo "lint: shellcheck clean"

@@ -1,4 +1,4 @@
-# Install rules: the libraries, the public headers, the iha command, the CMake package (find_package(iha),
+# Install rules: the libraries, the public headers, the iha command and its manual pages, the CMake package (find_package(iha),
 # target iha::iha) and iha.pc for pkg-config. The components are the Debian packages of
 # cmake/Package.cmake: runtime (libiha0), development (libiha-dev), tools (iha-tools). When
 # libiha_mpi is built, three more: mpi_runtime (libiha-mpi0), mpi_development (libiha-mpi-dev:
@@ -25,6 +25,12 @@ install(EXPORT ihaStaticTargets NAMESPACE iha:: DESTINATION ${IHA_CMAKE_DIR} COM
 install(FILES include/iha.h include/iha_tune.h include/iha_measure.h include/iha_multi.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development)
 if(IHA_BUILD_TOOLS)
   install(TARGETS iha_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
+  # The documents that the command's help cites (doc/NAME.md), beside its manual pages.
+  install(FILES doc/cli.md doc/spec.md doc/benchmarking.md DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/iha-tools
+          COMPONENT tools)
+  if(IHA_MAN_DIR)
+    install(DIRECTORY ${IHA_MAN_DIR}/ DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT tools FILES_MATCHING PATTERN "*.1.gz")
+  endif()
 endif()
 # libiha_mpi's own export set: ihaConfig.cmake includes it, and looks for MPI, only when the
 # application asks for the component mpi. Its targets refer to libiha's (iha::iha_shared).
@@ -37,6 +43,10 @@ if(IHA_MPI_FOUND)
   install(FILES include/iha_mpi.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT mpi_development)
   if(TARGET iha_mpi_cli)
     install(TARGETS iha_mpi_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT mpi_tools)
+    if(IHA_MPI_MAN_DIR)
+      install(DIRECTORY ${IHA_MPI_MAN_DIR}/ DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT mpi_tools
+              FILES_MATCHING PATTERN "*.1.gz")
+    endif()
   endif()
 endif()
 
@@ -101,9 +111,8 @@ foreach(_pc IN LISTS _iha_pc_files)
           COMPONENT ${_iha_pc_component_${_pc}})
 endforeach()
 
-# The license: beside the CMake package, and in each Debian package's copyright file (Debian's
-# machine-readable format, which points to the system's copy of the license's text).
-install(FILES LICENSE DESTINATION ${IHA_CMAKE_DIR} COMPONENT development)
+# The license: in each package's copyright file (Debian's machine-readable format, which points
+# to the system's copy of the license's text), under share/doc as Debian places it.
 install(FILES cmake/debian-copyright DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/libiha${PROJECT_VERSION_MAJOR}
         RENAME copyright COMPONENT runtime)
 install(FILES cmake/debian-copyright DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/libiha-dev RENAME copyright

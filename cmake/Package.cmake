@@ -10,8 +10,32 @@
 # system that never runs MPI installs libiha0 without it.
 set(CPACK_PACKAGE_NAME iha)
 set(CPACK_PACKAGE_VENDOR "The iha authors")
-# Whoever publishes the packages names themselves here; the default is a placeholder.
-set(IHA_PACKAGE_CONTACT "The iha authors <iha@example.org>" CACHE STRING "Maintainer of the Debian packages")
+# The Maintainer field: whoever builds the packages, named as Debian's own tools (dch, dh_make)
+# take it, from DEBFULLNAME and DEBEMAIL, else from git's user.name and user.email, else the
+# committer of the source's commit; set IHA_PACKAGE_CONTACT to name someone else.
+set(_iha_contact "")
+if(DEFINED ENV{DEBFULLNAME} AND DEFINED ENV{DEBEMAIL})
+  set(_iha_contact "$ENV{DEBFULLNAME} <$ENV{DEBEMAIL}>")
+else()
+  find_program(IHA_GIT git)
+  if(IHA_GIT)
+    execute_process(COMMAND ${IHA_GIT} config user.name WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+                    OUTPUT_VARIABLE _iha_git_name OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    execute_process(COMMAND ${IHA_GIT} config user.email WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+                    OUTPUT_VARIABLE _iha_git_email OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(_iha_git_name AND _iha_git_email)
+      set(_iha_contact "${_iha_git_name} <${_iha_git_email}>")
+    else()
+      execute_process(COMMAND ${IHA_GIT} log -1 "--format=%cn <%ce>" WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+                      OUTPUT_VARIABLE _iha_contact OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    endif()
+  endif()
+endif()
+if(NOT IHA_PACKAGE_CONTACT AND NOT _iha_contact)
+  message(STATUS "Debian packages: no maintainer known (set DEBFULLNAME and DEBEMAIL, or IHA_PACKAGE_CONTACT); "
+                 "cpack refuses to build them")
+endif()
+set(IHA_PACKAGE_CONTACT "${_iha_contact}" CACHE STRING "Maintainer of the Debian packages (\"Name <address>\")")
 set(CPACK_PACKAGE_CONTACT "${IHA_PACKAGE_CONTACT}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Interleaved Head Attention on OpenCL") # first line of each description
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
@@ -45,6 +69,10 @@ set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_BINARY_DIR})
 
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME libiha${PROJECT_VERSION_MAJOR})
+# The ICD loader (a dependency through libOpenCL.so.1) runs nothing without a driver: PoCL for
+# the host CPU, or any other that provides opencl-icd (Mesa's, NVIDIA's, Intel's).
+set(IHA_DEBIAN_DRIVER "pocl-opencl-icd | opencl-icd")
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "${IHA_DEBIAN_DRIVER}")
 # The ldconfig trigger that Debian requires of a shared library package (CPack adds ldconfig
 # calls to the maintainer scripts as well).
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/debian/runtime/triggers "activate-noawait ldconfig\n")
@@ -63,8 +91,9 @@ set(CPACK_COMPONENT_DEVELOPMENT_DESCRIPTION
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME iha-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_TOOLS_PACKAGE_RECOMMENDS "${IHA_DEBIAN_DRIVER}")
 set(CPACK_COMPONENT_TOOLS_DESCRIPTION
-    "The iha command: devices, check, forward, demo, generate-check, bench, tune,\nprofile and soak, the library's self-test, benchmarks and tuning.\nLicense: Apache-2.0.")
+    "The iha command: devices, check, forward, demo, generate-check, bench, tune,\nprofile and soak, the library's self-test, benchmarks and tuning, with its\nmanual pages, iha(1) and one per command.\nLicense: Apache-2.0.")
 
 if(IHA_MPI_FOUND)
   set(CPACK_DEBIAN_MPI_RUNTIME_PACKAGE_NAME libiha-mpi${PROJECT_VERSION_MAJOR})

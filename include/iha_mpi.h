@@ -25,6 +25,15 @@
 #ifndef IHA_MPI_H
 #define IHA_MPI_H
 
+/* From C++, only MPI's C interface: Open MPI's and MPICH's mpi.h otherwise bring their
+ * deprecated C++ bindings, whose library (libmpi_cxx) neither the pkg-config module nor
+ * CMake's MPI::MPI_C links. An application that uses those bindings includes mpi.h first. */
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#endif
+#if defined(__cplusplus) && !defined(MPICH_SKIP_MPICXX)
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include "iha.h"

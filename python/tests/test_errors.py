@@ -1,5 +1,8 @@
 """Failures become Python exceptions that carry the library's message."""
 
+import importlib
+import pkgutil
+
 import pytest
 import torch
 
@@ -49,7 +52,12 @@ def test_library_refuses_negative_window(context):
     (lambda a: a.__setitem__(0, a[0][0]), "x must have 3 dimensions"),
     (lambda a: a.__setitem__(2, a[2][:-1]), "wk must have shape"),
     (lambda a: a.__setitem__(8, a[8][:, :, :1]), "r must have shape"),
-    (lambda a: a.__setitem__(1, a[1][:, :-1]), "not a multiple of H"),
+    (lambda a: a.__setitem__(1, a[1][:, :-2]), "wq must have shape"),  # still a multiple of H
+    (lambda a: a.__setitem__(5, a[5][:, :, :1]), "alpha_q must have shape"),
+    (lambda a: a.__setitem__(7, a[7][:1]), "alpha_v must have shape"),
+    (lambda a: a.__setitem__(4, a[4][:-1]), "wo must have shape"),
+    (lambda a: a.__setitem__(0, a[0][:, :, :-1]), "x must have shape"),
+    (lambda a: a.__setitem__(slice(1, 5), [w[:, :-1] for w in a[1:4]] + [a[4][:-1]]), "not a multiple of H"),
     (lambda a: a.__setitem__(0, a[0][:, :0]), "empty"),
 ])
 def test_shape_errors(context, change, match):
@@ -57,6 +65,29 @@ def test_shape_errors(context, change, match):
     change(arrays)
     with pytest.raises(ValueError, match=match):
         iha.forward(*arrays, context=context)
+
+
+@pytest.mark.parametrize("index,value,match", [
+    (0, None, "x must be an array"),
+    (3, None, "wv must be an array"),
+    (0, "text", "x must be an array of real numbers"),
+    (6, lambda a: a + 1j, "alpha_k is complex"),
+])
+def test_argument_types(context, index, value, match):
+    arrays = layer_arrays()
+    arrays[index] = value(arrays[index]) if callable(value) else value
+    with pytest.raises(TypeError, match=match):
+        iha.forward(*arrays, context=context)
+    if index:
+        with pytest.raises(TypeError, match=match):
+            iha.Layer(*arrays[1:], context=context)
+
+
+def test_layer_names_the_weight_at_fault(context):
+    arrays = layer_arrays()
+    arrays[2] = arrays[2][:, :-2]
+    with pytest.raises(ValueError, match="wk must have shape"):
+        iha.Layer(*arrays[1:], context=context)
 
 
 def test_bad_options(context):
@@ -82,6 +113,43 @@ def test_torch_argument_errors(context):
         iha.torch.iha_layer(arrays[0].long(), *arrays[1:], context=context)
     with pytest.raises(ValueError, match="alpha_q"):
         iha.torch.iha_layer(arrays[0], *arrays[1:5], arrays[5][0], *arrays[6:], context=context)
+
+
+@pytest.mark.parametrize("argument", ["model_dim", "heads", "head_dim", "pseudo"])
+@pytest.mark.parametrize("value", [0, -1, 2.5, "4"])
+def test_module_arguments(argument, value):
+    sizes = dict(model_dim=8, heads=2, head_dim=4, pseudo=2)
+    sizes[argument] = value
+    with pytest.raises(ValueError, match=argument):
+        iha.torch.InterleavedHeadAttention(**sizes)
+
+
+def test_no_second_derivative(context):
+    arrays = [torch.from_numpy(a).requires_grad_() for a in layer_arrays()]
+    z = iha.torch.iha_layer(*arrays, context=context)
+    with pytest.raises(RuntimeError, match="iha_layer has no second derivative"):
+        torch.autograd.grad(z.square().sum(), arrays[0], create_graph=True)
+    qt = torch.rand(1, 2, 8, 4, requires_grad=True)
+    o = iha.torch.attention(qt, qt, qt, pseudo=2, context=context)
+    with pytest.raises(RuntimeError, match="attention has no second derivative"):
+        torch.autograd.grad(o.sum(), qt, create_graph=True)
+    # The first derivative alone is as before.
+    (grad,) = torch.autograd.grad(iha.torch.iha_layer(*arrays, context=context).sum(), arrays[0])
+    assert grad.shape == arrays[0].shape
+
+
+def test_torch_complex_input(context):
+    arrays = [torch.from_numpy(a) for a in layer_arrays()]
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        iha.torch.iha_layer(arrays[0].to(torch.complex64), *arrays[1:], context=context)
+
+
+def test_every_listed_submodule_imports():
+    """help(iha) lists what pkgutil finds in the package: each must be a module that imports."""
+    names = [m.name for m in pkgutil.iter_modules(iha.__path__)]
+    assert "layer" in names
+    for name in names:
+        importlib.import_module(f"iha.{name}")
 
 
 def test_closed_context():

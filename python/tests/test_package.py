@@ -1,4 +1,4 @@
-"""The installed package: its own libiha.so, whose dependencies the dynamic loader finds
+"""The installed package: its own libiha.so.0, whose dependencies the dynamic loader finds
 without help, and the devices it sees."""
 
 import os

@@ -12,6 +12,7 @@ build=${IHA_BUILD_DIR:-$root/build}
 # libopenblas-dev is optional for the build: it gives "iha bench" the host's SGEMM ceiling. Without
 # it CMake may find Debian's untuned reference libblas, a meaningless ceiling. python3-venv: the
 # test mode's Python suite makes a virtual environment (PyTorch, NumPy, pytest come from PyPI).
+# The manual pages are made with awk and gzip, which every Debian system has.
 packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd
           libcmocka-dev libcjson-dev libopenblas-dev python3-venv)
 # CI's reliability stages: the OpenCL simulator, Mesa's OpenCL drivers (rusticl on llvmpipe,
@@ -35,14 +36,17 @@ fi
 [ "$mode" = ci-deps ] && exit 0
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build" -j"$(nproc)"
+# The demo needs the iha command alone, not the test programs.
+targets=()
+[ "$mode" = demo ] && targets=(--target iha_cli)
+cmake --build "$build" -j"$(nproc)" "${targets[@]}"
 
 case "$mode" in
   demo)  exec "$build/tools/iha" demo ;;
   # Both suites run; the status is a failure if either fails.
   test)  status=0
          ctest --test-dir "$build" --output-on-failure -j"$(nproc)" || status=$?
-         IHA_BUILD_DIR=$build "$root/python/run_tests.sh" || status=$?
+         "$root/python/run_tests.sh" || status=$?
          exit "$status" ;;
   build) ;;
   *) echo "usage: $0 demo|test|build|ci-deps" >&2; exit 2 ;;

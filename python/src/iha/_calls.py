@@ -37,8 +37,18 @@ def dtype_of(storage):
 
 
 def host(array, dtype, name):
-    """A C-contiguous array of dtype with `array`'s values (the array itself when it already is)."""
-    if np.dtype(dtype) == BFLOAT16 and getattr(array, "dtype", None) != BFLOAT16:
+    """A C-contiguous array of dtype with `array`'s values (the array itself when it already is).
+    Only real numbers are taken: NumPy would turn None into a one-element array and drop the
+    imaginary part of a complex one with a mere warning."""
+    if array is None:
+        raise TypeError(f"{name} must be an array of real numbers, not None")
+    source = np.asarray(array)
+    if source.dtype.kind == "c":
+        raise TypeError(f"{name} is complex ({source.dtype}): iha computes on real numbers; pass its .real "
+                        "part if that is what is meant")
+    if source.dtype != BFLOAT16 and source.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be an array of real numbers, not of {source.dtype}")
+    if np.dtype(dtype) == BFLOAT16 and source.dtype != BFLOAT16:
         floats = np.ascontiguousarray(array, dtype=np.float32)
         result = empty(floats.shape, BFLOAT16)
         lib.iha_bf16_from_float(floats.ctypes.data, result.ctypes.data, floats.size)
@@ -110,24 +120,61 @@ def _dims(array, rank, name):
     return array.shape
 
 
+def _agreed(holders):
+    """The size that most of holders, (argument name, its size) pairs, give (the first one's in
+    a tie): one argument that disagrees with the others is the one named as wrong."""
+    sizes = [size for _, size in holders]
+    return max(sizes, key=lambda size: (sizes.count(size), -sizes.index(size)))
+
+
+def _check_shapes(arrays, expected, context):
+    for name, array in arrays.items():
+        if tuple(array.shape) != expected[name]:
+            raise ValueError(f"{name} must have shape {expected[name]} {context}; it has {tuple(array.shape)}")
+
+
+MIXING_NAMES = WEIGHT_NAMES[4:]
+
+
+def mixing_shape(mixing):
+    """H and P of the four mixing and collapse weights [H,H,P], each checked by name: H and P
+    are those most of them agree on."""
+    arrays = dict(zip(MIXING_NAMES, mixing))
+    for name, array in arrays.items():
+        _dims(array, 3, name)
+    heads = _agreed([(n, a.shape[i]) for n, a in arrays.items() for i in (0, 1)])
+    pseudo = _agreed([(n, a.shape[2]) for n, a in arrays.items()])
+    _check_shapes(arrays, {name: (heads, heads, pseudo) for name in arrays}, f"for H = {heads}, P = {pseudo}")
+    return heads, pseudo
+
+
+def weights_shape(weights):
+    """(D, H, d, P) of a layer's eight weights, each checked by name before any size is read
+    from another: D and H*d are what most of the projections agree on, H and P what most of the
+    mixing weights do."""
+    projections = dict(zip(WEIGHT_NAMES[:4], weights[:4]))
+    for name, array in projections.items():
+        _dims(array, 2, name)
+    heads, pseudo = mixing_shape(weights[4:])
+    model_dim = _agreed([(n, a.shape[0]) for n, a in projections.items() if n != "wo"] +
+                        [("wo", projections["wo"].shape[1])])
+    inner = _agreed([(n, a.shape[1]) for n, a in projections.items() if n != "wo"] +
+                    [("wo", projections["wo"].shape[0])])
+    expected = {"wq": (model_dim, inner), "wk": (model_dim, inner), "wv": (model_dim, inner),
+                "wo": (inner, model_dim)}
+    _check_shapes(projections, expected, f"for D = {model_dim}, H*d = {inner}")
+    if inner % heads:
+        raise ValueError(f"wq, wk and wv have {inner} columns, not a multiple of H = {heads} (alpha_q's first size)")
+    return model_dim, heads, inner // heads, pseudo
+
+
 def layer_shape(x, weights):
     """The iha_shape of a layer from x [B,N,D] and the eight weights (checked against each other)."""
     batch, tokens, model_dim = _dims(x, 3, "x")
-    heads, heads2, pseudo = _dims(weights[4], 3, "alpha_q")
-    if heads != heads2:
-        raise ValueError(f"alpha_q must be [H,H,P], not {tuple(weights[4].shape)}")
-    _, columns = _dims(weights[0], 2, "wq")
-    if columns % heads:
-        raise ValueError(f"wq has {columns} columns, not a multiple of H = {heads}")
-    head_dim = columns // heads
-    expected = {"wq": (model_dim, heads * head_dim), "wk": (model_dim, heads * head_dim),
-                "wv": (model_dim, heads * head_dim), "wo": (heads * head_dim, model_dim),
-                "alpha_q": (heads, heads, pseudo), "alpha_k": (heads, heads, pseudo),
-                "alpha_v": (heads, heads, pseudo), "r": (heads, heads, pseudo)}
-    for name, array in zip(WEIGHT_NAMES, weights):
-        if tuple(array.shape) != expected[name]:
-            raise ValueError(f"{name} must have shape {expected[name]} for x {tuple(x.shape)} and "
-                             f"H = {heads}, d = {head_dim}, P = {pseudo}; it has {tuple(array.shape)}")
+    weight_dim, heads, head_dim, pseudo = weights_shape(weights)
+    if model_dim != weight_dim:
+        raise ValueError(f"x must have shape ({batch}, {tokens}, {weight_dim}) for weights of D = {weight_dim}; "
+                         f"it has {tuple(x.shape)}")
     return _lib.Shape(batch, tokens, model_dim, heads, head_dim, pseudo)
 
 
@@ -260,7 +307,7 @@ def core_shape(q, k, v, weights):
         if tuple(array.shape) != tuple(shape):
             raise ValueError(f"{name} must have q's shape {tuple(shape)}, not {tuple(array.shape)}")
     batch, tokens, heads, head_dim = shape
-    heads2, _, pseudo = _dims(weights[4], 3, "alpha_q")
+    heads2, pseudo = mixing_shape(weights[4:])
     if heads2 != heads:
         raise ValueError(f"q has {heads} heads but the mixing weights are [{heads2},{heads2},{pseudo}]")
     return _lib.Shape(batch, tokens, 1, heads, head_dim, pseudo)

@@ -2,8 +2,9 @@
 Python exceptions.
 
 The structures mirror the header field for field; ctypes lays them out by the platform's C
-rules, as the C compiler does. The library is the package's own libiha.so (installed beside
-this file); IHA_LIBRARY names another one, for running against a development build.
+rules, as the C compiler does. The library is the package's own libiha.so.0 (installed beside
+this file under its SONAME, which no module finder takes for a Python extension, as it would
+libiha.so); IHA_LIBRARY names another one, for running against a development build.
 """
 
 import ctypes
@@ -237,8 +238,12 @@ def _declare(lib):
     return lib
 
 
+# The SONAME of the ABI that the declarations above mirror.
+LIBRARY = "libiha.so.0"
+
+
 def _load():
-    path = os.environ.get("IHA_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "libiha.so")
+    path = os.environ.get("IHA_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY)
     return _declare(ctypes.CDLL(path))
 
 

@@ -38,10 +38,7 @@ class Layer:
                 converted = copy
             weights.append(converted)
         self._weights = weights
-        H, _, P = weights[4].shape
-        self.heads, self.pseudo = H, P
-        self.model_dim = weights[0].shape[0]
-        self.head_dim = weights[0].shape[1] // H
+        self.model_dim, self.heads, self.head_dim, self.pseudo = _calls.weights_shape(weights)
         self._uploaded = _calls.upload_weights(self.context, weights)
 
     def _shape(self, x):

@@ -7,6 +7,7 @@ dtype: each is made a dense array of the storage type (no copy when it already i
 outputs and gradients come back in their inputs' dtypes.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -29,6 +30,22 @@ def _host(tensor, dtype, name):
     if tensor.dtype not in (torch.float16, torch.float32, torch.float64):
         tensor = tensor.float()
     return _calls.host(tensor.numpy(), dtype, name)
+
+
+def _first_order(what):
+    """The backward of `what`, for torch.autograd.Function: the library computes gradients,
+    not their derivatives, so a backward that builds a graph (create_graph=True, for a second
+    derivative) is refused by name rather than by autograd's generic error at the second pass."""
+    def decorate(backward):
+        @functools.wraps(backward)
+        def first_order_backward(ctx, *grads):
+            if torch.is_grad_enabled():
+                raise RuntimeError(f"{what} has no second derivative: its backward runs the library's gradient "
+                                   "kernels, which autograd cannot differentiate (create_graph=True, "
+                                   "torch.autograd.grad of a gradient)")
+            return backward(ctx, *grads)
+        return first_order_backward
+    return decorate
 
 
 def _tensor(array, like):
@@ -55,7 +72,7 @@ class _Layer(torch.autograd.Function):
         return _tensor(z, x)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @_first_order("iha.torch.iha_layer")
     def backward(ctx, dz):
         inputs = ctx.saved_tensors  # checks that nothing was modified in place since the forward
         context, shape, opts, uploaded, xh, saved = ctx.state
@@ -102,7 +119,7 @@ class _Attention(torch.autograd.Function):
         return _tensor(o, qt)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @_first_order("iha.torch.attention")
     def backward(ctx, dout):
         inputs = ctx.saved_tensors
         context, shape, opts, hosts, o, lse = ctx.state
@@ -139,7 +156,7 @@ class _Core(torch.autograd.Function):
         return _tensor(y, q)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @_first_order("iha.torch.attention_core")
     def backward(ctx, dy):
         inputs = ctx.saved_tensors
         context, shape, opts, uploaded, hosts, mixing = ctx.state
@@ -178,6 +195,10 @@ class InterleavedHeadAttention(torch.nn.Module):
     def __init__(self, model_dim, heads, head_dim, pseudo, *, mask="causal", window=0, rope_base=None, scale=None,
                  storage="float32", context=None):
         super().__init__()
+        for name, value in (("model_dim", model_dim), ("heads", heads), ("head_dim", head_dim), ("pseudo", pseudo)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
+        model_dim, heads, head_dim, pseudo = int(model_dim), int(heads), int(head_dim), int(pseudo)
         self.model_dim, self.heads, self.head_dim, self.pseudo = model_dim, heads, head_dim, pseudo
         self.mask, self.window, self.rope_base, self.scale, self.storage = mask, window, rope_base, scale, storage
         self.context = context
