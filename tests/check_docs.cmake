@@ -1,7 +1,8 @@
 # ctest "docs": what README.md and doc/ state against the tree. cmake -DSOURCE=<repo>
 # -DLIBDIR=<CMAKE_INSTALL_LIBDIR> -P check_docs.cmake. Checks that the README's apt line names
 # every package tools/scripts/bootstrap.sh installs for building and testing, that each
-# repository path the documents name in backquotes exists (CLBlast's own paths aside), and
+# repository path the documents name in backquotes exists (CLBlast's own paths and build outputs
+# aside), and
 # that doc/installation.md names the library directory this build installs into.
 cmake_policy(SET CMP0057 NEW) # if(IN_LIST)
 set(_failures "")
@@ -27,6 +28,10 @@ foreach(_doc IN LISTS _docs)
          _paths "${_text}")
   foreach(_quoted IN LISTS _paths)
     string(REPLACE "`" "" _path "${_quoted}")
+    # Build outputs (python/build/, bench/peers/.work/) exist only once something is built.
+    if(_path MATCHES "(^|/)(build|\\.work)(/|$)")
+      continue()
+    endif()
     if(NOT EXISTS ${SOURCE}/${_path})
       file(RELATIVE_PATH _name ${SOURCE} ${_doc})
       string(APPEND _failures "${_name} names ${_path}, which the tree does not have\n")
