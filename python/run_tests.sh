@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Runs the Python suite: makes one virtual environment for every clone and build folder
-# (IHA_PYTHON_VENV, else ~/.cache/iha/python-venv), installs PyTorch, NumPy and pytest into it
-# when they are missing, installs ./python (which builds libiha.so.0 into the package), and
-# runs pytest on python/tests. Extra arguments go to pytest. tools/scripts/bootstrap.sh test
-# runs it after ctest.
+# (IHA_PYTHON_VENV, else ~/.cache/iha-python-venv: beside the library's program cache
+# ~/.cache/iha, not in it), installs PyTorch, NumPy and pytest into it when they are missing,
+# installs ./python (which builds libiha.so.0 into the package), and runs pytest on python/tests.
+# Extra arguments go to pytest. tools/scripts/bootstrap.sh test runs it after ctest.
 # PyPI's torch for Linux x86-64 is the CUDA build, whose libraries need their nvidia-* wheels
 # even on a CPU (libtorch.so links libcufile, libcusparseLt, libnvshmem_host), so the
 # environment holds about 5 GB: it is made once and kept outside the build folder.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-venv=${IHA_PYTHON_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/iha/python-venv}
+venv=${IHA_PYTHON_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/iha-python-venv}
 # A venv whose interpreter is gone (Python upgraded or removed) is made again.
 "$venv/bin/python" -c "" 2> /dev/null || "${PYTHON:-python3}" -m venv --clear "$venv"
 if ! "$venv/bin/python" -c "import torch, numpy, pytest" 2> /dev/null; then

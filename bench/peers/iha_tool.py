@@ -1,5 +1,7 @@
 """iha_tool.py - iha's side of the peer run, through the `iha` command: `iha bench --json` for
-times and FLOP counts (doc/benchmarking.md lists its keys), `iha forward` for a layer's output."""
+times and FLOP counts (doc/benchmarking.md lists its keys), `iha forward` for a layer's output,
+`iha tune` for a tuned profile. Every command runs with one tuning profile (IHA_PROFILE): "off"
+for the built-in configurations a newcomer gets, or a file that `tune` fills."""
 
 import json
 import os
@@ -14,12 +16,18 @@ QUIET = ("--no-ceilings", "--no-baseline", "--no-cold-start")
 
 
 class IhaTool:
-    def __init__(self, path):
+    def __init__(self, path, profile="off"):
         self.path = path
+        self.profile = profile
         self._version = None
 
+    def with_profile(self, profile):
+        """The same tool on another tuning profile."""
+        return IhaTool(self.path, profile)
+
     def _run(self, *args):
-        done = subprocess.run([self.path, *args], capture_output=True, text=True)
+        env = dict(os.environ, IHA_PROFILE=self.profile)
+        done = subprocess.run([self.path, *args], capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"{self.path} {' '.join(args)} exited with {done.returncode}:\n{done.stderr}")
         return done.stdout
@@ -51,6 +59,11 @@ class IhaTool:
             out = os.path.join(tmp, "z.npy")
             self._run("forward", "--in", directory, "--out", out)
             return np.load(out)
+
+    def tune(self, shape, budget_s):
+        """`iha tune` of a layer shape (B, N, D, H, d, P), global and sliding-window layers, every
+        kernel, into this tool's profile."""
+        return self._run("tune", "--shapes", ",".join(str(x) for x in shape), "--budget-s", str(budget_s))
 
     def devices(self):
         return self._run("devices")

@@ -2,7 +2,9 @@
 # run.sh - iha and its peers (PyTorch, FlexAttention, OpenVINO) on the same problems in one run;
 # prints one Markdown table and writes it to bench/peers/.work/peers-<UTC time>.md (or --out).
 # Needs setup.sh's environment and a built iha (IHA=path, else build/tools/iha).
-#   bench/peers/run.sh [--reps R] [--out FILE] [--no-flex] [--no-openvino]
+#   bench/peers/run.sh [--reps R] [--rounds N] [--out FILE] [--no-flex] [--no-openvino] [--tune-budget S]
+# --tune-budget S adds iha's tuned column: `iha tune --budget-s S` on each of run_peers.py's
+# TUNE_SHAPES into a fresh profile, beside the built-in column (always with the profile off).
 # OpenBLAS variables that force an older core (OPENBLAS_CORETYPE) or a cache size are unset for
 # this command alone: they would slow NumPy's OpenBLAS, not measure the machine.
 set -eu

@@ -29,11 +29,13 @@ PEERS = ("PyTorch", "FlexAttention (compiled)", "OpenVINO")
 
 
 class Row:
-    """One problem: iha's value and each peer's, all in `unit` (GFLOP/s: higher is better;
-    ms: lower is better); a peer's cell is a number or the reason it has none."""
+    """One problem: iha's value with the built-in configurations, with a tuned profile (None when
+    not tuned), and each peer's, all in `unit` (GFLOP/s: higher is better; ms: lower is better);
+    a peer's cell is a number or the reason it has none."""
 
     def __init__(self, problem, unit, iha_value):
         self.problem, self.unit, self.iha = problem, unit, iha_value
+        self.iha_tuned = None
         self.cells = {name: "-" for name in PEERS}
 
     def best(self):
@@ -51,17 +53,20 @@ class Row:
         better = max if self.unit == "GFLOP/s" else min
         if other.iha is not None:
             self.iha = other.iha if self.iha is None else better(self.iha, other.iha)
+        if other.iha_tuned is not None:
+            self.iha_tuned = other.iha_tuned if self.iha_tuned is None else better(self.iha_tuned, other.iha_tuned)
         for name, value in other.cells.items():
             mine = self.cells[name]
             if isinstance(value, float):
                 self.cells[name] = better(mine, value) if isinstance(mine, float) else value
 
-    def speedup(self):
-        """iha's speed over the best peer's: above 1, iha is faster."""
+    def speedup(self, value):
+        """iha's speed (value: self.iha or self.iha_tuned) over the best peer's: above 1, iha is
+        faster."""
         _, best = self.best()
-        if best is None or self.iha is None:
+        if best is None or value is None:
             return None
-        return self.iha / best if self.unit == "GFLOP/s" else best / self.iha
+        return value / best if self.unit == "GFLOP/s" else best / value
 
 
 def measure_peer(row, column, prepare, verify, reps, value_of, log, warmup=1):
@@ -83,29 +88,50 @@ def measure_peer(row, column, prepare, verify, reps, value_of, log, warmup=1):
         log(f"  {column}: {row.cells[column]}")
 
 
+CORE_PROBLEMS = [  # (virtual tokens T, head width d, window in virtual keys, unit)
+    (8192, 64, 0, "GFLOP/s"),
+    (4096, 128, 0, "GFLOP/s"),
+    (8192, 128, 0, "GFLOP/s"),
+    (4096, 64, 128, "ms"),
+]
+
+# The layer shapes (B, N, D, H, d, P) `iha tune` tunes for the tuned column: the demo layer
+# (its global and sliding-window layers hold the T = 4096 cores, the window's and the decoding
+# step's buckets), and the longer and wider cores.
+TUNE_SHAPES = [
+    (1, DEMO["n"], DEMO["dim"], HEADS, DEMO["d"], PSEUDO),
+    (1, 8192 // PSEUDO, DEMO["dim"], HEADS, 64, PSEUDO),
+    (1, 4096 // PSEUDO, HEADS * 128, HEADS, 128, PSEUDO),
+    (1, 8192 // PSEUDO, HEADS * 128, HEADS, 128, PSEUDO),
+]
+
+
+def core_value(iha, t, d, window_keys, unit, reps, what):
+    """iha's rate (GFLOP/s) or time (ms) on one core problem, its FLOP count checked."""
+    report = iha.core(HEADS, t // PSEUDO, PSEUDO, d, window_keys // PSEUDO, reps)
+    flops = report["attention"]["flops"]
+    expected = 4 * HEADS * d * attention.visible_pairs(t, window_keys)
+    if flops != expected:
+        raise SystemExit(f"iha bench counts {flops} FLOPs for {what}, the peers {expected}")
+    seconds = report["attention"]["seconds"]
+    return flops / seconds * 1e-9 if unit == "GFLOP/s" else seconds * 1e3
+
+
+def core_what(t, d, window_keys):
+    return f"causal core, T = {t}, d = {d}" if window_keys == 0 else (
+        f"sliding-window core, T = {t}, d = {d}, {window_keys} virtual keys")
+
+
 def core_rows(iha, reps, log, flex, openvino):
-    problems = [  # (virtual tokens T, head width d, window in virtual keys, unit)
-        (8192, 64, 0, "GFLOP/s"),
-        (4096, 128, 0, "GFLOP/s"),
-        (8192, 128, 0, "GFLOP/s"),
-        (4096, 64, 128, "ms"),
-    ]
     rows = []
-    for t, d, window_keys, unit in problems:
-        what = f"causal core, T = {t}, d = {d}" if window_keys == 0 else (
-            f"sliding-window core, T = {t}, d = {d}, {window_keys} virtual keys")
+    for t, d, window_keys, unit in CORE_PROBLEMS:
+        what = core_what(t, d, window_keys)
         log(what)
-        report = iha.core(HEADS, t // PSEUDO, PSEUDO, d, window_keys // PSEUDO, reps)
-        flops = report["attention"]["flops"]
-        expected = 4 * HEADS * d * attention.visible_pairs(t, window_keys)
-        if flops != expected:
-            raise SystemExit(f"iha bench counts {flops} FLOPs for {what}, the peers {expected}")
-        seconds = report["attention"]["seconds"]
 
         def value_of(s):
-            return flops / s * 1e-9 if unit == "GFLOP/s" else s * 1e3
+            return HEADS * 4 * d * attention.visible_pairs(t, window_keys) / s * 1e-9 if unit == "GFLOP/s" else s * 1e3
 
-        row = Row(what, unit, value_of(seconds))
+        row = Row(what, unit, core_value(iha, t, d, window_keys, unit, reps, what))
         log(f"  iha: {row.iha:.4g} {unit}")
         q, k, v = attention.inputs(HEADS, t, d, seed=t + d + window_keys)
         rows_checked = attention.check_rows(t, window_keys)
@@ -130,16 +156,37 @@ def core_rows(iha, reps, log, flex, openvino):
     return rows
 
 
+def layer_values(iha, reps):
+    """iha's demo layer forward and forward + backward (the saved pair), in ms."""
+    report = iha.layer(HEADS, DEMO["n"], DEMO["dim"], PSEUDO, DEMO["d"], reps)["layer"]
+    saved = report["backward"]["saved_pair"]
+    return report["seconds"] * 1e3, (saved["forward_save_seconds"] + saved["backward_saved_seconds"]) * 1e3
+
+
+def decode_value(iha, reps):
+    """iha's decoding step against CACHED_TOKENS cached tokens of the demo layer, in ms."""
+    report = iha.decode(HEADS, DEMO["dim"], PSEUDO, DEMO["d"], CACHED_TOKENS, reps * DECODE_REPS_FACTOR)["decode"]
+    return report["step_seconds"] * 1e3
+
+
+def iha_values(iha, reps, log):
+    """iha's value for every row, in the table's order (core_rows, layer_rows, decode_row)."""
+    values = []
+    for t, d, window_keys, unit in CORE_PROBLEMS:
+        values.append(core_value(iha, t, d, window_keys, unit, reps, core_what(t, d, window_keys)))
+    values.extend(layer_values(iha, reps))
+    values.append(decode_value(iha, reps))
+    log("  iha tuned: " + ", ".join(f"{v:.4g}" for v in values))
+    return values
+
+
 def layer_rows(iha, reps, log, openvino):
     """The demo layer, forward and forward plus backward, against iha's saved pair."""
     log("demo layer")
     n, dim, d = DEMO["n"], DEMO["dim"], DEMO["d"]
-    report = iha.layer(HEADS, n, dim, PSEUDO, d, reps)["layer"]
-    saved = report["backward"]["saved_pair"]
-    forward = Row(f"demo layer forward (B=1 N={n} D={dim} H={HEADS} d={d} P={PSEUDO})", "ms",
-                  report["seconds"] * 1e3)
-    training = Row("demo layer forward + backward (iha: the saved pair)", "ms",
-                   (saved["forward_save_seconds"] + saved["backward_saved_seconds"]) * 1e3)
+    forward_ms, training_ms = layer_values(iha, reps)
+    forward = Row(f"demo layer forward (B=1 N={n} D={dim} H={HEADS} d={d} P={PSEUDO})", "ms", forward_ms)
+    training = Row("demo layer forward + backward (iha: the saved pair)", "ms", training_ms)
     log(f"  iha: forward {forward.iha:.4g} ms, forward + backward {training.iha:.4g} ms")
 
     x, w = layer.random_layer(1, n, dim, HEADS, d, PSEUDO, seed=5)
@@ -182,9 +229,8 @@ def decode_row(iha, reps, log):
     A step takes milliseconds, so both sides take DECODE_REPS_FACTOR times the repeats."""
     log("decoding step")
     dim, d = DEMO["dim"], DEMO["d"]
+    row = Row(f"decoding step, {CACHED_TOKENS} cached tokens (demo layer)", "ms", decode_value(iha, reps))
     reps *= DECODE_REPS_FACTOR
-    report = iha.decode(HEADS, dim, PSEUDO, d, CACHED_TOKENS, reps)["decode"]
-    row = Row(f"decoding step, {CACHED_TOKENS} cached tokens (demo layer)", "ms", report["step_seconds"] * 1e3)
     log(f"  iha: {row.iha:.4g} ms")
 
     # The step must give the last row of a full forward pass over the same tokens.
@@ -240,19 +286,32 @@ def fmt(value, unit):
     return f"{value:.1f}" if unit == "GFLOP/s" or value >= 10 else f"{value:.2f}"
 
 
-def table(rows, header):
+def ratio_text(ratio):
+    return f"{ratio:.2f}" if ratio is not None else "-"
+
+
+def table(rows, header, tuned):
+    """The table; with `tuned`, iha's tuned column and its ratio beside the built-in's."""
     out = list(header)
     out.append("")
-    out.append("| problem (B·H = 8) | unit | iha | " + " | ".join(PEERS) + " | best peer | iha / best |")
-    out.append("| --- | --- | --- |" + " --- |" * len(PEERS) + " --- | --- |")
+    iha_columns = "iha built-in | iha tuned" if tuned else "iha built-in"
+    ratio_columns = "built-in / best | tuned / best" if tuned else "iha / best"
+    columns = ["problem (B·H = 8)", "unit", iha_columns, *PEERS, "best peer", ratio_columns]
+    out.append("| " + " | ".join(columns) + " |")
+    out.append("|" + " --- |" * (len(PEERS) + 4 + (2 if tuned else 0)))
     for r in rows:
         name, best = r.best()
-        ratio = r.speedup()
-        out.append(f"| {r.problem} | {r.unit} | {fmt(r.iha, r.unit)} | "
+        cells = [fmt(r.iha, r.unit)] + ([fmt(r.iha_tuned, r.unit) if r.iha_tuned is not None else "-"] if tuned else [])
+        ratios = [ratio_text(r.speedup(r.iha))] + ([ratio_text(r.speedup(r.iha_tuned))] if tuned else [])
+        out.append(f"| {r.problem} | {r.unit} | " + " | ".join(cells) + " | "
                    + " | ".join(fmt(r.cells[p], r.unit) for p in PEERS)
-                   + f" | {name + ' ' + fmt(best, r.unit) if name else '-'} | "
-                   + (f"{ratio:.2f}" if ratio is not None else "-") + " |")
+                   + f" | {name + ' ' + fmt(best, r.unit) if name else '-'} | " + " | ".join(ratios) + " |")
     out.append("")
+    out.append("iha built-in runs with the tuning profile off (IHA_PROFILE=off): the configurations a user gets "
+               "without tuning. " + ("iha tuned runs on a profile that `iha tune --budget-s "
+                                    f"{tuned}` filled in this run for each of the layer shapes "
+                                    + ", ".join(",".join(str(x) for x in s) for s in TUNE_SHAPES)
+                                    + " (B,N,D,H,d,P; global and sliding-window layers). " if tuned else ""))
     out.append("iha / best is iha's speed over the best peer's (above 1: iha is faster): the ratio of the rates "
                "for GFLOP/s, of the peer's time to iha's for ms. GFLOP/s count the visible pairs only, 4·d FLOPs "
                "each (doc/spec.md's cost model), the same count for every column. PyTorch is "
@@ -276,43 +335,60 @@ def main():
                     help="rounds over every problem; each cell keeps its best round's median (default 3)")
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles take minutes)")
     ap.add_argument("--no-openvino", action="store_true", help="skip OpenVINO")
+    ap.add_argument("--tune-budget", type=float, default=0,
+                    help="seconds of `iha tune` per shape of TUNE_SHAPES into a fresh profile, then a tuned column "
+                         "beside the built-in one (default 0: the built-in only)")
     args = ap.parse_args()
 
     torch.set_num_threads(THREADS)
     iha = IhaTool(args.iha)
+    tuned_dir = tempfile.TemporaryDirectory() if args.tune_budget > 0 else None
+    tuned_iha = iha.with_profile(os.path.join(tuned_dir.name, "profile.json")) if tuned_dir else None
 
     def log(line):
         print(line, file=sys.stderr, flush=True)
 
     start = datetime.datetime.now(datetime.timezone.utc)
     load_start = sh("uptime")
+    if tuned_iha:
+        for shape in TUNE_SHAPES:
+            log(f"iha tune {','.join(str(x) for x in shape)} ({args.tune_budget:g} s)")
+            tuned_iha.tune(shape, args.tune_budget)
     rows = None
     for r in range(args.rounds):
         log(f"round {r + 1} of {args.rounds}")
         this = core_rows(iha, args.reps, log, not args.no_flex, not args.no_openvino)
         this += layer_rows(iha, args.reps, log, not args.no_openvino)
         this.append(decode_row(iha, args.reps, log))
+        if tuned_iha:
+            for row, value in zip(this, iha_values(tuned_iha, args.reps, log)):
+                row.iha_tuned = value
         if rows is None:
             rows = this
         else:
             for mine, other in zip(rows, this):
                 mine.merge(other)
     load_end = sh("uptime")
-    import openvino
+    try:
+        import openvino
+        openvino_version = openvino.__version__
+    except ImportError:
+        openvino_version = "not installed"
 
     header = [
         f"Peers side by side, {start:%Y-%m-%d %H:%M} UTC, commit {commit_line(args.repo)}",
         "",
         f"- machine: {machine_line(iha)}; {THREADS} threads for every peer",
-        f"- versions: iha {iha.version()}, PyTorch {torch.__version__}, OpenVINO {openvino.__version__}, "
+        f"- versions: iha {iha.version()}, PyTorch {torch.__version__}, OpenVINO {openvino_version}, "
         f"NumPy {np.__version__}",
         f"- load (uptime): before `{load_start}`; after `{load_end}`",
         f"- command: `bench/peers/run.sh --reps {args.reps} --rounds {args.rounds}"
-        f"{' --no-flex' if args.no_flex else ''}{' --no-openvino' if args.no_openvino else ''}` (medians of "
+        f"{' --no-flex' if args.no_flex else ''}{' --no-openvino' if args.no_openvino else ''}"
+        f"{f' --tune-budget {args.tune_budget:g}' if tuned_iha else ''}` (medians of "
         f"{args.reps} after a warm-up, {args.reps * DECODE_REPS_FACTOR} for the decoding step; the better of "
         f"{args.rounds} rounds)",
     ]
-    text = table(rows, header)
+    text = table(rows, header, f"{args.tune_budget:g}" if tuned_iha else None)
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
