@@ -456,6 +456,12 @@ static char *parent_of(const char *path)
     return dir;
 }
 
+/* The tidy-up's filter of temporary files: only those of the profile itself (arg: its name). */
+static int profile_temp(const char *target, size_t length, const void *arg)
+{
+    return length == strlen(arg) && strncmp(target, arg, length) == 0;
+}
+
 /* Opens (creating) <path>.lock and, with lock, takes the exclusive lock on it. Returns 0 and the
  * descriptor in *fd, or an errno. A file system without flock leaves the descriptor unlocked:
  * writers there still never leave a partial file, only lose the merge's guarantee. */
@@ -523,9 +529,7 @@ iha_status iha__profile_save(iha_context *ctx, iha_profile *p)
                         strerror(code));
     char *dir = parent_of(p->path);
     const char *base = strrchr(p->path, '/') ? strrchr(p->path, '/') + 1 : p->path;
-    char prefix[sizeof p->path + 8];
-    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
-    if (dir) iha__remove_left_over_temps(dir, prefix);
+    if (dir) iha__remove_left_over_temps(dir, profile_temp, base);
     free(dir);
     const iha_status st = merge_and_write(ctx, p);
     close(lock); /* releases the lock */
