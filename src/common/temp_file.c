@@ -42,6 +42,10 @@ int iha__file_replace(const char *path, const iha_file_part *parts, size_t count
              (long)now.tv_nsec);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     int code = fd < 0 ? errno : 0;
+    /* The replacement keeps the mode of the file it replaces (a 0600 file stays 0600). */
+    struct stat old;
+    if (code == 0 && lstat(path, &old) == 0 && S_ISREG(old.st_mode) && fchmod(fd, old.st_mode & 07777) != 0)
+        code = errno;
     for (size_t i = 0; code == 0 && i < count; ++i) code = write_all(fd, parts[i].data, parts[i].length);
     if (code == 0 && sync && fsync(fd) != 0) code = errno;
     if (fd >= 0 && close(fd) != 0 && code == 0) code = errno;

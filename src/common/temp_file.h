@@ -15,8 +15,9 @@ typedef struct iha_file_part {
 } iha_file_part;
 
 /* Writes the parts in order to <path>.tmp.<pid>.<thread token>.<ns> (created exclusively, not
- * following links), with fsync when `sync`, and renames it over path, so that readers see the
- * old file or the new one, never a part. Returns 0 or the errno of the step that failed (then
+ * following links) with the mode of the regular file it replaces (0644 less the umask for a new
+ * one), with fsync when `sync`, and renames it over path, so that readers see the old file or
+ * the new one, never a part. Returns 0 or the errno of the step that failed (then
  * nothing is left behind). */
 int iha__file_replace(const char *path, const iha_file_part *parts, size_t count, int sync);
 
