@@ -136,6 +136,21 @@ static inline float hmax(floatK v)
     return v2.x > v2.y ? v2.x : v2.y;
 }
 
+/* The smallest lane, as hmax. */
+static inline float hmin(floatK v)
+{
+#if ATT_KB == 16
+    const float8 v8 = v.lo < v.hi ? v.lo : v.hi;
+    const float4 v4 = v8.lo < v8.hi ? v8.lo : v8.hi;
+#elif ATT_KB == 8
+    const float4 v4 = v.lo < v.hi ? v.lo : v.hi;
+#else
+    const float4 v4 = v;
+#endif
+    const float2 v2 = v4.lo < v4.hi ? v4.lo : v4.hi;
+    return v2.x < v2.y ? v2.x : v2.y;
+}
+
 static inline float hsum(floatK v)
 {
 #if ATT_KB == 16
@@ -326,6 +341,18 @@ static inline __attribute__((always_inline)) void tile_score_fmas(const tile_sta
     }
 }
 
+/* The scores of s that overflowed to -inf made NaN (SCORE_SHRINK in masks.clh); rare, so
+ * kept out of line of the FMA loop. */
+static __attribute__((noinline)) void overflow_to_nan(const tile_state *ts, const __global kv_t *kblk, floatK *s)
+{
+    for (int r = 0; r < ATT_ROWS; ++r) {
+        floatK t = (floatK)(0.0f);
+        for (int c = 0; c < HEAD_DIM; ++c)
+            t = fma((floatK)(ts->q[r][c] * SCORE_SHRINK), LOAD_KEYS(kblk + (size_t)c * ATT_KB) * SCORE_SHRINK, t);
+        s[r] = select(s[r], (floatK)(NAN), (s[r] == (floatK)(-INFINITY)) & isfinite(t));
+    }
+}
+
 /* The scores of one register tile against the key block starting at key j0, and their online
  * softmax: probabilities into pr (row r at r * ATT_KB). Earlier output is rescaled here, when a
  * row's reference point moves: the tile's P.V of earlier blocks has run by then. Returns whether
@@ -334,6 +361,10 @@ static inline int tile_scores(tile_state *ts, const __global kv_t *kblk, int j0,
 {
     floatK s[ATT_ROWS];
     tile_score_fmas(ts, kblk, s);
+    floatK lowest = s[0];
+    #pragma unroll
+    for (int r = 1; r < ATT_ROWS; ++r) lowest = lowest < s[r] ? lowest : s[r];
+    if (hmin(lowest) == -INFINITY) overflow_to_nan(ts, kblk, s);
 
     const int whole = j0 >= ts->lo_max && j0 + ATT_KB - 1 <= ts->hi_min;
     #pragma unroll

@@ -181,6 +181,13 @@ __kernel __attribute__((reqd_work_group_size(DEC_GROUP, 1, 1))) void attention_d
                     const float kv = LOAD_ONE(key, (size_t)c * ATT_KB);
                     for (int r = 0; r < DEC_ROWS; ++r) sc[r][kk] = fma(q_loc[r][c], kv, sc[r][kk]);
                 }
+                for (int r = 0; r < DEC_ROWS; ++r) {
+                    if (sc[r][kk] != -INFINITY) continue; /* overflow or an infinite input: see SCORE_SHRINK */
+                    float t = 0.0f;
+                    for (int c = 0; c < HEAD_DIM; ++c)
+                        t = fma(q_loc[r][c] * SCORE_SHRINK, LOAD_ONE(key, (size_t)c * ATT_KB) * SCORE_SHRINK, t);
+                    if (isfinite(t)) sc[r][kk] = NAN;
+                }
             }
             for (int r = 0; r < DEC_ROWS; ++r) {
                 const int seen = u >= first && u <= last && u >= lo[r] && u <= hi[r];

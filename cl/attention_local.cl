@@ -94,6 +94,11 @@ void attention_fwd_local_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
                 const __local float *kcol = ks + (j / ATT_KB) * HEAD_DIM * ATT_KB + j % ATT_KB;
                 float dot = 0.0f;
                 for (int c = 0; c < HEAD_DIM; ++c) dot = fma(qr[c], kcol[c * ATT_KB], dot);
+                if (dot == -INFINITY) { /* overflow or an infinite input: see SCORE_SHRINK */
+                    float t = 0.0f;
+                    for (int c = 0; c < HEAD_DIM; ++c) t = fma(qr[c] * SCORE_SHRINK, kcol[c * ATT_KB] * SCORE_SHRINK, t);
+                    if (isfinite(t)) dot = NAN;
+                }
                 const int key = j0 + j;
                 /* A select, not arithmetic: keys outside the interval (padding included) never
                  * contribute, whatever their bits. */

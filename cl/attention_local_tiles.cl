@@ -111,6 +111,16 @@ void attention_fwd_local_tiles_f32(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
         /* A select, not arithmetic: keys outside a row's interval (padding included) never
          * contribute, whatever their bits. */
         const int4 key = (int4)(j0 + 4 * tx) + (int4)(0, 1, 2, 3);
+        /* Compares, not min/fmin, whose result OpenCL leaves undefined for infinities. */
+        const int4 inf = (s[0] == (float4)(-INFINITY)) | (s[1] == (float4)(-INFINITY)) |
+                         (s[2] == (float4)(-INFINITY)) | (s[3] == (float4)(-INFINITY));
+        for (int r = 0; (inf.x | inf.y | inf.z | inf.w) != 0 && r < 4; ++r) { /* rare: see SCORE_SHRINK */
+            float4 t = (float4)(0.0f);
+            for (int c = 0; c < DP; ++c)
+                t = fma((float4)(qs[c * TILE_ROWS + 4 * ty + r] * SCORE_SHRINK),
+                        vload4(0, ks + c * TILE_KEYS + 4 * tx) * SCORE_SHRINK, t);
+            s[r] = select(s[r], (float4)(NAN), (s[r] == (float4)(-INFINITY)) & isfinite(t));
+        }
         for (int r = 0; r < 4; ++r) {
             s[r] = select((float4)(-INFINITY), s[r], key >= (int4)(range[r].x) && key <= (int4)(range[r].y));
             red_max[(4 * ty + r) * NX + tx] = fmax(fmax(s[r].x, s[r].y), fmax(s[r].z, s[r].w));

@@ -53,16 +53,18 @@ static inline void store_row(__global float *row, const float4 *x, float factor,
     }
 }
 
-static inline float dot_row(const float4 *a, const __global float *row)
+/* The dot product of a and row, each element times `shrink` first (1, or SCORE_SHRINK to
+ * tell an overflow from an infinite input, see masks.clh). */
+static inline float dot_row(const float4 *a, const __global float *row, float shrink)
 {
     float4 s = (float4)(0.0f);
     for (int c = 0; c < CHUNKS; ++c) {
         if (4 * c + 4 <= HEAD_DIM) {
-            s = fma(a[c], vload4(c, row), s);
+            s = fma(a[c] * shrink, vload4(c, row) * shrink, s);
         } else {
-            s.x = fma(a[c].x, row[4 * c], s.x);
-            if (4 * c + 1 < HEAD_DIM) s.y = fma(a[c].y, row[4 * c + 1], s.y);
-            if (4 * c + 2 < HEAD_DIM) s.z = fma(a[c].z, row[4 * c + 2], s.z);
+            s.x = fma(a[c].x * shrink, row[4 * c] * shrink, s.x);
+            if (4 * c + 1 < HEAD_DIM) s.y = fma(a[c].y * shrink, row[4 * c + 1] * shrink, s.y);
+            if (4 * c + 2 < HEAD_DIM) s.z = fma(a[c].z * shrink, row[4 * c + 2] * shrink, s.z);
         }
     }
     return (s.x + s.y) + (s.z + s.w);
@@ -126,7 +128,8 @@ __kernel void attention_partial_f32(__global const float *q, ulong q_off,   /* [
     for (; u <= r.y + IHA_PROBE_PAST; ++u) {
         IHA_PROBE_SKIP_PAST(u > r.y);
         const size_t krow = kbase + (size_t)u * HEAD_DIM;
-        const float s = dot_row(qs, k + k_off + krow);
+        float s = dot_row(qs, k + k_off + krow, 1.0f);
+        if (s == -INFINITY && isfinite(dot_row(qs, k + k_off + krow, SCORE_SHRINK))) s = NAN; /* see SCORE_SHRINK */
         const float mn = s > m ? s : m;
         const float c = exp(m - mn), e = exp(s - mn);
         l = l * c + e;
@@ -163,7 +166,7 @@ __kernel void attention_partial_rowdot_f32(__global const float *o, ulong o_off,
     const size_t row = ((size_t)bh * Tq + t) * HEAD_DIM;
     float4 a[CHUNKS];
     load_row(o + o_off + row, a);
-    delta[(size_t)bh * Tq + t] = dot_row(a, dout + d_off + row);
+    delta[(size_t)bh * Tq + t] = dot_row(a, dout + d_off + row, 1.0f);
     IHA_PROBE_CHECK();
 }
 
@@ -196,8 +199,8 @@ __kernel void attention_partial_dq_f32(__global const float *q, ulong q_off,    
         for (; u <= r.y + IHA_PROBE_PAST; ++u) {
             IHA_PROBE_SKIP_PAST(u > r.y);
             const size_t krow = kbase + (size_t)u * HEAD_DIM;
-            const float p = exp(dot_row(qs, k + k_off + krow) - l);
-            const float ds = p * (dot_row(g, v + v_off + krow) - dt);
+            const float p = exp(dot_row(qs, k + k_off + krow, 1.0f) - l);
+            const float ds = p * (dot_row(g, v + v_off + krow, 1.0f) - dt);
             axpy_row(acc, ds, k + k_off + krow);
         }
         IHA_PROBE_EXPECT(u >= r.y + 1 + IHA_PROBE_PAST);
@@ -237,8 +240,8 @@ __kernel void attention_partial_dkv_f32(__global const float *q, ulong q_off,   
         if (l == -INFINITY) continue; /* a query that saw no key has no gradient */
         const __global float *g = dout + d_off + qbase + (size_t)t * HEAD_DIM;
         const __global float *qr = q + q_off + qbase + (size_t)t * HEAD_DIM;
-        const float p = exp(dot_row(ks, qr) - l);
-        const float ds = p * (dot_row(vs, g) - delta[lrow]);
+        const float p = exp(dot_row(ks, qr, 1.0f) - l);
+        const float ds = p * (dot_row(vs, g, 1.0f) - delta[lrow]);
         axpy_row(dv_acc, p, g);
         axpy_row(dk_acc, ds, qr);
     }

@@ -98,7 +98,9 @@ IHA_API iha_status iha_context_profile(iha_context *ctx, iha_profile_info *info)
 
 /* Deletes the context's profile file (a missing file is fine) and stops using its entries:
  * calls fall back to built-in defaults. CLBlast keeps the GEMM parameters it has until the
- * process ends (it has no way back to its database). IHA_ERROR_IO when it cannot delete. */
+ * process ends (it has no way back to its database). Only a regular file that is an iha
+ * tuning profile (or empty) is deleted: IHA_ERROR_IO, with the file left as it is, for a
+ * link, a device, a FIFO or a file of other content in its place, or when it cannot delete. */
 IHA_API iha_status iha_profile_clear(iha_context *ctx);
 
 /* Kernels for iha_tune_options.kernels. */
@@ -185,7 +187,9 @@ typedef struct iha_tune_result {
  * IHA_ERROR_UNSUPPORTED for a shape beyond what tuning supports (tokens above 2^22, pseudo
  * above 256, heads above 1024, batch above 4096, model_dim above 65536); IHA_ERROR_IO when the
  * profile cannot be written, checked before tuning starts where it can be (no usable path, a
- * directory that cannot be made or written), with the cause in the message; and the failure of
+ * directory that cannot be made or written, a file in the profile's place that is not a
+ * regular file holding an iha tuning profile, which is never overwritten), with the cause in
+ * the message; and the failure of
  * any call that is not a candidate's own. */
 IHA_API iha_status iha_tune(iha_context *ctx, const iha_shape *shapes, const iha_attention_options *options, size_t count,
                             const iha_tune_options *tune_options, iha_tune_result *results, size_t capacity,

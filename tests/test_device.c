@@ -248,6 +248,24 @@ static void device_from_environment(void **state)
     assert_int_equal(overridden, IHA_OK);
 }
 
+/* A device spec comes from the environment: its control bytes reach the message escaped, so
+ * that printing the message cannot send escape sequences to the user's terminal. */
+static void device_spec_escaped_in_message(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    tu_saved_env e = tu_env_save("IHA_DEVICE");
+    setenv("IHA_DEVICE", "ab\x1b[31mcd\\", 1);
+    iha_context *ctx = NULL;
+    char message[512] = "";
+    const iha_status st = iha_context_create(&ctx, NULL, message, sizeof message);
+    iha_context_free(ctx);
+    tu_env_restore(&e);
+    assert_int_equal(st, IHA_ERROR_NO_DEVICE);
+    for (const char *p = message; *p; ++p)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f) fail_msg("control byte in \"%s\"", message);
+    assert_non_null(strstr(message, "\"ab\\x1b[31mcd\\x5c\""));
+}
 
 int main(int argc, char **argv)
 {
@@ -259,6 +277,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(device_by_type),
         cmocka_unit_test(device_by_name_piece),
         cmocka_unit_test(device_from_environment),
+        cmocka_unit_test(device_spec_escaped_in_message),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

@@ -331,6 +331,41 @@ static void entry_of_a_dead_loader_is_retired(void **state)
     tu_remove_tree(cache);
 }
 
+/* The tidy-up removes only names the library makes, whole: a user's files in the cache
+ * directory that merely hold ".tmp.<digits>" or ".loading." (a dead pid's, dated back past
+ * IHA_STALE_SECONDS) stay, and so does the entry such a lookalike names. */
+static void tidy_keeps_files_not_ours(void **state)
+{
+    (void)state;
+    char cache[4096], dir[4200];
+    rel_fill_cache(cache, sizeof cache);
+    const first_entry e = first_entry_of(cache);
+    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(e.path, '/') - e.path), e.path);
+    const long dead = rel_dead_pid();
+    char names[7][300];
+    snprintf(names[0], sizeof names[0], "thesis.tmp.999999.docx");
+    snprintf(names[1], sizeof names[1], "backup.tmp.2024.tar");
+    snprintf(names[2], sizeof names[2], "notes.tmp.%ld.1.2", dead);
+    snprintf(names[3], sizeof names[3], "%s.tmp.%ld.1.2.docx", strrchr(e.path, '/') + 1, dead);
+    snprintf(names[4], sizeof names[4], "%s.loading.%ld.1.txt", strrchr(e.path, '/') + 1, dead);
+    snprintf(names[5], sizeof names[5], "report.clbin.loading.%ld.1", dead);
+    snprintf(names[6], sizeof names[6], "%s.tmp.%ld.1.2", strrchr(e.path, '/') + 1, dead); /* ours */
+    char paths[7][4520];
+    for (int i = 0; i < 7; ++i) {
+        const int n = snprintf(paths[i], sizeof paths[i], "%s/%s", dir, names[i]);
+        assert_true(n > 0 && (size_t)n < sizeof paths[i]);
+        rel_touch_file(paths[i]);
+        date_back(paths[i]);
+    }
+    date_back(e.path);
+    rel_check_small_with(cache, TU_API_DEVICE);
+    for (int i = 0; i < 6; ++i)
+        if (rel_file_size(paths[i]) != 0) fail_msg("the tidy-up removed %s", names[i]);
+    assert_int_equal(rel_file_size(paths[6]), -1);
+    assert_int_equal(mtime_of(e.path), 1000000000); /* no lookalike marker retired it */
+    tu_remove_tree(cache);
+}
+
 /* ---- FIFOs in the place of cache files ---- */
 
 static void fifo_instead(const char *path)
@@ -437,6 +472,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(cache_entries_cut_mid_write),
         cmocka_unit_test(cache_entry_pocl_cannot_load),
         cmocka_unit_test(entry_of_a_dead_loader_is_retired),
+        cmocka_unit_test(tidy_keeps_files_not_ours),
         cmocka_unit_test(fifo_in_place_of_cache_files),
         cmocka_unit_test(binaries_need_address_space),
     };

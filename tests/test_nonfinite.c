@@ -443,6 +443,126 @@ static void overflowing_scores_are_not_zeros(void **state)
     tu_layer_free(&l);
 }
 
+/* The issue's layer: x = [[1]*8, [1.5e19]*8], W_Q = W_V = W_O = I, W_K = diag(-1 x4, 1 x4),
+ * H = 1, d = 8, P = 1. Row 1's score against its own key is 0, but its float32 partial sums
+ * reach -inf, which would read as a masked key and drop it silently (a finite, wrong row);
+ * also with a scale of 2e38, where both rows overflow. Under every mask, through the
+ * layer (the device's attention kernel) and decoding token by token (the decode kernels). */
+static void overflowed_partial_sums_are_not_finite_rows(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = {1, 2, 8, 1, 8, 1};
+    tu_layer l;
+    tu_layer_init(&l, &s, 1940);
+    tu_layer_identity(&l, 0);
+    for (size_t i = 0; i < 64; i++) {
+        const int diag = i % 9 == 0;
+        l.wq[i] = l.wv[i] = l.wo[i] = diag ? 1.0f : 0.0f;
+        l.wk[i] = diag ? (i < 32 ? -1.0f : 1.0f) : 0.0f;
+    }
+    for (size_t i = 0; i < 16; i++) l.x[i] = i < 8 ? 1.0f : 1.5e19f;
+    static const float scales[2] = {0.0f, 2e38f};
+    for (int m = 0; m < MASK_COUNT; m++)
+        for (int sc = 0; sc < 2; sc++) {
+            iha_attention_options o = tu_options(kMasks[m], 0, 0);
+            o.scale = scales[sc];
+            double *zref = tu_layer_reference(&l, &o);
+            float z[16];
+            const iha_host_weights w = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
+            tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &s, &o, &w, l.x, z), IHA_OK);
+            char what[96];
+            snprintf(what, sizeof what, "layer, %s mask, scale %g", kMaskNames[m], (double)scales[sc]);
+            /* Row 0 without a scale is beyond float32's precision (its scores cancel to 0 from
+             * 1e19 terms under mask none): only the overflowing rows are checked. */
+            const size_t from = sc == 0 ? 8 : 0;
+            assert_nonfinite_or_close(what, z + from, zref + from, 16 - from, 1e-3);
+            if (m == 0) { /* decoding is causal */
+                iha_kv_cache *cache = NULL;
+                tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &s, IHA_STORAGE_F32, &cache), IHA_OK);
+                tu_device_layer dev;
+                tu_device_layer_upload(tu_ctx, &l, 0, &dev);
+                cl_mem xs = tu_buffer_new(tu_ctx, 8), zs = tu_buffer_new(tu_ctx, 8);
+                iha_shape step = s;
+                step.tokens = 1;
+                for (int t = 0; t < 2; t++) {
+                    tu_buffer_write(tu_ctx, xs, 0, l.x + 8 * t, 8);
+                    tu_assert_status(tu_ctx, iha_decode_step(tu_ctx, cache, &step, &o, &dev.weights, NULL,
+                                                             (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+                                     IHA_OK);
+                    tu_buffer_read(tu_ctx, zs, 0, z + 8 * t, 8);
+                }
+                snprintf(what, sizeof what, "decoding, scale %g", (double)scales[sc]);
+                assert_nonfinite_or_close(what, z + from, zref + from, 16 - from, 1e-3);
+                tu_buffer_release(xs);
+                tu_buffer_release(zs);
+                tu_device_layer_release(&dev);
+                iha_kv_cache_free(cache);
+            }
+            free(zref);
+        }
+    tu_layer_free(&l);
+}
+
+/* iha_attention on every forward variant (kVariants) with the issue's rows: query and key row
+ * 11 cancel to a score of 0 through partial sums past -3.4e38, and every other key's elements
+ * come in pairs (a, -a), so row 11's scores are all 0: dropping its own key would change its
+ * mean of the values. Row 11 must be non-finite or right. */
+static void overflowed_partial_sums_every_variant(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const size_t d = 8;
+    const iha_shape s = attention_shape(d);
+    const size_t n = tu_count_virtual(&s), T = s.tokens * s.pseudo;
+    tu_rng rng = tu_rng_seeded(1941);
+    float *q = tu_random_array(&rng, n, 1.0f), *k = tu_random_array(&rng, n, 1.0f), *v = tu_random_array(&rng, n, 1.0f);
+    for (size_t i = 1; i < n; i += 2) k[i] = -k[i - 1]; /* row 11's scores with other keys: 0 */
+    for (size_t c = 0; c < d; c++) {
+        q[11 * d + c] = 1.5e19f;
+        k[11 * d + c] = c < d / 2 ? -1.5e19f : 1.5e19f;
+    }
+    const size_t count = sizeof kVariants / sizeof kVariants[0];
+    for (size_t i = 0; i <= count; i++) {
+        char expected[512] = "";
+        iha_context *ctx = i < count ? ac_context_forcing(&kVariants[i].cfg, expected, sizeof expected) : tu_ctx;
+        if (i < count && !ac_fits(ctx, &kVariants[i].cfg, d)) {
+            iha_context_free(ctx);
+            continue;
+        }
+        cl_mem bq = tu_buffer_guarded(ctx, q, n, 0, 0, 0.0f), bk = tu_buffer_guarded(ctx, k, n, 0, 0, 0.0f);
+        cl_mem bv = tu_buffer_guarded(ctx, v, n, 0, 0, 0.0f), ob = tu_buffer_guarded(ctx, NULL, n, 0, 0, 0.0f);
+        for (int m = 0; m < MASK_COUNT; m++) {
+            const iha_attention_options o = tu_options(kMasks[m], 0, 0);
+            ref_problem p;
+            memset(&p, 0, sizeof p);
+            p.B = s.batch, p.N = s.tokens, p.H = s.heads, p.d = s.head_dim, p.P = s.pseudo, p.mask = o.mask;
+            double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(T * sizeof *lref);
+            assert_int_equal(ref_attention(&p, q, k, v, oref, lref), 0);
+            tu_assert_status(ctx, iha_attention(ctx, &s, &o, (iha_buffer){bq, 0}, (iha_buffer){bk, 0},
+                                                (iha_buffer){bv, 0}, (iha_buffer){ob, 0}, (iha_buffer){NULL, 0}),
+                             IHA_OK);
+            if (i < count) ac_assert_last_ran(ctx, expected);
+            float *got = tu_malloc(n * sizeof *got);
+            tu_buffer_read(ctx, ob, 0, got, n);
+            char what[160];
+            snprintf(what, sizeof what, "%s, %s mask", i < count ? kVariants[i].name : "built-in", kMaskNames[m]);
+            assert_nonfinite_or_close(what, got, oref, n, 1e-3);
+            free(got);
+            free(oref);
+            free(lref);
+        }
+        tu_buffer_release(bq);
+        tu_buffer_release(bk);
+        tu_buffer_release(bv);
+        tu_buffer_release(ob);
+        if (i < count) iha_context_free(ctx);
+    }
+    free(q);
+    free(k);
+    free(v);
+}
+
 /* iha_attention with scales that overflow many scores (dots of up to 16 * 4 * 4), the largest
  * scale accepted among them. */
 static void huge_scales_are_not_garbage(void **state)
@@ -523,6 +643,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(attention_and_backward),
         cmocka_unit_test(attention_variants),
         cmocka_unit_test(overflowing_scores_are_not_zeros),
+        cmocka_unit_test(overflowed_partial_sums_are_not_finite_rows),
+        cmocka_unit_test(overflowed_partial_sums_every_variant),
         cmocka_unit_test(huge_scales_are_not_garbage),
         cmocka_unit_test(unrepresentable_scale_is_refused),
     };

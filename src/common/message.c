@@ -62,3 +62,30 @@ void iha__message_free(iha_message *m)
 }
 
 const char *iha__message_text(const iha_message *m) { return m->text ? m->text : ""; }
+
+const char *iha__message_escape(const char *text, char *buf, size_t capacity)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    if (capacity < 8) { /* no room for one escaped byte and "..." */
+        if (capacity > 0) buf[0] = '\0';
+        return buf;
+    }
+    for (const unsigned char *p = (const unsigned char *)text; *p; ++p) {
+        if (n + 4 + 4 > capacity) {
+            memcpy(buf + n, "...", 3);
+            n += 3;
+            break;
+        }
+        if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
+            buf[n++] = (char)*p;
+        } else {
+            buf[n++] = '\\';
+            buf[n++] = 'x';
+            buf[n++] = hex[*p >> 4];
+            buf[n++] = hex[*p & 15];
+        }
+    }
+    buf[n] = '\0';
+    return buf;
+}

@@ -18,4 +18,10 @@ void iha__message_append(iha_message *m, const char *text);
 void iha__message_clear(iha_message *m);
 void iha__message_free(iha_message *m);
 const char *iha__message_text(const iha_message *m);
+
+/* Untrusted text (a device spec, a name from the environment) for a message: printable ASCII
+ * as it is, every other byte and the backslash as \xNN, so that a message never carries control
+ * bytes (a terminal's escape sequences) and says which bytes it was given. Truncated to fit
+ * buf, with "..." when it is; returns buf. */
+const char *iha__message_escape(const char *text, char *buf, size_t capacity);
 #endif

@@ -15,17 +15,25 @@ typedef struct iha_file_part {
 } iha_file_part;
 
 /* Writes the parts in order to <path>.tmp.<pid>.<thread token>.<ns> (created exclusively, not
- * following links), with fsync when `sync`, and renames it over path, so that readers see the
- * old file or the new one, never a part. Returns 0 or the errno of the step that failed (then
+ * following links) with the mode of the regular file it replaces (0644 less the umask for a new
+ * one), with fsync when `sync`, and renames it over path, so that readers see the old file or
+ * the new one, never a part. Returns 0 or the errno of the step that failed (then
  * nothing is left behind). */
 int iha__file_replace(const char *path, const iha_file_part *parts, size_t count, int sync);
 
-/* Whether the file `name` in dir, whose name holds `tag` followed by the pid of the process
- * that made it, is left over: that process is gone from this machine, or the file is older
- * than IHA_STALE_SECONDS. 0 for a name without the tag. */
-int iha__file_left_over(const char *dir, const char *name, const char *tag);
+/* Whether name is, in full, a temporary name of iha__file_replace: <target>.tmp.<pid>.<hex
+ * digits>.<digits>, nothing before or after. Then *target_length is the length of <target>
+ * and *pid the writer's pid. */
+int iha__temp_name_parse(const char *name, size_t *target_length, long *pid);
 
-/* Removes the left-over temporary files of iha__file_replace in dir whose names start with
- * prefix (NULL: any). Failures are ignored: another process may remove them first. */
-void iha__remove_left_over_temps(const char *dir, const char *prefix);
+/* Whether the file `name` in dir, made by process `pid`, is left over: that process is gone
+ * from this machine, or the file is older than IHA_STALE_SECONDS. */
+int iha__file_left_over(const char *dir, const char *name, long pid);
+
+/* Removes from dir the left-over temporary files of iha__file_replace whose target (the name
+ * they would have been renamed to) `ours` accepts, so that only files whose whole name the
+ * library makes are ever removed, never a user's file that merely looks similar. Failures are
+ * ignored: another process may remove them first. */
+void iha__remove_left_over_temps(const char *dir, int (*ours)(const char *target, size_t length, const void *arg),
+                                 const void *arg);
 #endif

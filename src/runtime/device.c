@@ -228,8 +228,9 @@ iha_status iha__device_select(const char *spec, cl_platform_id *platform, cl_dev
     }
     if (spec == NULL) chosen = first_gpu < t.count ? first_gpu : 0;
     if (chosen == t.count) {
+        char shown[256];
         iha__message_printf(msg, "no OpenCL device matches \"%s\" (use \"P:D\" indexes or a substring of a platform or "
-                                 "device name; `iha devices` lists them)", spec);
+                                 "device name; `iha devices` lists them)", iha__message_escape(spec, shown, sizeof shown));
         return IHA_ERROR_NO_DEVICE;
     }
     *platform = t.platform[chosen];

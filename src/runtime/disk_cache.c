@@ -144,17 +144,43 @@ void iha__disk_cache_load_end(const char *marker)
     if (marker[0] != '\0') unlink(marker);
 }
 
-/* "<16 hex digits>.clbin.loading.<pid>..." -> key. */
-static int marker_key(const char *name, uint64_t *key)
+#define KEY_DIGITS 16
+#define HEX_DIGITS "0123456789abcdef"
+
+/* Whether name starts with an entry's name, <16 lowercase hex digits>.clbin; then its key. */
+static int entry_name(const char *name, uint64_t *key)
 {
-    char *end = NULL;
-    if (strlen(name) < 16 + sizeof ENTRY_SUFFIX LOADING_TAG) return 0;
-    if (strncmp(name + 16, ENTRY_SUFFIX LOADING_TAG, sizeof ENTRY_SUFFIX LOADING_TAG - 1) != 0) return 0;
-    char hex[17];
-    memcpy(hex, name, 16);
-    hex[16] = '\0';
-    *key = (uint64_t)strtoull(hex, &end, 16);
-    return end == hex + 16;
+    if (strspn(name, HEX_DIGITS) != KEY_DIGITS || strncmp(name + KEY_DIGITS, ENTRY_SUFFIX, strlen(ENTRY_SUFFIX)) != 0)
+        return 0;
+    char hex[KEY_DIGITS + 1];
+    memcpy(hex, name, KEY_DIGITS);
+    hex[KEY_DIGITS] = '\0';
+    *key = (uint64_t)strtoull(hex, NULL, 16);
+    return 1;
+}
+
+/* Whether name is, in full, a load marker: <entry>.loading.<pid>.<hex digits>; then its key
+ * and pid. */
+static int marker_name(const char *name, uint64_t *key, long *pid)
+{
+    if (!entry_name(name, key)) return 0;
+    const char *p = name + KEY_DIGITS + strlen(ENTRY_SUFFIX);
+    if (strncmp(p, LOADING_TAG, strlen(LOADING_TAG)) != 0) return 0;
+    p += strlen(LOADING_TAG);
+    const size_t digits = strspn(p, "0123456789");
+    if (digits == 0 || digits > 9 || p[digits] != '.') return 0;
+    const size_t token = strspn(p + digits + 1, HEX_DIGITS);
+    if (token == 0 || p[digits + 1 + token] != '\0') return 0;
+    *pid = strtol(p, NULL, 10);
+    return 1;
+}
+
+/* The tidy-up's filter of temporary files: only those of an entry, <entry>.tmp.<...>. */
+static int entry_temp(const char *target, size_t length, const void *arg)
+{
+    (void)arg;
+    uint64_t key = 0;
+    return length == KEY_DIGITS + strlen(ENTRY_SUFFIX) && entry_name(target, &key);
 }
 
 void iha__disk_cache_tidy(const char *dir)
@@ -164,12 +190,13 @@ void iha__disk_cache_tidy(const char *dir)
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         uint64_t key = 0;
-        if (!marker_key(e->d_name, &key) || !iha__file_left_over(dir, e->d_name, LOADING_TAG)) continue;
+        long pid = 0;
+        if (!marker_name(e->d_name, &key, &pid) || !iha__file_left_over(dir, e->d_name, pid)) continue;
         iha__disk_cache_retire(dir, key);
-        char *path = entry_path(dir, key, e->d_name + 16 + sizeof ENTRY_SUFFIX - 1);
+        char *path = entry_path(dir, key, e->d_name + KEY_DIGITS + strlen(ENTRY_SUFFIX));
         if (path) unlink(path);
         free(path);
     }
     closedir(d);
-    iha__remove_left_over_temps(dir, NULL);
+    iha__remove_left_over_temps(dir, entry_temp, NULL);
 }

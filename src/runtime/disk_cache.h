@@ -37,6 +37,8 @@ void iha__disk_cache_load_begin(const char *dir, uint64_t key, char *marker, siz
 void iha__disk_cache_load_end(const char *marker);
 
 /* Once per context, before its first load: retires the entries whose markers say that a
- * process died loading them, and removes temporary files left by writers that died. */
+ * process died loading them, and removes temporary files left by writers that died. It touches
+ * only names it makes, whole (<key>.clbin, <key>.clbin.tmp.<pid>.<token>.<ns>,
+ * <key>.clbin.loading.<pid>.<token>): any other file in the directory is the user's. */
 void iha__disk_cache_tidy(const char *dir);
 #endif

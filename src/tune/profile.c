@@ -398,6 +398,34 @@ static char *render(const iha_context *ctx, const iha_profile *p, cJSON *kept)
     return text;
 }
 
+/* Whether the file at path may be written over or removed: it is missing (ENOENT), empty, or
+ * a regular file (not a link) holding a JSON object whose "format" is this library's; any
+ * other file (a user's JSON, a device, a FIFO, a link) is not the library's to replace. Returns
+ * 0 (*exists says whether there is a file), or an errno and why in *why. */
+static int check_target(const char *path, int *exists, char *why, size_t cap)
+{
+    char *text = NULL;
+    size_t length = 0;
+    const int code = iha__file_read(path, MAX_FILE_BYTES, IHA_FILE_NO_FOLLOW, &text, &length);
+    *exists = code != ENOENT;
+    if (code == ENOENT) return 0;
+    if (code != 0) {
+        snprintf(why, cap, "%s", code == IHA_FILE_NOT_REGULAR ? "it is not a regular file (a link, a device, a FIFO "
+                                                                "or a socket)"
+                                 : code == EFBIG ? "it is larger than 16 MiB"
+                                                 : iha__file_error(code));
+        return code == IHA_FILE_NOT_REGULAR || code == EFBIG ? EPERM : code;
+    }
+    cJSON *root = length > 0 ? cJSON_ParseWithLength(text, length) : NULL;
+    free(text);
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const int ours = length == 0 || (cJSON_IsObject(root) && cJSON_IsString(format) &&
+                                     strcmp(format->valuestring, FORMAT_NAME) == 0);
+    cJSON_Delete(root);
+    if (!ours) snprintf(why, cap, "it is not an %s (remove it or choose another path)", FORMAT_NAME);
+    return ours ? 0 : EPERM;
+}
+
 /* The entries of the file on disk that a save keeps: all of a file of this format and key
  * except those that p's pending entries replace and those of a known kernel that are invalid
  * (no context could use them, and they would make the whole file ignored). A file that is
@@ -406,9 +434,15 @@ static char *render(const iha_context *ctx, const iha_profile *p, cJSON *kept)
 static cJSON *entries_to_keep(const iha_context *ctx, const iha_profile *p, char *refusal, size_t cap)
 {
     refusal[0] = '\0';
+    char why[400] = "";
+    int exists = 0;
+    if (check_target(p->path, &exists, why, sizeof why) != 0) {
+        snprintf(refusal, cap, "not overwritten: %s", why);
+        return NULL;
+    }
     char *text = NULL;
     size_t length = 0;
-    const int code = iha__file_read(p->path, MAX_FILE_BYTES, 0, &text, &length);
+    const int code = iha__file_read(p->path, MAX_FILE_BYTES, IHA_FILE_NO_FOLLOW, &text, &length);
     if (code != 0 && code != ENOENT) {
         snprintf(refusal, cap, "cannot read it to merge into it: %s",
                  code == EFBIG ? "larger than 16 MiB" : iha__file_error(code));
@@ -417,7 +451,6 @@ static cJSON *entries_to_keep(const iha_context *ctx, const iha_profile *p, char
     cJSON *kept = cJSON_CreateArray();
     cJSON *root = code == 0 ? cJSON_ParseWithLength(text, length) : NULL;
     free(text);
-    char why[400] = "";
     const file_kind kind = code == 0 ? classify(ctx, root, why, sizeof why) : FILE_FOREIGN;
     if (kind == FILE_NEWER) {
         snprintf(refusal, cap, "not overwritten: %s", why);
@@ -456,6 +489,12 @@ static char *parent_of(const char *path)
     return dir;
 }
 
+/* The tidy-up's filter of temporary files: only those of the profile itself (arg: its name). */
+static int profile_temp(const char *target, size_t length, const void *arg)
+{
+    return length == strlen(arg) && strncmp(target, arg, length) == 0;
+}
+
 /* Opens (creating) <path>.lock and, with lock, takes the exclusive lock on it. Returns 0 and the
  * descriptor in *fd, or an errno. A file system without flock leaves the descriptor unlocked:
  * writers there still never leave a partial file, only lose the merge's guarantee. */
@@ -481,10 +520,10 @@ iha_status iha__profile_check_writable(iha_context *ctx, const iha_profile *p)
     free(dir);
     IHA_RETURN_ERROR_IF(made != 0, ctx, IHA_ERROR_IO, "cannot make the tuning profile's directory for %s: %s",
                         p->path, strerror(made));
-    int fd = -1, code = iha__file_open_read(p->path, 0, &fd);
-    if (code == 0) close(fd);
-    IHA_RETURN_ERROR_IF(code != 0 && code != ENOENT, ctx, IHA_ERROR_IO, "cannot use the tuning profile %s: %s",
-                        p->path, iha__file_error(code));
+    char why[400] = "";
+    int exists = 0, fd = -1, code = check_target(p->path, &exists, why, sizeof why);
+    IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot use the tuning profile %s: not overwritten: %s",
+                        p->path, why);
     code = open_lock(p->path, 0, &fd);
     IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot write beside the tuning profile %s: %s", p->path,
                         strerror(code));
@@ -523,9 +562,7 @@ iha_status iha__profile_save(iha_context *ctx, iha_profile *p)
                         strerror(code));
     char *dir = parent_of(p->path);
     const char *base = strrchr(p->path, '/') ? strrchr(p->path, '/') + 1 : p->path;
-    char prefix[sizeof p->path + 8];
-    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
-    if (dir) iha__remove_left_over_temps(dir, prefix);
+    if (dir) iha__remove_left_over_temps(dir, profile_temp, base);
     free(dir);
     const iha_status st = merge_and_write(ctx, p);
     close(lock); /* releases the lock */
@@ -540,12 +577,23 @@ iha_status iha__profile_clear(iha_context *ctx, iha_profile *p)
         p->message[0] = '\0';
     }
     if (p->path[0] == '\0') return IHA_OK;
+    /* Checked before the lock is made, so that a refused path gets no <path>.lock beside it,
+     * and again under the lock, which decides. */
+    char why[400] = "";
+    int exists = 0, code = check_target(p->path, &exists, why, sizeof why);
+    IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot remove %s: %s", p->path, why);
+    if (!exists) return IHA_OK;
     int lock = -1;
-    int code = open_lock(p->path, 1, &lock);
+    code = open_lock(p->path, 1, &lock);
     if (code == ENOENT) return IHA_OK; /* no directory, so no profile */
     IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot lock the tuning profile %s: %s", p->path,
                         strerror(code));
-    code = unlink(p->path) != 0 && errno != ENOENT ? errno : 0;
+    code = check_target(p->path, &exists, why, sizeof why);
+    if (code != 0) {
+        close(lock);
+        return iha__fail(ctx, IHA_ERROR_IO, "cannot remove %s: %s", p->path, why);
+    }
+    code = exists && unlink(p->path) != 0 && errno != ENOENT ? errno : 0;
     close(lock);
     IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot remove the tuning profile %s: %s", p->path,
                         strerror(code));
