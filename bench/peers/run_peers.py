@@ -298,7 +298,7 @@ def table(rows, header, tuned):
     ratio_columns = "built-in / best | tuned / best" if tuned else "iha / best"
     columns = ["problem (B·H = 8)", "unit", iha_columns, *PEERS, "best peer", ratio_columns]
     out.append("| " + " | ".join(columns) + " |")
-    out.append("|" + " --- |" * (len(PEERS) + 4 + (2 if tuned else 0)))
+    out.append("|" + " --- |" * (len(PEERS) + 5 + (2 if tuned else 0)))
     for r in rows:
         name, best = r.best()
         cells = [fmt(r.iha, r.unit)] + ([fmt(r.iha_tuned, r.unit) if r.iha_tuned is not None else "-"] if tuned else [])
@@ -312,7 +312,8 @@ def table(rows, header, tuned):
                                     f"{tuned}` filled in this run for each of the layer shapes "
                                     + ", ".join(",".join(str(x) for x in s) for s in TUNE_SHAPES)
                                     + " (B,N,D,H,d,P; global and sliding-window layers). " if tuned else ""))
-    out.append("iha / best is iha's speed over the best peer's (above 1: iha is faster): the ratio of the rates "
+    out.append("iha / best (built-in / best, tuned / best) is iha's speed over the best peer's (above 1: iha is "
+               "faster): the ratio of the rates "
                "for GFLOP/s, of the peer's time to iha's for ms. GFLOP/s count the visible pairs only, 4·d FLOPs "
                "each (doc/spec.md's cost model), the same count for every column. PyTorch is "
                "scaled_dot_product_attention for the cores (a dense boolean mask for the window) and the layer "
