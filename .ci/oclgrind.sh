@@ -16,8 +16,8 @@
 #      numeric and refusal tests on a second, strict OpenCL implementation (anything passing
 #      on PoCL but not here is a portability bug). Memory checks only: race detection would
 #      multiply the stage's time; the simulator is a GPU, so the decoding runs the work-group
-#      kernel (cl/attention_decode_groups.cl), whose barriers test_decode_groups' small case
-#      checks with --data-races;
+#      kernel (cl/attention_decode_groups.cl), whose barriers test_decode_groups' small case and
+#      its case of key groups that do not divide the tile check with --data-races;
 #   3. tests/test_attention_variants with --data-races: every attention variant (register
 #      tiles, local memory, local tiles with register sub-tiles) in several tile
 #      configurations, forced whatever the simulator's built-in (those larger than its local
@@ -72,6 +72,7 @@ run small_shapes_races --data-races -- "$tests/test_small_shapes"
 run attention_variants_races --data-races -- "$tests/test_attention_variants"
 run decode -- "$tests/test_decode"
 IHA_TEST_ONLY=ragged_f32_causal_window run decode_groups_races --data-races -- "$tests/test_decode_groups"
+IHA_TEST_ONLY=uneven_key_groups run decode_groups_uneven_races --data-races -- "$tests/test_decode_groups"
 run mha -- "$tests/test_mha"
 run errors -- "$tests/test_errors"
 run buffer_sizes -- "$tests/test_buffer_sizes"
