@@ -13,14 +13,15 @@
 #define COMPACT_PRIVATE_FLOATS 4096
 
 /* The built-in configurations, one row per kind of device (as zstd's clevels.h). CPUs: a
- * work-item takes every head of 4 query rows (a generated token's P rows at P = 4), so a token's
- * K and V are read from memory once per split, 8 work-items per core, splits of at least 64
- * tokens. GPUs: one head and one row per work-item, many work-items sharing a token's rows in
- * cache. */
+ * work-item takes up to 16 query rows (a generated token's P; a prefill chunk's 16, over which
+ * the mixing of each token it reads is shared) of as many heads as its private budget allows,
+ * so a generated token's K and V are read from memory once per split; 8 work-items per core,
+ * splits of at least 64 tokens. GPUs: one head and one row per work-item, many work-items
+ * sharing a token's rows in cache. */
 /* clang-format off */
 static const iha_decode_compact_config compact_defaults[2] = {
     /* rows heads vec min_split_tokens per_cu */
-    {4,    64,   16, 64,              8}, /* CPUs */
+    {16,   64,   16, 64,              8}, /* CPUs */
     {1,    1,    4,  64,              64}, /* GPUs */
 };
 /* clang-format on */
