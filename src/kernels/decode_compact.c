@@ -159,8 +159,11 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
     iha__arg_int(&a, mask);
     iha__arg_int(&a, (cl_int)window);
     iha__arg_float(&a, (cl_float)(scale * 1.4426950408889634));
-    const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups};
-    IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 3, global, NULL, "attention_decode_compact_f32"));
+    /* CPUs: one work-item per work-group, since PoCL left to choose packs several into one group,
+     * whose private tiles then live in memory and run on one core. */
+    const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups}, single[3] = {1, 1, 1};
+    IHA_FORWARD_IF_ERROR(
+        iha__launch(ctx, &a, 3, global, ctx->info.is_gpu ? NULL : single, "attention_decode_compact_f32"));
 
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_decode_compact.cl", options, "attention_decode_combine_f32", &k));
     a = iha__args_begin(k);
