@@ -744,7 +744,8 @@ IHA_API iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, co
  * weight_storage. */
 
 /* The cache of one layer: pseudo-keys and pseudo-values after mixing and rotary,
- * [batch][heads][max_tokens*pseudo][head_dim] each, and the current length of every sequence.
+ * [batch][heads][max_tokens*pseudo][head_dim] each (or with iha_kv_cache_options.compact the
+ * heads' own keys and values), and the current length of every sequence.
  * Owned by the application (create/free) and used only with the context that created it.
  * Its device buffers keep that context's cl_context alive until iha_kv_cache_free. A cache may
  * outlive its context: iha_context_free detaches it, after which iha_kv_cache_free, _reset,
