@@ -1,7 +1,7 @@
 /* Decoding from a compact KV cache (doc/spec.md, "The compact cache"): the cache holds each
  * token's own keys and values, [B][slots][H][HEAD_DIM] each, and a work-item forms the P
- * pseudo-keys and -values of every token it reads on the fly: mixing with alpha_K (alpha_V),
- * then for the keys rotary at virtual position n*P + p. It reads the H·d elements of a token
+ * pseudo-keys of every token it reads on the fly (mixing with alpha_K, then rotary at virtual
+ * position n*P + p) and folds alpha_V into the probabilities. It reads the H·d elements of a token
  * once for DEC_HEADS target heads, P times fewer bytes than the pseudo-token cache, and writes
  * the partial softmax states of cl/decode_combine.clh, which merges the splits. */
 #include "loop_probe.clh"
@@ -17,6 +17,10 @@
 /* Query rows per work-item: one tile of consecutive virtual rows of one sequence. */
 #ifndef DEC_ROWS
 #define DEC_ROWS 4
+#endif
+/* The heads H: the mixing loops over them, unrolled. */
+#ifndef DEC_H
+#error "DEC_H must be defined"
 #endif
 /* Target heads per work-item: the mixing reads a token's H rows once for all of them. */
 #ifndef DEC_HEADS
@@ -89,7 +93,7 @@ static inline void load_query(const __global float *p, floatV *x)
 
 /* The P pseudo-rows of target head h from one token's H cached rows (doc/spec.md step 2):
  * out[p] = sum over m of alpha[m][h][p] * row m; identity (P = 1, no mixing): row h. */
-static inline void mix_token(const __global kv_t *tok, const __global float *alpha, int identity, int h, int H,
+static inline void mix_token(const __global kv_t *tok, const __global float *alpha, int identity, int h,
                              floatV out[DEC_P][VCH])
 {
     for (int p = 0; p < DEC_P; ++p)
@@ -98,13 +102,40 @@ static inline void mix_token(const __global kv_t *tok, const __global float *alp
         load_row(tok + (size_t)h * HEAD_DIM, out[0]);
         return;
     }
-    for (int m = 0; m < H; ++m) {
+    for (int m = 0; m < DEC_H; ++m) {
         floatV row[VCH];
         load_row(tok + (size_t)m * HEAD_DIM, row);
-        const __global float *a = alpha + ((size_t)m * H + h) * DEC_P;
+        const __global float *a = alpha + ((size_t)m * DEC_H + h) * DEC_P;
         for (int p = 0; p < DEC_P; ++p) {
             const floatV w = (floatV)(a[p]);
             for (int cv = 0; cv < VCH; ++cv) out[p][cv] = fma(w, row[cv], out[p][cv]);
+        }
+    }
+}
+
+/* The values' part of one token for target head h: acc[r] += sum over p of pr[r][p] * Vt[p],
+ * with alpha_V folded into the probabilities (doc/spec.md, "The compact cache"): sum over m of
+ * w[r][m] * V[m], w[r][m] = sum over p of pr[r][p] * alpha[m][h][p]. A row that sees none of the
+ * token's keys adds nothing, not 0 times its values. */
+static inline void add_values(const __global kv_t *tok, const __global float *alpha, int identity, int h,
+                              float pr[DEC_ROWS][DEC_P], floatV acc[DEC_ROWS][VCH])
+{
+    int sees[DEC_ROWS];
+    for (int r = 0; r < DEC_ROWS; ++r) {
+        sees[r] = 0;
+        for (int p = 0; p < DEC_P; ++p) sees[r] |= pr[r][p] != 0.0f;
+    }
+    for (int m = 0; m < DEC_H; ++m) {
+        if (identity && m != h) continue;
+        floatV row[VCH];
+        load_row(tok + (size_t)m * HEAD_DIM, row);
+        const __global float *a = alpha + ((size_t)m * DEC_H + h) * DEC_P;
+        for (int r = 0; r < DEC_ROWS; ++r) {
+            if (!sees[r]) continue;
+            float w = 0.0f;
+            for (int p = 0; p < DEC_P; ++p) w = fma(pr[r][p], identity ? 1.0f : a[p], w);
+            const floatV wv = (floatV)(w);
+            for (int cv = 0; cv < VCH; ++cv) acc[r][cv] = fma(wv, row[cv], acc[r][cv]);
         }
     }
 }
@@ -159,12 +190,12 @@ __kernel void attention_decode_compact_f32(__global const float *q, ulong q_off,
                                            __global const kv_t *vc, __global const float *alpha_k, ulong ak_off,
                                            __global const float *alpha_v, ulong av_off, int identity,
                                            __global const float *rope, int rope_mode, __global float *part,
-                                           __global const int *step, int rows, int H, int slots, int splits,
+                                           __global const int *step, int rows, int slots, int splits,
                                            int split_tokens, int mask, int window, float scale_log2 IHA_PROBE_PARAMS)
 {
     const int r0 = get_global_id(0) * DEC_ROWS;
     const int s = get_global_id(1);
-    const int groups = (H + DEC_HEADS - 1) / DEC_HEADS;
+    const int groups = (DEC_H + DEC_HEADS - 1) / DEC_HEADS;
     const int b = get_global_id(2) / groups, h0 = get_global_id(2) % groups * DEC_HEADS;
     if (r0 >= rows || s >= splits) return;
     const int P = DEC_P;
@@ -198,22 +229,22 @@ __kernel void attention_decode_compact_f32(__global const float *q, ulong q_off,
             mx[hh][r] = -INFINITY;
             sum[hh][r] = 0.0f;
             for (int cv = 0; cv < VCH; ++cv) qv[hh][r][cv] = acc[hh][r][cv] = (floatV)(0.0f);
-            if (h0 + hh < H && r0 + r < active)
-                load_query(q + q_off + ((size_t)(b * H + h0 + hh) * rows + r0 + r) * HEAD_DIM, qv[hh][r]);
+            if (h0 + hh < DEC_H && r0 + r < active)
+                load_query(q + q_off + ((size_t)(b * DEC_H + h0 + hh) * rows + r0 + r) * HEAD_DIM, qv[hh][r]);
         }
 
     int n = first;
     for (; n <= last + IHA_PROBE_PAST; ++n) {
         IHA_PROBE_SKIP_PAST(n > last);
         const int slot = KV_RING ? n % slots : n;
-        const __global kv_t *kt = kc + ((size_t)b * slots + slot) * H * HEAD_DIM;
-        const __global kv_t *vt = vc + ((size_t)b * slots + slot) * H * HEAD_DIM;
+        const __global kv_t *kt = kc + ((size_t)b * slots + slot) * DEC_H * HEAD_DIM;
+        const __global kv_t *vt = vc + ((size_t)b * slots + slot) * DEC_H * HEAD_DIM;
         float cs[DEC_P][HALF_DIM + 1], sn[DEC_P][HALF_DIM + 1];
         if (rope_mode == 1) token_angles(rope + (size_t)n * P * HEAD_DIM, rope, cs, sn);
         if (rope_mode == 2) token_angles(rope + ((size_t)P + (size_t)b * slots + slot) * HEAD_DIM, rope, cs, sn);
-        for (int hh = 0; hh < DEC_HEADS && h0 + hh < H; ++hh) {
+        for (int hh = 0; hh < DEC_HEADS && h0 + hh < DEC_H; ++hh) {
             floatV mixed[DEC_P][VCH];
-            mix_token(kt, alpha_k, identity, h0 + hh, H, mixed);
+            mix_token(kt, alpha_k, identity, h0 + hh, mixed);
             if (rope_mode)
                 for (int p = 0; p < DEC_P; ++p) rotate(mixed[p], cs[p], sn[p]);
             float pr[DEC_ROWS][DEC_P];
@@ -236,20 +267,14 @@ __kernel void attention_decode_compact_f32(__global const float *q, ulong q_off,
                     sum[hh][r] += pr[r][p];
                 }
             }
-            mix_token(vt, alpha_v, identity, h0 + hh, H, mixed);
-            for (int r = 0; r < DEC_ROWS; ++r)
-                for (int p = 0; p < DEC_P; ++p) {
-                    if (pr[r][p] == 0.0f) continue; /* a masked key contributes nothing, not 0 times its value */
-                    const floatV w = (floatV)(pr[r][p]);
-                    for (int cv = 0; cv < VCH; ++cv) acc[hh][r][cv] = fma(w, mixed[p][cv], acc[hh][r][cv]);
-                }
+            add_values(vt, alpha_v, identity, h0 + hh, pr, acc[hh]);
         }
     }
     IHA_PROBE_EXPECT(n >= last + 1 + IHA_PROBE_PAST);
 
-    for (int hh = 0; hh < DEC_HEADS && h0 + hh < H; ++hh)
+    for (int hh = 0; hh < DEC_HEADS && h0 + hh < DEC_H; ++hh)
         for (int r = 0; r < DEC_ROWS && r0 + r < rows; ++r) {
-            __global float *out = part + (((size_t)(b * H + h0 + hh) * rows + r0 + r) * splits + s) * PART_STRIDE;
+            __global float *out = part + (((size_t)(b * DEC_H + h0 + hh) * rows + r0 + r) * splits + s) * PART_STRIDE;
             float t[HEAD_PAD];
             for (int cv = 0; cv < VCH; ++cv) vstoreV(acc[hh][r][cv], cv, t);
             for (int c = 0; c < HEAD_DIM; ++c) out[c] = t[c];

@@ -133,9 +133,9 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
     splits_of(ctx, dc, &cfg, &splits, &per_split);
     char options[192];
     snprintf(options, sizeof options,
-             "-DHEAD_DIM=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_VD=%d -DKV_HALF=%d -DKV_BF16=%d "
-             "-DKV_RING=%d",
-             dd->d, dd->P, cfg.rows, cfg.heads, cfg.vec, dd->half, dd->bf16, dd->ring);
+             "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_VD=%d -DKV_HALF=%d "
+             "-DKV_BF16=%d -DKV_RING=%d",
+             dd->d, dd->H, dd->P, cfg.rows, cfg.heads, cfg.vec, dd->half, dd->bf16, dd->ring);
     const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
     const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
     cl_kernel k;
@@ -152,7 +152,6 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
     iha__arg_mem(&a, partial);
     iha__arg_mem(&a, step);
     iha__arg_int(&a, (cl_int)rows);
-    iha__arg_int(&a, (cl_int)dd->H);
     iha__arg_int(&a, (cl_int)dc->slots);
     iha__arg_int(&a, (cl_int)splits);
     iha__arg_int(&a, (cl_int)per_split);
