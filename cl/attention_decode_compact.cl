@@ -125,24 +125,36 @@ static inline void add_values(const __global kv_t *tok, const __global float *al
         sees[r] = 0;
         for (int p = 0; p < DEC_P; ++p) sees[r] |= pr[r][p] != 0.0f;
     }
-    for (int m = 0; m < DEC_H; ++m) {
-        if (identity && m != h) continue;
-        floatV row[VCH];
-        load_row(tok + (size_t)m * HEAD_DIM, row);
-        const __global float *a = alpha + ((size_t)m * DEC_H + h) * DEC_P;
-        for (int r = 0; r < DEC_ROWS; ++r) {
-            if (!sees[r]) continue;
+    for (int r = 0; r < DEC_ROWS; ++r) {
+        if (!sees[r]) continue;
+        /* The row's accumulators stay in registers over the token's H rows. */
+        floatV sum[VCH];
+        for (int cv = 0; cv < VCH; ++cv) sum[cv] = acc[r][cv];
+        for (int m = 0; m < DEC_H; ++m) {
+            if (identity && m != h) continue;
+            const __global float *a = alpha + ((size_t)m * DEC_H + h) * DEC_P;
             float w = 0.0f;
             for (int p = 0; p < DEC_P; ++p) w = fma(pr[r][p], identity ? 1.0f : a[p], w);
+            floatV row[VCH];
+            load_row(tok + (size_t)m * HEAD_DIM, row);
             const floatV wv = (floatV)(w);
-            for (int cv = 0; cv < VCH; ++cv) acc[r][cv] = fma(wv, row[cv], acc[r][cv]);
+            for (int cv = 0; cv < VCH; ++cv) sum[cv] = fma(wv, row[cv], sum[cv]);
         }
+        for (int cv = 0; cv < VCH; ++cv) acc[r][cv] = sum[cv];
     }
 }
 
 /* Rotates x by the angles whose cosines and sines are cs and sn (rotate-half, doc/spec.md step 3). */
 static inline void rotate(floatV *x, const float *cs, const float *sn)
 {
+#if HALF_DIM % DEC_VD == 0
+    /* Whole vectors pair with whole vectors: element i with element i + d/2. */
+    for (int cv = 0; cv < HALF_DIM / DEC_VD; ++cv) {
+        const floatV c = vloadV(cv, cs), s = vloadV(cv, sn), a = x[cv], b = x[cv + HALF_DIM / DEC_VD];
+        x[cv] = a * c - b * s;
+        x[cv + HALF_DIM / DEC_VD] = b * c + a * s;
+    }
+#else
     float t[HEAD_PAD];
     for (int cv = 0; cv < VCH; ++cv) vstoreV(x[cv], cv, t);
     for (int i = 0; i < HALF_DIM; ++i) {
@@ -151,6 +163,7 @@ static inline void rotate(floatV *x, const float *cs, const float *sn)
         t[i + HALF_DIM] = b * cs[i] + a * sn[i];
     }
     for (int cv = 0; cv < VCH; ++cv) x[cv] = vloadV(cv, t);
+#endif
 }
 
 /* The angles of virtual positions n*P + p, p < P, by angle addition from the row of position
@@ -173,11 +186,16 @@ static inline float compact_score(const floatV *q, const floatV *k, float scale_
 {
     floatV acc = (floatV)(0.0f);
     for (int cv = 0; cv < VCH; ++cv) acc = fma(q[cv], k[cv], acc);
-    float t[DEC_VD];
-    vstoreV(acc, 0, t);
-    float s = 0.0f;
-    for (int i = 0; i < DEC_VD; ++i) s += t[i];
-    return s * scale_log2;
+#if DEC_VD == 16
+    const float8 a8 = acc.lo + acc.hi;
+    const float4 a4 = a8.lo + a8.hi;
+#elif DEC_VD == 8
+    const float4 a4 = acc.lo + acc.hi;
+#else
+    const float4 a4 = acc;
+#endif
+    const float2 a2 = a4.lo + a4.hi;
+    return (a2.x + a2.y) * scale_log2;
 }
 
 /* Work-item (row tile, split, (b, head group)): rows r0 .. r0+DEC_ROWS-1 of heads h0 .. h0+DEC_HEADS-1
