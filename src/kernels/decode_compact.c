@@ -139,7 +139,8 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
     const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
     const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
     cl_kernel k;
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_decode_compact.cl", options, "attention_decode_compact_f32", &k));
+    IHA_FORWARD_IF_ERROR(
+        iha__kernel_get(ctx, "attention_decode_compact.cl", options, "attention_decode_compact_f32", &k));
     iha_args a = iha__args_begin(k);
     iha__arg_tensor(&a, q.mem, q.offset);
     iha__arg_mem(&a, keys);
@@ -164,7 +165,8 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
     IHA_FORWARD_IF_ERROR(
         iha__launch(ctx, &a, 3, global, ctx->info.is_gpu ? NULL : single, "attention_decode_compact_f32"));
 
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_decode_compact.cl", options, "attention_decode_combine_f32", &k));
+    IHA_FORWARD_IF_ERROR(
+        iha__kernel_get(ctx, "attention_decode_compact.cl", options, "attention_decode_combine_f32", &k));
     a = iha__args_begin(k);
     iha__arg_mem(&a, partial);
     iha__arg_tensor(&a, o.mem, o.offset);

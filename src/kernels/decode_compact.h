@@ -12,7 +12,7 @@
 typedef struct iha_decode_compact_config {
     int rows;
     int heads;
-    int vec;              /* DEC_VD: 4, 8 or 16 */
+    int vec; /* DEC_VD: 4, 8 or 16 */
     int min_split_tokens;
     int per_cu;
 } iha_decode_compact_config;
