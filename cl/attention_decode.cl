@@ -57,11 +57,7 @@ static inline void tile_shift(tile_state *ts, int delta)
  * count; its query rows are [B*H][rows][HEAD_DIM] with rows = k*P, virtual position n0*P + row,
  * and rows past count*P are inactive (written as 0). */
 
-/* Per (b, h), query row and split: HEAD_DIM unnormalised outputs, then the reference point of
- * the exponentials (base 2, at least the split's maximum minus MAX_SLACK) and their sum. */
-#define PART_STRIDE (HEAD_DIM + 2)
-/* Splits a row may have (the merge keeps one weight per split). */
-#define DEC_MAX_SPLITS 64
+#include "decode_combine.clh"
 
 __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off, __global const kv_t *kc,
                                            __global const kv_t *vc, __global float *part,
@@ -131,35 +127,6 @@ __kernel void attention_decode_partial_f32(__global const float *q, ulong q_off,
         }
         out[HEAD_DIM] = ts.m[r];
         out[HEAD_DIM + 1] = hsum(ts.l[r]);
-    }
-    IHA_PROBE_CHECK();
-}
-
-/* Merges the splits of each query row into o [B*H][rows][HEAD_DIM]; inactive rows get 0. */
-__kernel void attention_decode_combine_f32(__global const float *part, __global float *o, ulong o_off,
-                                           __global const int *step, int rows, int H, int P, int splits IHA_PROBE_PARAMS)
-{
-    const int r = get_global_id(0);
-    const int bh = get_global_id(1);
-    if (r >= rows) return;
-    const int active = step[2 * (bh / H) + 1] * P;
-    const __global float *pr = part + ((size_t)bh * rows + r) * splits * PART_STRIDE;
-    __global float *out = o + o_off + ((size_t)bh * rows + r) * HEAD_DIM;
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmax(mx, pr[(size_t)s * PART_STRIDE + HEAD_DIM]);
-    float w[DEC_MAX_SPLITS];
-    float total = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-        const float ms = pr[(size_t)s * PART_STRIDE + HEAD_DIM];
-        w[s] = ms == -INFINITY ? 0.0f : exp2(ms - mx);
-        total += w[s] * pr[(size_t)s * PART_STRIDE + HEAD_DIM + 1];
-    }
-    /* total = 0 (no positive exponential) or NaN makes the row NaN, as in attention_fwd_f32. */
-    const float inv = r < active ? 1.0f / total : 0.0f;
-    for (int c = 0; c < HEAD_DIM; ++c) {
-        float acc = 0.0f;
-        for (int s = 0; s < splits; ++s) acc = fma(w[s], pr[(size_t)s * PART_STRIDE + c], acc);
-        out[c] = acc * inv;
     }
     IHA_PROBE_CHECK();
 }

@@ -737,14 +737,15 @@ typedef struct iha_host_weights {
 IHA_API iha_status iha_forward_host(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                     const iha_host_weights *weights, const float *x, float *z);
 
-/* ---- Incremental decoding with a pseudo-token KV cache ---------------------------------- */
+/* ---- Incremental decoding with a KV cache ------------------------------------------------ */
 
 /* The cache's storage type is an iha_storage (see "Problem description"): float, or half or
  * bfloat16 with float arithmetic. A step's x and z follow options->storage, its weights
  * weight_storage. */
 
 /* The cache of one layer: pseudo-keys and pseudo-values after mixing and rotary,
- * [batch][heads][max_tokens*pseudo][head_dim] each, and the current length of every sequence.
+ * [batch][heads][max_tokens*pseudo][head_dim] each (or with iha_kv_cache_options.compact the
+ * heads' own keys and values), and the current length of every sequence.
  * Owned by the application (create/free) and used only with the context that created it.
  * Its device buffers keep that context's cl_context alive until iha_kv_cache_free. A cache may
  * outlive its context: iha_context_free detaches it, after which iha_kv_cache_free, _reset,
@@ -762,13 +763,21 @@ typedef struct iha_kv_cache iha_kv_cache;
 IHA_API iha_status iha_kv_cache_create(iha_context *ctx, const iha_shape *shape, iha_storage storage, iha_kv_cache **out);
 
 /* Options of iha_kv_cache_create_with: iha_kv_cache_options_init (float storage, global, every
- * token kept), then fields by name (the struct may grow; doc/abi.md). */
+ * token kept, pseudo-token layout), then fields by name (the struct may grow; doc/abi.md). */
 typedef struct iha_kv_cache_options {
     int storage;    /* iha_storage of the keys and values */
     int64_t window; /* the layer's window in tokens (its steps' options->window); only a ring uses it */
     /* L, tokens kept per sequence: 0 or >= shape->tokens keeps all (iha_kv_cache_create's cache);
      * window <= L < shape->tokens: a ring of each sequence's last L tokens, memory O(L). */
     size_t cache_tokens;
+    /* 1: the compact layout (doc/spec.md, "The compact cache"): the heads' own keys and values,
+     * 2 * H * d elements per token (multi-head attention's size, 1/P of the pseudo-token
+     * cache's), mixed into pseudo-keys and -values by each step as it reads them. Every feature
+     * above works on it; a ring also keeps the rotary angles of its tokens (d floats per token
+     * and sequence, and P rows) for rotary steps. It rotates keys on read, so its steps must keep
+     * the rotary setting (rope, rope_base) of the first step after a reset: another is
+     * IHA_ERROR_INVALID_ARGUMENT. 0: pseudo-keys and -values, 2 * H * P * d per token. */
+    int compact;
 } iha_kv_cache_options;
 IHA_API void iha_kv_cache_options_init(iha_kv_cache_options *options);
 
@@ -805,7 +814,8 @@ IHA_API void iha_kv_cache_reset(iha_kv_cache *cache);
 IHA_API iha_status iha_kv_cache_truncate(iha_kv_cache *cache, size_t b, size_t tokens);
 /* The current length of sequence b in tokens (0 for a bad index). */
 IHA_API size_t iha_kv_cache_length(const iha_kv_cache *cache, size_t b);
-/* Device bytes of the keys and values: 2 * B * H * P * d elements per token of capacity (a ring: above). */
+/* Device bytes of the keys and values: 2 * B * H * P * d elements per token of capacity (a ring: above);
+ * a compact cache 2 * B * H * d elements per token (a ring: of ring_tokens + 1 tokens, and its angles). */
 IHA_API size_t iha_kv_cache_bytes(const iha_kv_cache *cache);
 
 /* One decoding step: sequence b appends counts[b] new tokens (counts NULL: shape->tokens for

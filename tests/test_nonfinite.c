@@ -215,13 +215,19 @@ static void layer_backward_f32(void **state)
 }
 
 /* Decoding: a prefill of 8 tokens, then one token a step, each step's z against the reference's
- * rows; the planted x element reaches the cache's keys and values, so later steps read them. */
-static void decode_sequence(const tu_layer *l, const iha_attention_options *o, int cache_storage, const char *name)
+ * rows; the planted x element reaches the cache's keys and values, so later steps read them.
+ * compact: the compact cache, which mixes them as it reads them. */
+static void decode_sequence(const tu_layer *l, const iha_attention_options *o, int cache_storage, int compact,
+                            const char *name)
 {
     const iha_shape *s = &l->shape;
     const size_t D = s->model_dim;
     iha_kv_cache *cache = NULL;
-    tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, s, cache_storage, &cache), IHA_OK);
+    iha_kv_cache_options co;
+    iha_kv_cache_options_init(&co);
+    co.storage = cache_storage;
+    co.compact = compact;
+    tu_assert_status(tu_ctx, iha_kv_cache_create_with(tu_ctx, s, &co, &cache), IHA_OK);
     tu_device_layer dev;
     tu_device_layer_upload(tu_ctx, l, 0, &dev);
     const size_t chunk = 8;
@@ -245,8 +251,8 @@ static void decode_sequence(const tu_layer *l, const iha_attention_options *o, i
         double *ref = tu_malloc(k * D * sizeof *ref);
         assert_int_equal(ref_forward(&p, rows, k, ref), 0);
         char what[256];
-        snprintf(what, sizeof what, "%s, %s cache, tokens %zu..%zu", name, cache_storage ? "half" : "float", done,
-                 done + k - 1);
+        snprintf(what, sizeof what, "%s, %s%s cache, tokens %zu..%zu", name, cache_storage ? "half" : "float",
+                 compact ? " compact" : "", done, done + k - 1);
         assert_same_pattern(what, zh, ref, k * D, cache_storage == IHA_STORAGE_F16 ? 2e-3 : 1e-4);
         free(ref);
         done += k;
@@ -273,7 +279,9 @@ static void decode_grid(void **state)
         for (int v = 0; v < VALUE_COUNT; v++)
             for (int m = 0; m < MASK_COUNT; m++)
                 for (int w = 0; w < WINDOW_COUNT; w++)
-                    for (int storage = IHA_STORAGE_F32; storage <= IHA_STORAGE_F16; storage++) {
+                    for (int layout = 0; layout < 3; layout++) {
+                        /* float and half pseudo-token caches, and the compact cache in float */
+                        const int storage = layout == 1 ? IHA_STORAGE_F16 : IHA_STORAGE_F32, compact = layout == 2;
                         if (storage == IHA_STORAGE_F16 && plants[i].which != IN_X) continue;
                         tu_layer l;
                         tu_layer_init(&l, &kLayer, 1910);
@@ -283,7 +291,7 @@ static void decode_grid(void **state)
                         char name[160];
                         case_name(name, sizeof name, "decode", plants[i].which, v, m, kWindows[w]);
                         snprintf(name + strlen(name), sizeof name - strlen(name), " (token %zu)", plants[i].token);
-                        decode_sequence(&l, &o, storage, name);
+                        decode_sequence(&l, &o, storage, compact, name);
                         tu_layer_free(&l);
                         ++cases;
                     }

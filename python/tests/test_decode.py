@@ -33,6 +33,30 @@ def test_prefill_and_steps_match_forward(context, mask, window, rope_base, stora
     assert cache.nbytes > 0
 
 
+@pytest.mark.parametrize("mask,window,rope_base,storage,cache_tokens", [
+    ("causal", 0, 10000.0, "float32", 0),
+    ("token_causal", 2, None, "bfloat16", 0),
+    ("causal", 3, 10000.0, "float16", 4),
+])
+def test_compact_cache_matches_forward(context, mask, window, rope_base, storage, cache_tokens):
+    B, N, D, H, d, P = 2, 9, 12, 3, 6, 3
+    x, weights = reference.random_layer(B, N, D, H, d, P, seed=23)
+    x = x.numpy().astype(np.float32)
+    layer = iha.Layer(*[w.numpy() for w in weights], mask=mask, window=window, rope_base=rope_base, storage=storage,
+                      context=context)
+    cache = layer.kv_cache(B, N, cache_tokens=cache_tokens, compact=True)
+    pseudo = layer.kv_cache(B, N, cache_tokens=cache_tokens)
+    tolerance = {"float16": 2e-3, "bfloat16": 2e-2}.get(storage, 1e-5)
+    assert reference.relative_l2(cache.prefill(x[:, :3]), layer(x[:, :3])) <= tolerance
+    for n in range(3, N):
+        assert reference.relative_l2(cache.step(x[:, n]), layer(x[:, :n + 1])[:, n]) <= tolerance
+    if not cache_tokens:
+        # 2·H·d elements per token; the pseudo-token cache holds P times that (and key-block padding).
+        element = 4 if storage == "float32" else 2
+        assert cache.nbytes == 2 * B * N * H * d * element
+        assert cache.nbytes * P <= pseudo.nbytes
+
+
 def test_ragged_counts_and_truncate(context):
     B, N, D, H, d, P = 2, 6, 8, 2, 4, 2
     x, weights = reference.random_layer(B, N, D, H, d, P, seed=5)

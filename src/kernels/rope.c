@@ -78,6 +78,23 @@ iha_status iha__rope_rows(iha_context *ctx, const cl_int *step, size_t B, size_t
     return IHA_OK;
 }
 
+iha_status iha__rope_write(iha_context *ctx, size_t first, size_t T, size_t d, float base, cl_mem dst)
+{
+    float *host = malloc(T * d * sizeof(float)); /* the caller sized dst for these rows */
+    double *theta = rope_thetas(d, base);
+    if (host == NULL || theta == NULL) {
+        free(host);
+        free(theta);
+        return iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the rotary rows");
+    }
+    for (size_t t = 0; t < T; ++t) rope_row(first + t, d / 2, theta, host + t * d);
+    free(theta);
+    cl_int err = clEnqueueWriteBuffer(ctx->queue, dst, CL_TRUE, 0, T * d * sizeof(float), host, 0, NULL, NULL);
+    free(host);
+    if (err != CL_SUCCESS) return iha__fail_cl(ctx, err, "clEnqueueWriteBuffer (rotary rows)");
+    return IHA_OK;
+}
+
 iha_status iha__rope_cache_init(iha_context *ctx)
 {
     ctx->rope = calloc(1, sizeof *ctx->rope); /* positions 0: nothing held */

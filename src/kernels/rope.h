@@ -30,4 +30,7 @@ iha_status iha__rope_table(iha_context *ctx, size_t first, size_t T, size_t d, f
  * table (rings). */
 iha_status iha__rope_rows(iha_context *ctx, const cl_int *step, size_t B, size_t k, size_t P, size_t d, float base,
                           cl_mem dst);
+/* The rows of that table for positions first .. first+T-1 into the start of dst. Blocks until
+ * dst is written. For a compact ring cache's angles. */
+iha_status iha__rope_write(iha_context *ctx, size_t first, size_t T, size_t d, float base, cl_mem dst);
 #endif

@@ -8,6 +8,7 @@
 #include "common/checked.h"
 #include "kernels/collapse.h"
 #include "kernels/decode.h"
+#include "kernels/decode_compact.h"
 #include "kernels/rope.h"
 #include "layer/call.h"
 #include "layer/kv_cache.h"
@@ -36,6 +37,12 @@ static iha_status check_step(iha_context *ctx, iha_kv_cache *c, const iha_plan *
                         "a ring cache of %zu tokens for a window of %zu tokens serves steps with a window of 1 to %zu "
                         "tokens, not %zu (0: global)",
                         c->ring_tokens, c->window, c->window, p->window);
+    IHA_RETURN_ERROR_IF(c->compact && c->rope_fixed &&
+                            (p->rope != c->rope || (p->rope && p->rope_base != c->rope_base)),
+                        ctx, IHA_ERROR_INVALID_ARGUMENT,
+                        "a compact cache rotates its keys as it reads them: its steps keep the rotary setting of its "
+                        "first step (rope %d, base %g), not rope %d, base %g (iha_kv_cache_reset frees it)",
+                        c->rope, (double)c->rope_base, p->rope, (double)p->rope_base);
     size_t longest = 0;
     for (size_t b = 0; b < c->B; ++b) {
         const size_t count = counts ? counts[b] : p->dims.N;
@@ -69,11 +76,12 @@ static iha_status check_call(iha_context *ctx, iha_kv_cache *c, const iha_shape 
     return check_step(ctx, c, p, counts, n0, t_cur);
 }
 
-/* A checked step with its kernels chosen: the plan, the decode dimensions and the rows of a
- * ring's rotary staging. */
+/* A checked step with its kernels chosen: the plan, the decode dimensions (a compact cache's in
+ * dc, whose dd is dd) and the rows of a ring's rotary staging. */
 typedef struct step_plan {
     iha_plan p;
     iha_decode_dims dd;
+    iha_decode_compact dc;
     size_t rope_rows;
 } step_plan;
 
@@ -86,11 +94,17 @@ static iha_status plan_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *
     IHA_FORWARD_IF_ERROR(check_call(ctx, c, shape, options, w, counts, n0, x, z, p, &t_cur));
     IHA_FORWARD_IF_ERROR(iha__plan_choose(ctx, shape, options, p));
     const size_t kb = (size_t)c->key_block;
-    if (c->ring_tokens && t_cur > c->t_max + kb) t_cur = c->t_max + kb; /* the blocks a ring's splits cover */
+    if (!c->compact && c->ring_tokens && t_cur > c->t_max + kb) t_cur = c->t_max + kb; /* the blocks a ring's splits cover */
     s->dd = (iha_decode_dims){c->B, p->dims.N, c->H, c->d, c->P, c->t_max, t_cur, c->storage == IHA_STORAGE_F16,
                               c->ring_tokens != 0, p->attention, {0}, c->storage == IHA_STORAGE_BF16};
     s->dd.cfg.key_block = c->key_block; /* fixed by the cache's layout */
-    IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &s->dd, p->mask, p->window));
+    memset(&s->dc, 0, sizeof s->dc);
+    if (c->compact) {
+        s->dc.dd = s->dd;
+        s->dc.slots = c->slots;
+    } else {
+        IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &s->dd, p->mask, p->window));
+    }
     s->rope_rows = p->rope && s->dd.ring ? c->B * p->dims.N * c->P * c->d : 0;
     return IHA_OK;
 }
@@ -101,6 +115,12 @@ static const iha_workspace_slot kSlots[] = {IHA_WS_Q,    IHA_WS_K,         IHA_W
                                             IHA_WS_ROPE_ROWS, IHA_WS_X,    IHA_WS_OUT,    IHA_WS_MIXING,
                                             IHA_WS_WEIGHT};
 #define SLOTS (sizeof kSlots / sizeof kSlots[0])
+
+/* The split-key partial results' floats of either layout's attention. */
+static size_t c_partial_elements(const iha_context *ctx, const step_plan *s)
+{
+    return s->dc.slots ? iha__decode_compact_partial_elements(ctx, &s->dc) : iha__decode_partial_elements(ctx, &s->dd);
+}
 
 /* Bytes of each of kSlots the step needs (0: unused): Q, K, V and Y of the new tokens, their
  * pseudo-queries and pseudo-outputs, the split-key partial results, the (n0, count) staging, a
@@ -116,7 +136,7 @@ static int step_space(const iha_context *ctx, const step_plan *s, size_t bytes[S
                                  p->virtual_elems,
                                  p->virtual_elems,
                                  p->token_elems,
-                                 iha__decode_partial_elements(ctx, &s->dd),
+                                 c_partial_elements(ctx, s),
                                  2 * s->dd.B, /* cl_int, the size of a float */
                                  s->rope_rows,
                                  p->act_half ? p->x_elems : 0,
@@ -143,6 +163,19 @@ static iha_status reserve_space(iha_context *ctx, const size_t need[SLOTS], size
     return IHA_OK;
 }
 
+/* A compact cache's first step after a reset fixes its rotary setting; a ring with rotary then
+ * gets the angles of positions 0 .. P-1 that its reads add to each token's. */
+static iha_status compact_fix_rope(iha_context *ctx, iha_kv_cache *c, const iha_plan *p)
+{
+    if (c->rope_fixed) return IHA_OK;
+    if (p->rope && c->angles)
+        IHA_FORWARD_IF_ERROR(iha__rope_write(ctx, 0, c->P, c->d, p->rope_base, c->angles));
+    c->rope_fixed = 1;
+    c->rope = p->rope;
+    c->rope_base = p->rope_base;
+    return IHA_OK;
+}
+
 /* Enqueues a planned step whose workspace is reserved: sequence b appends counts[b] tokens
  * (NULL: k each) at its current length. */
 static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s, const iha_layer_weights *w,
@@ -163,8 +196,7 @@ static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_QT, p.virtual_elems * f, &qt));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_O, p.virtual_elems * f, &o));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_Y, p.token_elems * f, &y));
-    IHA_FORWARD_IF_ERROR(
-        iha__workspace_get(ctx, IHA_WS_PARTIAL, iha__decode_partial_elements(ctx, &dd) * f, &partial));
+    IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_PARTIAL, c_partial_elements(ctx, s) * f, &partial));
     IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_STEP, 2 * c->B * sizeof(cl_int), &step));
     if (s->rope_rows) {
         IHA_FORWARD_IF_ERROR(iha__workspace_get(ctx, IHA_WS_ROPE_ROWS, s->rope_rows * f, &rope));
@@ -195,14 +227,29 @@ static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s
     }
     IHA_FORWARD_IF_ERROR(
         iha__decode_mix_queries_enqueue(ctx, &dd, (iha_buffer){q, 0}, mw.alpha_q, (iha_buffer){qt, 0}, rope, step));
-    IHA_FORWARD_IF_ERROR(
-        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_buffer){k, 0}, mw.alpha_k, c->keys, rope, step, c->key_block));
-    IHA_FORWARD_IF_ERROR(
-        iha__decode_mix_cache_enqueue(ctx, &dd, (iha_buffer){v, 0}, mw.alpha_v, c->values, NULL, step, 0));
+    if (c->compact) {
+        IHA_FORWARD_IF_ERROR(compact_fix_rope(ctx, c, &p));
+        IHA_FORWARD_IF_ERROR(iha__decode_store_compact_enqueue(ctx, &s->dc, k, v, c->keys, c->values, rope,
+                                                               p.rope ? c->angles : NULL, step));
+    } else {
+        IHA_FORWARD_IF_ERROR(iha__decode_mix_cache_enqueue(ctx, &dd, (iha_buffer){k, 0}, mw.alpha_k, c->keys, rope,
+                                                           step, c->key_block));
+        IHA_FORWARD_IF_ERROR(
+            iha__decode_mix_cache_enqueue(ctx, &dd, (iha_buffer){v, 0}, mw.alpha_v, c->values, NULL, step, 0));
+    }
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, &mark));
 
-    IHA_FORWARD_IF_ERROR(iha__decode_attention_enqueue(ctx, &dd, (iha_buffer){qt, 0}, c->keys, c->values, partial,
-                                                       (iha_buffer){o, 0}, step, p.mask, p.window, p.scale));
+    if (c->compact) {
+        /* Rotary on read: by the table of virtual positions, or a ring's own angles. */
+        const int rope_mode = !p.rope ? 0 : c->ring_tokens ? 2 : 1;
+        IHA_FORWARD_IF_ERROR(iha__decode_compact_attention_enqueue(
+            ctx, &s->dc, (iha_buffer){qt, 0}, c->keys, c->values, mw.alpha_k, mw.alpha_v,
+            rope_mode == 2 ? c->angles : rope, rope_mode, partial, (iha_buffer){o, 0}, step, p.mask, p.window,
+            p.scale));
+    } else {
+        IHA_FORWARD_IF_ERROR(iha__decode_attention_enqueue(ctx, &dd, (iha_buffer){qt, 0}, c->keys, c->values, partial,
+                                                           (iha_buffer){o, 0}, step, p.mask, p.window, p.scale));
+    }
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, &mark));
 
     IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p.mix_collapse, &p.dims, (iha_buffer){o, 0}, mw.r, (iha_buffer){y, 0}));

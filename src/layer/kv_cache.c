@@ -80,17 +80,25 @@ iha_status iha_kv_cache_create_with(iha_context *ctx, const iha_shape *shape, co
     iha_attention_options_init(&defaults);
     iha_plan p;
     IHA_FORWARD_IF_ERROR(iha__plan_make(ctx, shape, &defaults, 0, &p));
-    IHA_FORWARD_IF_ERROR(iha__plan_lookup(ctx, shape, &defaults, &p)); /* the keys' block layout */
     size_t ring = 0;
     IHA_FORWARD_IF_ERROR(ring_of(ctx, shape, &o, &ring));
-    const size_t kb = (size_t)p.attention.key_block;
-    size_t rows = p.dims.T, values = p.virtual_elems, keys = p.packed_elems;
-    if (ring) {
-        /* L tokens and the P - 1 rows of the token before them that the causal mask reads. */
-        rows = ((ring + 1) * p.dims.P - 1 + kb - 1) / kb * kb;
-        keys = values = p.dims.B * p.dims.H * rows * p.dims.d; /* at most the whole cache's */
-    }
     const size_t element = o.storage == IHA_STORAGE_F32 ? 4 : 2;
+    size_t rows = p.dims.T, values = p.virtual_elems, keys = 0, slots = 0, angle_bytes = 0;
+    if (o.compact) {
+        /* L tokens and the one before them, whose last P - 1 rows the causal mask reads. */
+        slots = ring ? ring + 1 : p.dims.N;
+        keys = values = p.dims.B * slots * p.dims.H * p.dims.d; /* at most the pseudo-token cache's */
+        if (ring) angle_bytes = (p.dims.P + p.dims.B * slots) * p.dims.d * sizeof(float);
+    } else {
+        IHA_FORWARD_IF_ERROR(iha__plan_lookup(ctx, shape, &defaults, &p)); /* the keys' block layout */
+        const size_t kb = (size_t)p.attention.key_block;
+        keys = p.packed_elems;
+        if (ring) {
+            /* L tokens and the P - 1 rows of the token before them that the causal mask reads. */
+            rows = ((ring + 1) * p.dims.P - 1 + kb - 1) / kb * kb;
+            keys = values = p.dims.B * p.dims.H * rows * p.dims.d; /* at most the whole cache's */
+        }
+    }
     size_t bytes, key_bytes;
     IHA_RETURN_ERROR_IF(!iha__mul(values, element, &bytes) || !iha__mul(keys, element, &key_bytes), ctx,
                         IHA_ERROR_SIZE_OVERFLOW, "the cache's size overflows size_t");
@@ -108,8 +116,10 @@ iha_status iha_kv_cache_create_with(iha_context *ctx, const iha_shape *shape, co
     c->P = p.dims.P;
     c->t_max = rows;
     c->storage = (iha_storage)o.storage;
-    c->key_block = p.attention.key_block;
-    c->bytes = key_bytes + bytes;
+    c->key_block = o.compact ? 0 : p.attention.key_block;
+    c->bytes = key_bytes + bytes + angle_bytes;
+    c->compact = o.compact != 0;
+    c->slots = slots;
     c->ring_tokens = ring;
     c->window = ring ? (size_t)o.window : 0;
     c->length = calloc(c->B, sizeof *c->length);
@@ -120,6 +130,8 @@ iha_status iha_kv_cache_create_with(iha_context *ctx, const iha_shape *shape, co
     if (host_ok) {
         c->keys = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, key_bytes, NULL, &err);
         c->values = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err2);
+        if (err == CL_SUCCESS && err2 == CL_SUCCESS && angle_bytes)
+            c->angles = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, angle_bytes, NULL, &err);
     }
     if (!host_ok || err != CL_SUCCESS || err2 != CL_SUCCESS) {
         iha_status st = !host_ok ? iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory")
@@ -148,6 +160,7 @@ void iha_kv_cache_free(iha_kv_cache *cache)
     unlink_cache(cache);
     if (cache->keys) clReleaseMemObject(cache->keys);
     if (cache->values) clReleaseMemObject(cache->values);
+    if (cache->angles) clReleaseMemObject(cache->angles);
     free(cache->length);
     free(cache->reach);
     free(cache->step);
@@ -159,6 +172,7 @@ void iha_kv_cache_reset(iha_kv_cache *cache)
     if (cache == NULL) return;
     memset(cache->length, 0, cache->B * sizeof *cache->length);
     memset(cache->reach, 0, cache->B * sizeof *cache->reach);
+    cache->rope_fixed = 0;
 }
 
 iha_status iha_kv_cache_truncate(iha_kv_cache *cache, size_t b, size_t tokens)

@@ -1,5 +1,6 @@
-/* The pseudo-token KV cache of incremental decoding (doc/spec.md, "Decoding with a cache"): its
- * layout, and the context's list of live caches. kv_cache.c creates and frees caches; decode.c
+/* The KV cache of incremental decoding (doc/spec.md, "Decoding with a cache"): its two layouts
+ * (pseudo-tokens, or compact: the heads' own keys and values), and the context's list of live
+ * caches. kv_cache.c creates and frees caches; decode.c
  * runs the decoding step on one. */
 #ifndef IHA_LAYER_KV_CACHE_H
 #define IHA_LAYER_KV_CACHE_H
@@ -13,6 +14,16 @@ struct iha_kv_cache {
     int key_block;       /* keys per block of the keys' layout */
     cl_mem keys, values; /* keys [B][H][ceil(t_max/KB)][d][KB] (attention.cl), values [B][H][t_max][d] */
     size_t bytes;
+    /* A compact cache: K and V themselves, [B][slots][H][d] each (slots = max_tokens, a ring
+     * ring_tokens + 1), token n at slot n (a ring: n mod slots); t_max and key_block unused.
+     * It rotates keys on read, so its steps keep the rotary setting of the first one after a
+     * reset (rope_fixed: rope and rope_base hold it). A ring's angles: [P + B*slots][d] floats,
+     * the rotary rows of positions 0 .. P-1, then each held token's at position n*P. */
+    int compact;
+    size_t slots;
+    cl_mem angles;
+    int rope_fixed, rope;
+    float rope_base;
     /* A ring (iha_kv_cache_create_with): the last ring_tokens tokens of each sequence in t_max
      * rows (a multiple of the key block), virtual position u at row u mod t_max; 0: every
      * position at its own row. window: the layer's window the ring is sized for. */

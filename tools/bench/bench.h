@@ -33,6 +33,7 @@ typedef struct bench_config {
     int run_decode;                /* --decode: only the decoding step (and the ceilings), not the core */
     size_t decode_tokens;          /* tokens already in the cache, per sequence */
     int decode_half;               /* the cache stores half */
+    int decode_compact;            /* --compact: also the compact cache, in the same run */
     size_t ring_tokens;            /* --ring L: also a ring cache of L tokens against a full one (0: not run) */
     int half_weights;              /* --half-weights: the weights and x, z (the layer's, with --backward
                                       also dz, dx and the gradients; or the decoding step's) are
@@ -165,7 +166,8 @@ typedef struct bench_decode {
     char note[256];
     double step_seconds;      /* the whole step: projections, mixing, attention, collapse, output */
     double attention_seconds; /* the step's attention stage */
-    double cache_bytes_read;  /* pseudo-keys and -values the new tokens' queries see, read once */
+    double cache_bytes_read;  /* the cached elements the new tokens' queries see, read once: pseudo-keys
+                                 and -values, or a compact cache's K and V */
     double cache_bytes_per_token;
     bench_choice choice; /* the decode kernel's */
 } bench_decode;
@@ -217,6 +219,7 @@ typedef struct bench_results {
     bench_layer layer;
     bench_cold_start cold;
     bench_decode decode;
+    bench_decode decode_compact; /* the compact cache's step (--compact) */
     bench_ring ring;
     bench_packed packed;
 } bench_results;
@@ -236,7 +239,8 @@ int bench_ceilings_recheck(iha_context *ctx, const bench_config *c, bench_ceilin
 int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, bench_baseline *baseline,
                    bench_backward *backward);
 int bench_layer_run(iha_context *ctx, const bench_config *c, bench_layer *out);
-int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out);
+/* compact: on the compact cache (iha_kv_cache_options.compact) instead of the pseudo-token one. */
+int bench_decode_run(iha_context *ctx, const bench_config *c, int compact, bench_decode *out);
 int bench_ring_run(iha_context *ctx, const bench_config *c, bench_ring *out);
 int bench_packed_run(iha_context *ctx, const bench_config *c, bench_packed *out);
 

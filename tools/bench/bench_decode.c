@@ -1,8 +1,8 @@
 /*
  * bench_decode.c - "iha bench --decode": one generated token per sequence against a cache of
  * L tokens (L*P virtual keys). A decoding step is memory-bound: its attention must read the
- * cached pseudo-keys and -values it sees, so the measure is that read's bandwidth next to the
- * device's copy bandwidth.
+ * cached pseudo-keys and -values it sees (a compact cache: the heads' own K and V, P times
+ * fewer), so the measure is that read's bandwidth next to the device's copy bandwidth.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,15 +59,19 @@ static void release_16bit(iha_layer_weights *w)
         if (all[i]->mem) clReleaseMemObject(all[i]->mem);
 }
 
+/* The prefill runs with a window of one token: the cached values do not matter for the step's
+ * time, and a global prefill of tens of thousands of tokens would take longer than every step. */
 static int fill_cache(iha_context *ctx, const bench_config *c, const random_layer *layer,
                       const iha_layer_weights *weights, iha_kv_cache *cache, cl_mem xs, cl_mem zs)
 {
     const iha_shape *s = &layer->shape;
+    iha_attention_options prefill = c->options;
+    prefill.window = 1;
     size_t done = 0;
     while (done < c->decode_tokens) {
         const size_t k = c->decode_tokens - done < PREFILL_CHUNK ? c->decode_tokens - done : PREFILL_CHUNK;
         const iha_shape step = {s->batch, k, s->model_dim, s->heads, s->head_dim, s->pseudo};
-        iha_status st = iha_decode_step(ctx, cache, &step, &c->options, weights, NULL, (iha_buffer){xs, 0},
+        iha_status st = iha_decode_step(ctx, cache, &step, &prefill, weights, NULL, (iha_buffer){xs, 0},
                                         (iha_buffer){zs, 0});
         if (st != IHA_OK) return bench_fail(ctx, st, "prefill");
         done += k;
@@ -76,7 +80,7 @@ static int fill_cache(iha_context *ctx, const bench_config *c, const random_laye
     return st == IHA_OK ? 0 : bench_fail(ctx, st, "prefill");
 }
 
-int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
+int bench_decode_run(iha_context *ctx, const bench_config *c, int compact, bench_decode *out)
 {
     const iha_shape *core = &c->core;
     const iha_shape shape = {core->batch, c->decode_tokens + 1, c->layer.model_dim, core->heads, core->head_dim,
@@ -112,7 +116,11 @@ int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
     const iha_layer_weights *weights = narrow ? &narrow_w : &layer.weights;
     c = &cc;
     const iha_storage cache_storage = c->bf16 ? IHA_STORAGE_BF16 : c->decode_half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
-    iha_status st = iha_kv_cache_create(ctx, &shape, cache_storage, &cache);
+    iha_kv_cache_options co;
+    iha_kv_cache_options_init(&co);
+    co.storage = (int)cache_storage;
+    co.compact = compact;
+    iha_status st = iha_kv_cache_create_with(ctx, &shape, &co, &cache);
     if (st != IHA_OK) {
         rc = bench_fail(ctx, st, "iha_kv_cache_create");
         goto done;
@@ -171,14 +179,16 @@ int bench_decode_run(iha_context *ctx, const bench_config *c, bench_decode *out)
         att[r] = t.attention;
         for (size_t b = 0; b < shape.batch; ++b) iha_kv_cache_truncate(cache, b, c->decode_tokens);
     }
-    bench_choice_get(ctx, "decode", &out->choice);
+    if (!compact) bench_choice_get(ctx, "decode", &out->choice); /* the compact kernel is not tuned */
     /* Run 0 is the warm-up (kernel builds). */
     out->step_seconds = timer_median(wall + 1, c->reps);
     out->attention_seconds = timer_median(att + 1, c->reps);
     free(wall);
     const double element = cache_storage == IHA_STORAGE_F32 ? 4.0 : 2.0;
+    /* A compact cache holds a token's H rows where the pseudo-token one holds its P rows per head. */
     out->cache_bytes_read = 2.0 * (double)(shape.batch * shape.heads) *
-                            visible_keys(&shape, &c->options, c->decode_tokens + 1) * (double)shape.head_dim * element;
+                            visible_keys(&shape, &c->options, c->decode_tokens + 1) * (double)shape.head_dim * element /
+                            (compact ? (double)shape.pseudo : 1.0);
     out->cache_bytes_per_token = (double)iha_kv_cache_bytes(cache) / (double)shape.tokens;
     out->state = BENCH_RAN;
     rc = 0;

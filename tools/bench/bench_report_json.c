@@ -262,6 +262,25 @@ static void json_ring(json_writer *w, const bench_config *cfg, const bench_resul
     json_end_object(w);
 }
 
+/* One cache layout's measured step. */
+static void json_decode_cache(json_writer *w, const iha_shape *s, const bench_results *r, const bench_decode *d)
+{
+    if (d->state == BENCH_RAN) {
+        const double bandwidth = report_rate(d->cache_bytes_read, d->attention_seconds);
+        json_number(w, "step_seconds", d->step_seconds);
+        json_number(w, "tokens_per_second", report_rate((double)s->batch, d->step_seconds));
+        json_number(w, "attention_seconds", d->attention_seconds);
+        json_number(w, "cache_bytes_read", d->cache_bytes_read);
+        json_number(w, "cache_bytes_per_second", bandwidth);
+        json_number(w, "fraction_of_copy_bandwidth",
+                    report_fraction(bandwidth, r->ceilings.copy_bytes_per_second, report_ceilings_ran(r)));
+        json_number(w, "cache_bytes_per_token", d->cache_bytes_per_token);
+        json_choice(w, &d->choice);
+    } else if (d->state == BENCH_NOT_RUN) {
+        json_string(w, "note", d->note);
+    }
+}
+
 /* The decoding step's own shape: the core's B, H, d, P, mask and window with the layer's D; its
  * sequence length is cached_tokens (+ 1 new token), not the core's N. */
 static void json_decode(json_writer *w, const bench_config *cfg, const bench_results *r)
@@ -283,19 +302,12 @@ static void json_decode(json_writer *w, const bench_config *cfg, const bench_res
         json_bool(w, "half_weights", cfg->half_weights);
         json_bool(w, "bf16", cfg->bf16);
     }
-    if (d->state == BENCH_RAN) {
-        const double bandwidth = report_rate(d->cache_bytes_read, d->attention_seconds);
-        json_number(w, "step_seconds", d->step_seconds);
-        json_number(w, "tokens_per_second", report_rate((double)s->batch, d->step_seconds));
-        json_number(w, "attention_seconds", d->attention_seconds);
-        json_number(w, "cache_bytes_read", d->cache_bytes_read);
-        json_number(w, "cache_bytes_per_second", bandwidth);
-        json_number(w, "fraction_of_copy_bandwidth",
-                    report_fraction(bandwidth, r->ceilings.copy_bytes_per_second, report_ceilings_ran(r)));
-        json_number(w, "cache_bytes_per_token", d->cache_bytes_per_token);
-        json_choice(w, &d->choice);
-    } else if (d->state == BENCH_NOT_RUN) {
-        json_string(w, "note", d->note);
+    json_decode_cache(w, s, r, d);
+    if (cfg->decode_compact) {
+        json_begin_object(w, "compact");
+        json_string(w, "state", report_state_name(r->decode_compact.state));
+        json_decode_cache(w, s, r, &r->decode_compact);
+        json_end_object(w);
     }
     if (d->state != BENCH_SKIPPED) json_ring(w, cfg, r);
     json_end_object(w);

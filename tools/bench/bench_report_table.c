@@ -239,17 +239,12 @@ static void print_cold(const bench_results *r)
     }
 }
 
-static void print_decode(const bench_config *cfg, const bench_results *r)
+/* One cache layout's step; name NULL: the only one measured. */
+static void print_decode_cache(const bench_config *cfg, const bench_results *r, const bench_decode *d,
+                               const char *name)
 {
     const iha_shape *s = &cfg->core;
-    char mask[128];
-    report_describe_mask(s, &cfg->options, mask, sizeof mask);
-    printf("\ndecoding step: B=%zu H=%zu d=%zu P=%zu D=%zu, %zu cached tokens (%zu virtual) + 1, %s cache, %s weights, "
-           "%s\n",
-           s->batch, s->heads, s->head_dim, s->pseudo, cfg->layer.model_dim, cfg->decode_tokens,
-           cfg->decode_tokens * s->pseudo, cfg->bf16 ? "bfloat16" : cfg->decode_half ? "half" : "float",
-           cfg->bf16 ? "bfloat16" : cfg->half_weights ? "half" : "float", mask);
-    const bench_decode *d = &r->decode;
+    if (name) printf("  %s\n", name);
     if (d->state != BENCH_RAN) {
         printf("  %s\n", d->note);
         return;
@@ -263,6 +258,20 @@ static void print_decode(const bench_config *cfg, const bench_results *r)
                                                    r->ceilings.copy_bytes_per_second);
     printf("\n  cache           %.0f bytes per token\n", d->cache_bytes_per_token);
     print_choice(&d->choice);
+}
+
+static void print_decode(const bench_config *cfg, const bench_results *r)
+{
+    const iha_shape *s = &cfg->core;
+    char mask[128];
+    report_describe_mask(s, &cfg->options, mask, sizeof mask);
+    printf("\ndecoding step: B=%zu H=%zu d=%zu P=%zu D=%zu, %zu cached tokens (%zu virtual) + 1, %s cache, %s weights, "
+           "%s\n",
+           s->batch, s->heads, s->head_dim, s->pseudo, cfg->layer.model_dim, cfg->decode_tokens,
+           cfg->decode_tokens * s->pseudo, cfg->bf16 ? "bfloat16" : cfg->decode_half ? "half" : "float",
+           cfg->bf16 ? "bfloat16" : cfg->half_weights ? "half" : "float", mask);
+    print_decode_cache(cfg, r, &r->decode, cfg->decode_compact ? "pseudo-token cache" : NULL);
+    if (cfg->decode_compact) print_decode_cache(cfg, r, &r->decode_compact, "compact cache");
 }
 
 static void print_ring(const bench_config *cfg, const bench_results *r)

@@ -36,6 +36,7 @@ static cli_option options[] = {
     {"decode", NULL, "measure a decoding step (one new token per sequence) instead of core, layer, cold start", NULL},
     {"cache-tokens", "L", "with --decode: tokens already cached per sequence (default 4096)", NULL},
     {"half", NULL, "with --decode: store the cache in half precision", NULL},
+    {"compact", NULL, "with --decode: also the compact cache (the heads' own keys and values), in the same run", NULL},
     {"ring", "L", "with --decode: also steps at L, 4L and 16L cached tokens on a ring cache of L tokens (needs "
                   "--window W <= L) beside a full cache",
      NULL},
@@ -69,7 +70,8 @@ static cli_spec spec = {
     "With --decode --ring L, also generation far past a ring KV cache: one token per sequence at\n"
     "L, 4L and 16L cached tokens on a ring of L tokens for the layer's --window, beside a cache that\n"
     "keeps every token: step times and cache bytes.\n"
-    "--cache-tokens, --half and --ring need --decode; --n, --baseline-reps and --backward refuse it.\n"
+    "With --decode --compact, the same step on the compact cache too (1/P of the bytes).\n"
+    "--cache-tokens, --half, --compact and --ring need --decode; --n, --baseline-reps and --backward refuse it.\n"
     "--half-weights stores the weights, x and z in half (IHA_STORAGE_F16 activations and weights):\n"
     "the layer's, and with --backward also dz, dx and every gradient; with --decode the step's.\n"
     "--bf16 stores the same tensors in bfloat16 (IHA_STORAGE_BF16), and with --decode also the\n"
@@ -162,6 +164,7 @@ static int read_options(int argc, char **argv, bench_config *c)
     c->run_decode = cli_get(&spec, "decode") != NULL;
     c->run_backward = cli_get(&spec, "backward") != NULL;
     c->decode_half = cli_get(&spec, "half") != NULL;
+    c->decode_compact = cli_get(&spec, "compact") != NULL;
     c->half_weights = cli_get(&spec, "half-weights") != NULL;
     c->bf16 = cli_get(&spec, "bf16") != NULL;
     if (c->bf16 && (c->decode_half || c->half_weights)) {
@@ -175,7 +178,7 @@ static int read_options(int argc, char **argv, bench_config *c)
         return CLI_EXIT_USAGE;
     /* An option that the chosen measurement would not use is refused rather than ignored: a run
      * with --half but without --decode would otherwise look like a half-precision result. */
-    static const char *const decode_only[] = {"cache-tokens", "half", "ring", NULL};
+    static const char *const decode_only[] = {"cache-tokens", "half", "ring", "compact", NULL};
     static const char *const core_only[] = {"n", "baseline-reps", "backward", NULL};
     const char *const *unused = c->run_decode ? core_only : decode_only;
     for (size_t i = 0; unused[i]; i++) {
@@ -265,7 +268,11 @@ static int measure(const bench_config *c, bench_results *r)
     }
     if (!failed && c->run_decode) {
         progress("decoding step");
-        failed = bench_decode_run(ctx, c, &r->decode);
+        failed = bench_decode_run(ctx, c, 0, &r->decode);
+        if (!failed && c->decode_compact) {
+            progress("decoding step on the compact cache");
+            failed = bench_decode_run(ctx, c, 1, &r->decode_compact);
+        }
         if (!failed && c->ring_tokens) {
             progress("decoding on a ring cache and a full one");
             failed = bench_ring_run(ctx, c, &r->ring);

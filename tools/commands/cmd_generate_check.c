@@ -26,6 +26,7 @@ static cli_option options[] = {
     CLI_OPTION_WINDOW("sliding window in tokens (default 0: global)"),
     CLI_OPTION_ROPE_BASE("apply rotary embedding with this base (default off)"),
     {"half", NULL, "store the cache in half precision (arithmetic stays float)", NULL},
+    {"compact", NULL, "the compact cache: the heads' own keys and values, 1/P of the pseudo-token cache's bytes", NULL},
     {"cache-tokens", "L", "keep only each sequence's last L tokens, a ring (needs --window W <= L; default 0: all N)",
      NULL},
     CLI_OPTION_SEED,
@@ -35,7 +36,8 @@ static cli_option options[] = {
 static cli_spec spec = {
     "generate-check",
     "[options]",
-    "Feeds a random layer's N tokens one at a time through a pseudo-token KV cache and compares\n"
+    "Feeds a random layer's N tokens one at a time through a pseudo-token KV cache (with --compact\n"
+    "the compact one, which mixes the heads' own keys and values on read) and compares\n"
     "every step's output with the same row of a full forward pass (relative L2 error at most 1e-5\n"
     "with a float cache, 2e-3 with --half). Reports tokens per second and cache bytes per token.\n"
     "With --cache-tokens L below N the cache is a ring that keeps the last L tokens, so N may be\n"
@@ -49,6 +51,7 @@ typedef struct check_config {
     iha_attention_options options;
     iha_storage storage;
     size_t cache_tokens;
+    int compact;
     uint64_t seed;
 } check_config;
 
@@ -70,6 +73,7 @@ static int read_options(check_config *c)
         return -1;
     }
     c->storage = cli_get(&spec, "half") ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+    c->compact = cli_get(&spec, "compact") != NULL;
     c->seed = seed;
     return cli_check_layer(&spec, s, &c->options, "the layer");
 }
@@ -158,6 +162,7 @@ int cmd_generate_check(int argc, char **argv)
     co.storage = (int)c.storage;
     co.window = c.options.window;
     co.cache_tokens = c.cache_tokens;
+    co.compact = c.compact;
     st = iha_kv_cache_create_with(ctx, &c.shape, &co, &cache);
     if (st != IHA_OK) {
         rc = library_error(ctx, st);
@@ -179,9 +184,10 @@ int cmd_generate_check(int argc, char **argv)
     const double rel = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
     const int ok = rel <= limit && worst <= limit;
     printf("  device  %s\n", iha_context_device_name(ctx));
-    printf("  layer   N=%zu D=%zu H=%zu d=%zu P=%zu, mask %s, window %lld, rotary %s, cache %s\n", s->tokens,
+    printf("  layer   N=%zu D=%zu H=%zu d=%zu P=%zu, mask %s, window %lld, rotary %s, cache %s%s\n", s->tokens,
            s->model_dim, s->heads, s->head_dim, s->pseudo, mask_names[c.options.mask], (long long)c.options.window,
-           c.options.rope ? "on" : "off", c.storage == IHA_STORAGE_F16 ? "half" : "float");
+           c.options.rope ? "on" : "off", c.storage == IHA_STORAGE_F16 ? "half" : "float",
+           c.compact ? ", compact" : ", pseudo-token");
     printf("  steps   %zu tokens one at a time in %.3f s: %.1f tokens/s (host copies and a blocking read per step "
            "included)\n",
            s->tokens, seconds, (double)s->tokens / seconds);

@@ -301,6 +301,11 @@ if d["state"] == "ran":
     print("decode B=%s d=%s L=%s bf16=%s half=%s: step %.4g ms, attention %.4g ms, cache %.4g GB/s" % (
         d["batch"], d["d"], d["cached_tokens"], d["bf16"], d["half"], d["step_seconds"] * 1e3,
         d["attention_seconds"] * 1e3, d["cache_bytes_per_second"] / 1e9))
+    c = d.get("compact", {})
+    if c.get("state") == "ran":
+        print("  compact cache: step %.4g ms, attention %.4g ms, cache %.4g GB/s, %.0f bytes per token" % (
+            c["step_seconds"] * 1e3, c["attention_seconds"] * 1e3, c["cache_bytes_per_second"] / 1e9,
+            c["cache_bytes_per_token"]))
 PY
   fi
 }
@@ -335,6 +340,9 @@ done
 json_run decode_d64_float 90 --decode --no-ceilings --batch 1 --d 64 --cache-tokens "$cache_tokens"
 json_run decode_d64_bf16 90 --decode --no-ceilings --batch 1 --d 64 --cache-tokens "$cache_tokens" --bf16
 json_run decode_d128_float 90 --decode --no-ceilings --batch 1 --d 128 --cache-tokens "$cache_tokens"
+# The compact cache beside the pseudo-token one in one run (doc/performance.md, "Decoding with a
+# compact KV cache"), at 32768 cached tokens and P = 4.
+json_run decode_d64_compact 120 --decode --compact --batch 1 --heads 8 --d 64 --p 4 --cache-tokens 32768
 core16=""
 if [ -n "$core16_args" ]; then
   # shellcheck disable=SC2086

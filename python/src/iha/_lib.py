@@ -82,7 +82,7 @@ class Shape(ctypes.Structure):
 
 
 class KVCacheOptions(ctypes.Structure):
-    _fields_ = [("storage", c_int), ("window", c_int64), ("cache_tokens", c_size_t)]
+    _fields_ = [("storage", c_int), ("window", c_int64), ("cache_tokens", c_size_t), ("compact", c_int)]
 
 
 class Buffer(ctypes.Structure):

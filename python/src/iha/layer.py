@@ -1,5 +1,5 @@
 """The NumPy API: iha.forward for one call, iha.Layer for weights kept on the device, and
-iha.KVCache for decoding with a pseudo-token cache. Layouts are doc/spec.md's: x [B,N,D],
+iha.KVCache for decoding with a pseudo-token or compact cache. Layouts are doc/spec.md's: x [B,N,D],
 wq/wk/wv [D,H*d], wo [H*d,D], alpha_q/k/v [H,H,P] indexed [m][h][p], r [H,H,P] indexed
 [h][m][p]. Inputs of any real dtype are converted to the storage type; outputs are float32."""
 
@@ -154,13 +154,14 @@ class Layer:
         _calls.expand_backward(self.context, shape, opts, self._uploaded, first, x, *grads, outputs)
         return _gradient_dict(names, outputs, out)
 
-    def kv_cache(self, batch, max_tokens, storage=None, *, cache_tokens=0, window=None):
+    def kv_cache(self, batch, max_tokens, storage=None, *, cache_tokens=0, window=None, compact=False):
         """An empty KVCache for `batch` sequences of up to max_tokens tokens each (storage None:
         the layer's). cache_tokens L below max_tokens makes it a ring of each sequence's last L
         tokens for a windowed layer (window None: the layer's; L at least the window): memory
-        that does not grow with the sequence (iha_kv_cache_create_with)."""
+        that does not grow with the sequence (iha_kv_cache_create_with). compact: the compact
+        layout (see KVCache)."""
         return KVCache(self, batch, max_tokens, storage or self.storage, cache_tokens=cache_tokens,
-                       window=self.options.window if window is None else window)
+                       window=self.options.window if window is None else window, compact=compact)
 
 
 def _gradient_outputs(names, likes, out, accumulate):
@@ -199,13 +200,16 @@ class KVCache:
     max_tokens) keeps every token; L below max_tokens keeps a ring of each sequence's last L
     tokens, for steps with a window of 1 to `window` tokens (window <= L), so sequences grow to
     max_tokens in memory that depends only on L (nbytes); truncate() then rewinds only within
-    what the ring holds (include/iha.h, iha_kv_cache_create_with)."""
+    what the ring holds (include/iha.h, iha_kv_cache_create_with). compact: keep the heads' own
+    keys and values (1/P of the bytes) and mix them into pseudo-tokens on read; its steps keep
+    the layer's rotary setting of the first one after a reset."""
 
-    def __init__(self, layer, batch, max_tokens, storage="float32", *, cache_tokens=0, window=0):
+    def __init__(self, layer, batch, max_tokens, storage="float32", *, cache_tokens=0, window=0, compact=False):
         self.layer = layer
         self.context = layer.context
         self.batch, self.max_tokens = int(batch), int(max_tokens)
         self.cache_tokens, self.window = int(cache_tokens), int(window)
+        self.compact = bool(compact)
         _calls.dtype_of(storage)
         if self.cache_tokens < 0:
             raise ValueError(f"cache_tokens must be at least 0, not {self.cache_tokens}")
@@ -215,6 +219,7 @@ class KVCache:
         options.storage = _lib.STORAGES[storage]
         options.window = self.window
         options.cache_tokens = self.cache_tokens
+        options.compact = int(self.compact)
         handle = ctypes.c_void_p()
         with self.context.lock:
             self.context.check(lib.iha_kv_cache_create_with(self.context.handle, ctypes.byref(shape),

@@ -1,0 +1,180 @@
+/* Host side of decoding from a compact KV cache: cl/decode_mix.cl's decode_store_compact, and
+ * cl/attention_decode_compact.cl with the merge of cl/decode_combine.clh. */
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels/decode_compact.h"
+#include "runtime/error.h"
+#include "runtime/launch.h"
+
+/* Splits a row may have: DEC_MAX_SPLITS of cl/decode_combine.clh. */
+#define COMPACT_MAX_SPLITS 64
+/* Floats of query rows and accumulators a work-item keeps (DEC_HEADS * DEC_ROWS * d each). */
+#define COMPACT_PRIVATE_FLOATS 4096
+
+/* The built-in configurations, one row per kind of device (as zstd's clevels.h). CPUs: a
+ * work-item takes up to 16 query rows (a generated token's P; a prefill chunk's 16, over which
+ * the mixing of each token it reads is shared) of as many heads as its private budget allows,
+ * so a generated token's K and V are read from memory once per split; 8 work-items per core,
+ * splits of at least 64 tokens. GPUs: one head and one row per work-item, many work-items
+ * sharing a token's rows in cache. */
+/* clang-format off */
+static const iha_decode_compact_config compact_defaults[2] = {
+    /* rows heads vec min_split_tokens per_cu */
+    {16,   64,   16, 64,              8}, /* CPUs */
+    {1,    1,    4,  64,              64}, /* GPUs */
+};
+/* clang-format on */
+
+void iha__decode_compact_config_default(const iha_context *ctx, iha_decode_compact_config *cfg)
+{
+    *cfg = compact_defaults[ctx->info.is_gpu ? 1 : 0];
+}
+
+/* The configuration of a step: rows cut to the step's rows, heads to H and the private budget. */
+static void config_of(const iha_context *ctx, const iha_decode_compact *dc, iha_decode_compact_config *cfg)
+{
+    if (dc->cfg.rows > 0)
+        *cfg = dc->cfg;
+    else
+        iha__decode_compact_config_default(ctx, cfg);
+    const size_t rows = dc->dd.k * dc->dd.P, vec = (size_t)cfg->vec;
+    if ((size_t)cfg->rows > rows) cfg->rows = (int)rows;
+    if (cfg->rows < 1) cfg->rows = 1;
+    const size_t pad = (dc->dd.d + vec - 1) / vec * vec;
+    size_t heads = COMPACT_PRIVATE_FLOATS / ((size_t)cfg->rows * pad);
+    if (heads < 1) heads = 1;
+    if (heads > (size_t)cfg->heads) heads = (size_t)cfg->heads;
+    if (heads > dc->dd.H) heads = dc->dd.H;
+    cfg->heads = (int)heads;
+}
+
+/* Tokens a sequence's splits cover: the longest sequence's, at most what a ring holds. */
+static size_t tokens_of(const iha_decode_compact *dc)
+{
+    const size_t tokens = (dc->dd.t_cur + dc->dd.P - 1) / dc->dd.P;
+    return dc->dd.ring && tokens > dc->slots ? dc->slots : tokens;
+}
+
+/* *splits and the tokens per split, so that every split has work. */
+static void splits_of(const iha_context *ctx, const iha_decode_compact *dc, const iha_decode_compact_config *cfg,
+                      size_t *splits, size_t *per_split)
+{
+    const size_t tokens = tokens_of(dc), tile = (size_t)cfg->rows, rows = dc->dd.k * dc->dd.P;
+    const size_t head_groups = (dc->dd.H + (size_t)cfg->heads - 1) / (size_t)cfg->heads;
+    const size_t groups = (rows + tile - 1) / tile * dc->dd.B * head_groups;
+    const size_t cus = ctx->info.compute_units ? ctx->info.compute_units : 1, want = (size_t)cfg->per_cu * cus;
+    if (tokens == 0) { /* nothing cached and nothing appended: one empty split */
+        *splits = *per_split = 1;
+        return;
+    }
+    size_t n = (want + groups - 1) / groups;
+    const size_t by_length = (tokens + (size_t)cfg->min_split_tokens - 1) / (size_t)cfg->min_split_tokens;
+    if (n > by_length) n = by_length;
+    if (n > COMPACT_MAX_SPLITS) n = COMPACT_MAX_SPLITS;
+    if (n < 1) n = 1;
+    /* A CPU runtime deals work-items to its cores: a total that is not a multiple of the cores
+     * leaves one idle while the last ones run. */
+    while (!ctx->info.is_gpu && (groups * n) % cus != 0 && n < COMPACT_MAX_SPLITS && n < tokens) ++n;
+    *per_split = (tokens + n - 1) / n;
+    *splits = (tokens + *per_split - 1) / *per_split;
+}
+
+size_t iha__decode_compact_splits(const iha_context *ctx, const iha_decode_compact *dc)
+{
+    iha_decode_compact_config cfg;
+    size_t splits, per_split;
+    config_of(ctx, dc, &cfg);
+    splits_of(ctx, dc, &cfg, &splits, &per_split);
+    return splits;
+}
+
+size_t iha__decode_compact_partial_elements(const iha_context *ctx, const iha_decode_compact *dc)
+{
+    const iha_decode_dims *dd = &dc->dd;
+    return dd->B * dd->H * dd->k * dd->P * iha__decode_compact_splits(ctx, dc) * (dd->d + 2);
+}
+
+iha_status iha__decode_store_compact_enqueue(iha_context *ctx, const iha_decode_compact *dc, cl_mem k, cl_mem v,
+                                             cl_mem keys, cl_mem values, cl_mem rope, cl_mem angles, cl_mem step)
+{
+    const iha_decode_dims *dd = &dc->dd;
+    char options[64];
+    snprintf(options, sizeof options, "-DCACHE_HALF=%d -DCACHE_BF16=%d -DKV_RING=%d", dd->half, dd->bf16, dd->ring);
+    cl_kernel kernel;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "decode_mix.cl", options, "decode_store_compact", &kernel));
+    iha_args a = iha__args_begin(kernel);
+    iha__arg_mem(&a, k);
+    iha__arg_mem(&a, v);
+    iha__arg_mem(&a, keys);
+    iha__arg_mem(&a, values);
+    iha__arg_mem(&a, rope && angles ? rope : k);
+    iha__arg_mem(&a, angles ? angles : k);
+    iha__arg_int(&a, rope && angles);
+    iha__arg_mem(&a, step);
+    iha__arg_int(&a, (cl_int)dd->k);
+    iha__arg_int(&a, (cl_int)dd->H);
+    iha__arg_int(&a, (cl_int)dd->d);
+    iha__arg_int(&a, (cl_int)dd->P);
+    iha__arg_int(&a, (cl_int)dc->slots);
+    const size_t global[2] = {dd->k, dd->B * dd->H};
+    return iha__launch(ctx, &a, 2, global, NULL, "decode_store_compact");
+}
+
+iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
+                                                 cl_mem keys, cl_mem values, iha_buffer alpha_k, iha_buffer alpha_v,
+                                                 cl_mem rope, int rope_mode, cl_mem partial, iha_buffer o, cl_mem step,
+                                                 int mask, size_t window, float scale)
+{
+    const iha_decode_dims *dd = &dc->dd;
+    iha_decode_compact_config cfg;
+    size_t splits, per_split;
+    config_of(ctx, dc, &cfg);
+    splits_of(ctx, dc, &cfg, &splits, &per_split);
+    char options[192];
+    snprintf(options, sizeof options,
+             "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_VD=%d -DKV_HALF=%d "
+             "-DKV_BF16=%d -DKV_RING=%d",
+             dd->d, dd->H, dd->P, cfg.rows, cfg.heads, cfg.vec, dd->half, dd->bf16, dd->ring);
+    const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
+    const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(
+        iha__kernel_get(ctx, "attention_decode_compact.cl", options, "attention_decode_compact_f32", &k));
+    iha_args a = iha__args_begin(k);
+    iha__arg_tensor(&a, q.mem, q.offset);
+    iha__arg_mem(&a, keys);
+    iha__arg_mem(&a, values);
+    iha__arg_tensor(&a, alpha_k.mem ? alpha_k.mem : q.mem, alpha_k.mem ? alpha_k.offset : 0);
+    iha__arg_tensor(&a, alpha_v.mem ? alpha_v.mem : q.mem, alpha_v.mem ? alpha_v.offset : 0);
+    iha__arg_int(&a, alpha_k.mem == NULL);
+    iha__arg_mem(&a, rope ? rope : q.mem);
+    iha__arg_int(&a, rope ? rope_mode : 0);
+    iha__arg_mem(&a, partial);
+    iha__arg_mem(&a, step);
+    iha__arg_int(&a, (cl_int)rows);
+    iha__arg_int(&a, (cl_int)dc->slots);
+    iha__arg_int(&a, (cl_int)splits);
+    iha__arg_int(&a, (cl_int)per_split);
+    iha__arg_int(&a, mask);
+    iha__arg_int(&a, (cl_int)window);
+    iha__arg_float(&a, (cl_float)(scale * 1.4426950408889634));
+    /* CPUs: one work-item per work-group, since PoCL left to choose packs several into one group,
+     * whose private tiles then live in memory and run on one core. */
+    const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups}, single[3] = {1, 1, 1};
+    IHA_FORWARD_IF_ERROR(
+        iha__launch(ctx, &a, 3, global, ctx->info.is_gpu ? NULL : single, "attention_decode_compact_f32"));
+
+    IHA_FORWARD_IF_ERROR(
+        iha__kernel_get(ctx, "attention_decode_compact.cl", options, "attention_decode_combine_f32", &k));
+    a = iha__args_begin(k);
+    iha__arg_mem(&a, partial);
+    iha__arg_tensor(&a, o.mem, o.offset);
+    iha__arg_mem(&a, step);
+    iha__arg_int(&a, (cl_int)rows);
+    iha__arg_int(&a, (cl_int)dd->H);
+    iha__arg_int(&a, (cl_int)dd->P);
+    iha__arg_int(&a, (cl_int)splits);
+    const size_t global2[2] = {rows, dd->B * dd->H};
+    return iha__launch(ctx, &a, 2, global2, NULL, "attention_decode_combine_f32");
+}

@@ -1,0 +1,46 @@
+/* Decoding from a compact KV cache: the new tokens' own keys and values into the cache
+ * (cl/decode_mix.cl, decode_store_compact) and split-token attention that forms the pseudo-keys
+ * and -values on read (cl/attention_decode_compact.cl). */
+#ifndef IHA_KERNELS_DECODE_COMPACT_H
+#define IHA_KERNELS_DECODE_COMPACT_H
+#include "kernels/decode.h"
+
+/* The compact decode kernel's configuration: a work-item takes `rows` query rows (cut to the
+ * step's k*P) of `heads` target heads (cut to H and to a private budget) against one split of
+ * the cached tokens; enough work-items for about per_cu per compute unit, but splits of at
+ * least min_split_tokens tokens. */
+typedef struct iha_decode_compact_config {
+    int rows;
+    int heads;
+    int vec; /* DEC_VD: 4, 8 or 16 */
+    int min_split_tokens;
+    int per_cu;
+} iha_decode_compact_config;
+
+void iha__decode_compact_config_default(const iha_context *ctx, iha_decode_compact_config *cfg);
+
+/* A step on a compact cache: dd as for the pseudo-token cache (t_cur the longest virtual length
+ * after the step, on a ring at most slots * P), slots the cache's tokens per sequence. */
+typedef struct iha_decode_compact {
+    iha_decode_dims dd;
+    size_t slots;
+    iha_decode_compact_config cfg; /* rows 0: iha__decode_compact_config_default */
+} iha_decode_compact;
+
+/* The new tokens' K and V [B][k][H][d] into the cache at their tokens' slots; with angles (a
+ * ring's rotary rows, see cl/decode_mix.cl) also the angles of their positions from the step's
+ * rotary rows `rope`. */
+iha_status iha__decode_store_compact_enqueue(iha_context *ctx, const iha_decode_compact *dc, cl_mem k, cl_mem v,
+                                             cl_mem keys, cl_mem values, cl_mem rope, cl_mem angles, cl_mem step);
+
+size_t iha__decode_compact_splits(const iha_context *ctx, const iha_decode_compact *dc);
+size_t iha__decode_compact_partial_elements(const iha_context *ctx, const iha_decode_compact *dc);
+
+/* Split-token attention of q rows [B][H][k*P][d] against the compact cache -> o rows of the same
+ * shape; alpha_k and alpha_v as the layer's (mem NULL: identity). rope_mode 0: none, 1: rope is
+ * the rotary table of virtual positions, 2: a ring's rotary rows. */
+iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
+                                                 cl_mem keys, cl_mem values, iha_buffer alpha_k, iha_buffer alpha_v,
+                                                 cl_mem rope, int rope_mode, cl_mem partial, iha_buffer o, cl_mem step,
+                                                 int mask, size_t window, float scale);
+#endif
