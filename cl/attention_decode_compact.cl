@@ -181,11 +181,8 @@ static inline void token_angles(const __global float *at, const __global float *
     }
 }
 
-/* The score of a query row against a pseudo-key, in base 2: scale * log2(e) * dot(q, k). */
-static inline float compact_score(const floatV *q, const floatV *k, float scale_log2)
+static inline float lane_sum(floatV acc)
 {
-    floatV acc = (floatV)(0.0f);
-    for (int cv = 0; cv < VCH; ++cv) acc = fma(q[cv], k[cv], acc);
 #if DEC_VD == 16
     const float8 a8 = acc.lo + acc.hi;
     const float4 a4 = a8.lo + a8.hi;
@@ -195,7 +192,21 @@ static inline float compact_score(const floatV *q, const floatV *k, float scale_
     const float4 a4 = acc;
 #endif
     const float2 a2 = a4.lo + a4.hi;
-    return (a2.x + a2.y) * scale_log2;
+    return a2.x + a2.y;
+}
+
+/* The score of a query row against a pseudo-key, in base 2: scale * log2(e) * dot(q, k). A
+ * -inf from finite operands (float32 overflow of the partial sums or of the scaling) is NaN, not
+ * a masked key: see SCORE_SHRINK in masks.clh. */
+static inline float compact_score(const floatV *q, const floatV *k, float scale_log2)
+{
+    floatV acc = (floatV)(0.0f);
+    for (int cv = 0; cv < VCH; ++cv) acc = fma(q[cv], k[cv], acc);
+    const float score = lane_sum(acc) * scale_log2;
+    if (score != -INFINITY) return score;
+    floatV t = (floatV)(0.0f);
+    for (int cv = 0; cv < VCH; ++cv) t = fma(q[cv] * SCORE_SHRINK, k[cv] * SCORE_SHRINK, t);
+    return isfinite(lane_sum(t)) ? NAN : score;
 }
 
 /* Work-item (row tile, split, (b, head group)): rows r0 .. r0+DEC_ROWS-1 of heads h0 .. h0+DEC_HEADS-1

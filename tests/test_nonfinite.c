@@ -485,9 +485,12 @@ static void overflowed_partial_sums_are_not_finite_rows(void **state)
              * 1e19 terms under mask none): only the overflowing rows are checked. */
             const size_t from = sc == 0 ? 8 : 0;
             assert_nonfinite_or_close(what, z + from, zref + from, 16 - from, 1e-3);
-            if (m == 0) { /* decoding is causal */
+            for (int compact = 0; m == 0 && compact < 2; compact++) { /* decoding is causal */
+                iha_kv_cache_options co;
+                iha_kv_cache_options_init(&co);
+                co.compact = compact;
                 iha_kv_cache *cache = NULL;
-                tu_assert_status(tu_ctx, iha_kv_cache_create(tu_ctx, &s, IHA_STORAGE_F32, &cache), IHA_OK);
+                tu_assert_status(tu_ctx, iha_kv_cache_create_with(tu_ctx, &s, &co, &cache), IHA_OK);
                 tu_device_layer dev;
                 tu_device_layer_upload(tu_ctx, &l, 0, &dev);
                 cl_mem xs = tu_buffer_new(tu_ctx, 8), zs = tu_buffer_new(tu_ctx, 8);
@@ -500,7 +503,8 @@ static void overflowed_partial_sums_are_not_finite_rows(void **state)
                                      IHA_OK);
                     tu_buffer_read(tu_ctx, zs, 0, z + 8 * t, 8);
                 }
-                snprintf(what, sizeof what, "decoding, scale %g", (double)scales[sc]);
+                snprintf(what, sizeof what, "decoding, %s cache, scale %g", compact ? "compact" : "pseudo-token",
+                         (double)scales[sc]);
                 assert_nonfinite_or_close(what, z + from, zref + from, 16 - from, 1e-3);
                 tu_buffer_release(xs);
                 tu_buffer_release(zs);
