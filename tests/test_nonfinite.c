@@ -516,6 +516,64 @@ static void overflowed_partial_sums_are_not_finite_rows(void **state)
     tu_layer_free(&l);
 }
 
+/* Lane sums that overflow where no running sum over the columns does: key 1's products with
+ * query 1 are -2.25e38 at columns 0 and 8 (one vector lane, or a pair of lanes, whichever the
+ * kernel's vector width), +1.125e38 at columns 1 to 4 and +1e38 at column 5, so its true score
+ * is 1e38 and the largest (key 0's is -3e19), yet a float32 sum over lanes reaches -inf with no
+ * +inf beside it.
+ * The layer, and decoding on either cache layout, must give token 1 non-finite or v1. */
+static void overflowed_lane_sums_are_not_finite_rows(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_shape s = {1, 2, 16, 1, 16, 1};
+    tu_layer l;
+    tu_layer_init(&l, &s, 1941);
+    tu_layer_identity(&l, 0);
+    for (size_t i = 0; i < 256; i++) {
+        const int diag = i % 17 == 0, c = (int)(i / 17);
+        l.wq[i] = l.wv[i] = l.wo[i] = diag ? 1.0f : 0.0f;
+        l.wk[i] = diag ? (c == 0 || c == 8 ? -1.0f : 1.0f) : 0.0f;
+    }
+    for (size_t c = 0; c < 16; c++) {
+        l.x[c] = c == 0 || c == 8 ? 1.0f : 0.0f;
+        l.x[16 + c] = c == 0 || c == 8 ? 1.5e19f : c >= 1 && c <= 4 ? 1.0606602e19f : c == 5 ? 1e19f : 0.0f;
+    }
+    const iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
+    double *zref = tu_layer_reference(&l, &o);
+    float z[32];
+    const iha_host_weights w = {l.wq, l.wk, l.wv, l.wo, l.alpha_q, l.alpha_k, l.alpha_v, l.r};
+    tu_assert_status(tu_ctx, iha_forward_host(tu_ctx, &s, &o, &w, l.x, z), IHA_OK);
+    assert_nonfinite_or_close("layer, token 1", z + 16, zref + 16, 16, 1e-3);
+    tu_device_layer dev;
+    tu_device_layer_upload(tu_ctx, &l, 0, &dev);
+    cl_mem xs = tu_buffer_new(tu_ctx, 16), zs = tu_buffer_new(tu_ctx, 16);
+    iha_shape step = s;
+    step.tokens = 1;
+    for (int compact = 0; compact < 2; compact++) {
+        iha_kv_cache_options co;
+        iha_kv_cache_options_init(&co);
+        co.compact = compact;
+        iha_kv_cache *cache = NULL;
+        tu_assert_status(tu_ctx, iha_kv_cache_create_with(tu_ctx, &s, &co, &cache), IHA_OK);
+        for (int t = 0; t < 2; t++) {
+            tu_buffer_write(tu_ctx, xs, 0, l.x + 16 * t, 16);
+            tu_assert_status(tu_ctx, iha_decode_step(tu_ctx, cache, &step, &o, &dev.weights, NULL,
+                                                     (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+                             IHA_OK);
+            tu_buffer_read(tu_ctx, zs, 0, z + 16 * t, 16);
+        }
+        assert_nonfinite_or_close(compact ? "decoding, compact cache, token 1" : "decoding, pseudo-token cache, token 1",
+                                  z + 16, zref + 16, 16, 1e-3);
+        iha_kv_cache_free(cache);
+    }
+    tu_buffer_release(xs);
+    tu_buffer_release(zs);
+    tu_device_layer_release(&dev);
+    free(zref);
+    tu_layer_free(&l);
+}
+
 /* iha_attention on every forward variant (kVariants) with the issue's rows: query and key row
  * 11 cancel to a score of 0 through partial sums past -3.4e38, and every other key's elements
  * come in pairs (a, -a), so row 11's scores are all 0: dropping its own key would change its
@@ -657,6 +715,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(overflowing_scores_are_not_zeros),
         cmocka_unit_test(overflowed_partial_sums_are_not_finite_rows),
         cmocka_unit_test(overflowed_partial_sums_every_variant),
+        cmocka_unit_test(overflowed_lane_sums_are_not_finite_rows),
         cmocka_unit_test(huge_scales_are_not_garbage),
         cmocka_unit_test(unrepresentable_scale_is_refused),
     };
