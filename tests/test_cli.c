@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -29,6 +30,8 @@
 #include "test_files.h"
 
 static const char *iha_path;
+/* RLIMIT_AS of the children run_iha starts, in KiB (ulimit -v); 0: inherited. */
+static unsigned long child_address_space_kib;
 
 typedef struct run_result {
     int status;    /* the exit status; -1 when killed by a signal or the timeout */
@@ -57,6 +60,9 @@ static void run_iha(const char *const *args, const char *stdout_path, int timeou
     assert_true(pid >= 0);
     if (pid == 0) {
         if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0)
+            _exit(126);
+        const struct rlimit as = {(rlim_t)child_address_space_kib << 10, (rlim_t)child_address_space_kib << 10};
+        if (child_address_space_kib && setrlimit(RLIMIT_AS, &as) != 0)
             _exit(126);
         execv(iha_path, argv);
         _exit(127);
@@ -444,6 +450,29 @@ static void usage_and_range_errors_exit_2(void **state)
     }
 }
 
+/* ---- A tight address-space limit --------------------------------------------------------- */
+
+/* Under ulimit -v 150000 every command exits: no BLAS threads loop at exit (only "iha bench"
+ * opens a BLAS), and a command that needs the device is refused with the limit named, before the
+ * OpenCL driver aborts. */
+static void tight_address_space_exits(void **state)
+{
+    (void)state;
+    static const char *const version[] = {"--version", NULL}, *const devices[] = {"devices", NULL};
+    static const char *const demo[] = {"demo", "--n", "16", "--model-dim", "16", "--heads", "1", "--d", "8", NULL};
+    child_address_space_kib = 150000;
+    run_result r;
+    run_iha(version, NULL, 30, &r);
+    expect_status(&r, 0, "iha --version under ulimit -v 150000");
+    run_iha(devices, NULL, 30, &r);
+    if (r.timed_out)
+        fail_msg("iha devices under ulimit -v 150000: still running at the timeout");
+    run_iha(demo, NULL, 30, &r);
+    expect_status(&r, 1, "iha demo under ulimit -v 150000");
+    expect_stderr(&r, "address-space limit (ulimit -v", "iha demo under ulimit -v 150000");
+    child_address_space_kib = 0;
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -482,6 +511,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(input_fifo_refused_at_once),
         cmocka_unit_test(stdout_write_failure_exits_1),
         cmocka_unit_test(usage_and_range_errors_exit_2),
+        cmocka_unit_test(tight_address_space_exits),
         cmocka_unit_test(forward_reads_seq_lens),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

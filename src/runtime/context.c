@@ -2,6 +2,7 @@
  * the public calls that read or finish what it holds. */
 #include "runtime/context.h"
 #include "runtime/error.h"
+#include "runtime/headroom.h"
 #include "runtime/loop_limit.h"
 
 #include <errno.h>
@@ -92,12 +93,27 @@ static iha_status own(iha_context *ctx, const iha_runtime_options *o)
     return IHA_OK;
 }
 
+/* Refuses, before the driver aborts the process, an address-space limit that leaves less than
+ * `needed` (headroom.h); `what` names the work that needs it. */
+static iha_status check_address_space(iha_context *ctx, unsigned long long needed, const char *what)
+{
+    unsigned long long limit = 0, left = 0;
+    if (iha__address_space_room(needed, &limit, &left)) return IHA_OK;
+    return iha__fail(ctx, IHA_ERROR_HOST_MEMORY,
+                     "the address-space limit (ulimit -v %llu) leaves %llu MiB, and %s needs about %llu MiB: "
+                     "raise the limit to at least %llu (KiB) or lift it",
+                     limit >> 10, left >> 20, what, needed >> 20, (limit - left + needed) >> 10);
+}
+
 iha_status iha__runtime_setup(iha_context *ctx, const iha_runtime_options *o)
 {
     int borrow_ctx = o->opencl_context != NULL, borrow_queue = o->opencl_queue != NULL;
     IHA_RETURN_ERROR_IF(borrow_ctx != borrow_queue, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "to borrow OpenCL objects give both opencl_context and opencl_queue");
+    if (!borrow_ctx)
+        IHA_FORWARD_IF_ERROR(check_address_space(ctx, IHA_ROOM_TO_LOAD_DRIVER, "loading the OpenCL driver and compiling kernels"));
     IHA_FORWARD_IF_ERROR(borrow_ctx ? borrow(ctx, o) : own(ctx, o));
+    IHA_FORWARD_IF_ERROR(check_address_space(ctx, IHA_ROOM_TO_COMPILE, "compiling kernels"));
     IHA_RETURN_ERROR_IF(iha__device_identity(ctx->platform, ctx->device, &ctx->identity) != IHA_OK, ctx,
                         IHA_ERROR_HOST_MEMORY, "out of host memory for the device's description");
     ctx->cache_dir = o->cache_dir ? strdup(o->cache_dir) : NULL;
