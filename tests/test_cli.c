@@ -109,8 +109,8 @@ static void expect_stderr(const run_result *r, const char *needle, const char *w
 
 /* ---- iha forward ---------------------------------------------------------------------- */
 
-/* A small layer: B=1 N=4 D=8, H=2 d=4 P=2, deterministic values. */
-static void write_layer(const char *dir, int x_as_fifo)
+/* A small layer: B=1 N=4 D=8, H=2 d=4 P=2, deterministic values, x's times x_scale. */
+static void write_layer(const char *dir, int x_as_fifo, float x_scale)
 {
     static const struct {
         const char *name;
@@ -132,7 +132,10 @@ static void write_layer(const char *dir, int x_as_fifo)
             assert_int_equal(mkfifo(path, 0600), 0);
             continue;
         }
-        if (npy_write_f32(path, files[i].shape, files[i].ndim, values, err, sizeof err))
+        float scaled[64];
+        for (size_t k = 0; k < 64; k++)
+            scaled[k] = i == 0 ? values[k] * x_scale : values[k];
+        if (npy_write_f32(path, files[i].shape, files[i].ndim, scaled, err, sizeof err))
             fail_msg("writing %s: %s", path, err);
     }
 }
@@ -272,6 +275,40 @@ static void forward_16bit_storage_close_to_float(void **state)
     assert_int_equal(unlink(out16), 0);
 }
 
+/* --half on an x scaled below half's normal range (1e-6) and below its subnormals (1e-9): the
+ * run succeeds, as the range is the user's choice, but standard error says what x lost; at the
+ * default scale nothing is said. */
+static void forward_half_warns_below_range(void **state)
+{
+    (void)state;
+    static const struct {
+        float scale;
+        const char *says; /* NULL: no warning */
+    } cases[] = {{1.0f, NULL},
+                 {1e-6f, "x: 32 of 32 values are below half's normal range (6.1e-05) and lose precision"},
+                 {1e-9f, "32 of them flush to zero"}};
+    char dir[512], out[512];
+    tf_path(dir, sizeof dir, "tiny_layer");
+    tf_path(out, sizeof out, "z_tiny.npy");
+    run_result r;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_layer(dir, 0, cases[i].scale);
+        const char *args[] = {"forward", "--in", dir, "--out", out, "--half", NULL};
+        run_iha(args, NULL, 300, &r);
+        if (r.status != 0 && strstr(r.err, "IHA_ERROR_NO_DEVICE")) {
+            print_message("iha-test: no OpenCL device\n");
+            skip();
+        }
+        expect_status(&r, 0, "iha forward --half");
+        if (cases[i].says)
+            expect_stderr(&r, cases[i].says, "iha forward --half");
+        else if (strstr(r.err, "warning"))
+            fail_msg("iha forward --half at x's own scale warned:\n%s", r.err);
+        remove_layer(dir);
+    }
+    assert_int_equal(unlink(out), 0);
+}
+
 /* A new path, then the same file replaced: it keeps its mode (bits a new file never gets) and
  * as root its owner. */
 static void out_new_then_replaced_keeps_mode(void **state)
@@ -366,7 +403,7 @@ static void input_fifo_refused_at_once(void **state)
     run_result r;
     tf_path(dir, sizeof dir, "layer_fifo");
     tf_path(out, sizeof out, "z_from_fifo.npy");
-    write_layer(dir, 1);
+    write_layer(dir, 1, 1.0f);
     const char *args[] = {"forward", "--in", dir, "--out", out, NULL};
     run_iha(args, NULL, 30, &r);
     remove_layer(dir);
@@ -479,7 +516,7 @@ static int setup(void **state)
     if (tf_make_dir("iha_test_cli"))
         return -1;
     tf_path(layer_dir, sizeof layer_dir, "layer");
-    write_layer(layer_dir, 0);
+    write_layer(layer_dir, 0, 1.0f);
     return 0;
 }
 
@@ -506,6 +543,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(out_new_then_replaced_keeps_mode),
         cmocka_unit_test(forward_16bit_storage_close_to_float),
+        cmocka_unit_test(forward_half_warns_below_range),
         cmocka_unit_test(out_symlink_writes_its_target),
         cmocka_unit_test(out_refuses_fifo_directory_device),
         cmocka_unit_test(input_fifo_refused_at_once),
