@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -29,6 +30,8 @@
 #include "test_files.h"
 
 static const char *iha_path;
+/* RLIMIT_AS of the children run_iha starts, in KiB (ulimit -v); 0: inherited. */
+static unsigned long child_address_space_kib;
 
 typedef struct run_result {
     int status;    /* the exit status; -1 when killed by a signal or the timeout */
@@ -57,6 +60,9 @@ static void run_iha(const char *const *args, const char *stdout_path, int timeou
     assert_true(pid >= 0);
     if (pid == 0) {
         if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0)
+            _exit(126);
+        const struct rlimit as = {(rlim_t)child_address_space_kib << 10, (rlim_t)child_address_space_kib << 10};
+        if (child_address_space_kib && setrlimit(RLIMIT_AS, &as) != 0)
             _exit(126);
         execv(iha_path, argv);
         _exit(127);
@@ -103,8 +109,8 @@ static void expect_stderr(const run_result *r, const char *needle, const char *w
 
 /* ---- iha forward ---------------------------------------------------------------------- */
 
-/* A small layer: B=1 N=4 D=8, H=2 d=4 P=2, deterministic values. */
-static void write_layer(const char *dir, int x_as_fifo)
+/* A small layer: B=1 N=4 D=8, H=2 d=4 P=2, deterministic values, x's times x_scale. */
+static void write_layer(const char *dir, int x_as_fifo, float x_scale)
 {
     static const struct {
         const char *name;
@@ -126,7 +132,10 @@ static void write_layer(const char *dir, int x_as_fifo)
             assert_int_equal(mkfifo(path, 0600), 0);
             continue;
         }
-        if (npy_write_f32(path, files[i].shape, files[i].ndim, values, err, sizeof err))
+        float scaled[64];
+        for (size_t k = 0; k < 64; k++)
+            scaled[k] = i == 0 ? values[k] * x_scale : values[k];
+        if (npy_write_f32(path, files[i].shape, files[i].ndim, scaled, err, sizeof err))
             fail_msg("writing %s: %s", path, err);
     }
 }
@@ -266,6 +275,40 @@ static void forward_16bit_storage_close_to_float(void **state)
     assert_int_equal(unlink(out16), 0);
 }
 
+/* --half on an x scaled below half's normal range (1e-6) and below its subnormals (1e-9): the
+ * run succeeds, as the range is the user's choice, but standard error says what x lost; at the
+ * default scale nothing is said. */
+static void forward_half_warns_below_range(void **state)
+{
+    (void)state;
+    static const struct {
+        float scale;
+        const char *says; /* NULL: no warning */
+    } cases[] = {{1.0f, NULL},
+                 {1e-6f, "x: 32 of 32 values are below half's normal range (6.1e-05) and lose precision"},
+                 {1e-9f, "32 of them flush to zero"}};
+    char dir[512], out[512];
+    tf_path(dir, sizeof dir, "tiny_layer");
+    tf_path(out, sizeof out, "z_tiny.npy");
+    run_result r;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_layer(dir, 0, cases[i].scale);
+        const char *args[] = {"forward", "--in", dir, "--out", out, "--half", NULL};
+        run_iha(args, NULL, 300, &r);
+        if (r.status != 0 && strstr(r.err, "IHA_ERROR_NO_DEVICE")) {
+            print_message("iha-test: no OpenCL device\n");
+            skip();
+        }
+        expect_status(&r, 0, "iha forward --half");
+        if (cases[i].says)
+            expect_stderr(&r, cases[i].says, "iha forward --half");
+        else if (strstr(r.err, "warning"))
+            fail_msg("iha forward --half at x's own scale warned:\n%s", r.err);
+        remove_layer(dir);
+    }
+    assert_int_equal(unlink(out), 0);
+}
+
 /* A new path, then the same file replaced: it keeps its mode (bits a new file never gets) and
  * as root its owner. */
 static void out_new_then_replaced_keeps_mode(void **state)
@@ -360,7 +403,7 @@ static void input_fifo_refused_at_once(void **state)
     run_result r;
     tf_path(dir, sizeof dir, "layer_fifo");
     tf_path(out, sizeof out, "z_from_fifo.npy");
-    write_layer(dir, 1);
+    write_layer(dir, 1, 1.0f);
     const char *args[] = {"forward", "--in", dir, "--out", out, NULL};
     run_iha(args, NULL, 30, &r);
     remove_layer(dir);
@@ -444,13 +487,36 @@ static void usage_and_range_errors_exit_2(void **state)
     }
 }
 
+/* ---- A tight address-space limit --------------------------------------------------------- */
+
+/* Under ulimit -v 150000 every command exits: no BLAS threads loop at exit (only "iha bench"
+ * opens a BLAS), and a command that needs the device is refused with the limit named, before the
+ * OpenCL driver aborts. */
+static void tight_address_space_exits(void **state)
+{
+    (void)state;
+    static const char *const version[] = {"--version", NULL}, *const devices[] = {"devices", NULL};
+    static const char *const demo[] = {"demo", "--n", "16", "--model-dim", "16", "--heads", "1", "--d", "8", NULL};
+    child_address_space_kib = 150000;
+    run_result r;
+    run_iha(version, NULL, 30, &r);
+    expect_status(&r, 0, "iha --version under ulimit -v 150000");
+    run_iha(devices, NULL, 30, &r);
+    if (r.timed_out)
+        fail_msg("iha devices under ulimit -v 150000: still running at the timeout");
+    run_iha(demo, NULL, 30, &r);
+    expect_status(&r, 1, "iha demo under ulimit -v 150000");
+    expect_stderr(&r, "address-space limit (ulimit -v", "iha demo under ulimit -v 150000");
+    child_address_space_kib = 0;
+}
+
 static int setup(void **state)
 {
     (void)state;
     if (tf_make_dir("iha_test_cli"))
         return -1;
     tf_path(layer_dir, sizeof layer_dir, "layer");
-    write_layer(layer_dir, 0);
+    write_layer(layer_dir, 0, 1.0f);
     return 0;
 }
 
@@ -477,11 +543,13 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(out_new_then_replaced_keeps_mode),
         cmocka_unit_test(forward_16bit_storage_close_to_float),
+        cmocka_unit_test(forward_half_warns_below_range),
         cmocka_unit_test(out_symlink_writes_its_target),
         cmocka_unit_test(out_refuses_fifo_directory_device),
         cmocka_unit_test(input_fifo_refused_at_once),
         cmocka_unit_test(stdout_write_failure_exits_1),
         cmocka_unit_test(usage_and_range_errors_exit_2),
+        cmocka_unit_test(tight_address_space_exits),
         cmocka_unit_test(forward_reads_seq_lens),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

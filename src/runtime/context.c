@@ -2,12 +2,16 @@
  * the public calls that read or finish what it holds. */
 #include "runtime/context.h"
 #include "runtime/error.h"
+#include "runtime/headroom.h"
 #include "runtime/loop_limit.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "runtime/disk_cache.h"
 
@@ -22,6 +26,32 @@ static void refuse_long_cache_dir(iha_context *ctx)
              "the cache directory's path is %zu bytes long: with the file names the cache writes in it, paths "
              "would reach PATH_MAX (%d bytes), so the program cache and the profile in it are off",
              n, PATH_MAX);
+    free(ctx->cache_dir);
+    ctx->cache_dir = NULL;
+}
+
+/* The cache directory's trust model, as ssh's for its keys: whoever can write the directory
+ * can plant binaries that the driver runs in this process, so a directory that another user
+ * owns, or that its group or others may write, is not used (the cache and the profile in it are
+ * off, with the reason kept). Root's directories are trusted, as the system's are. A directory
+ * that does not exist yet is made by the first write, for this user only (disk_cache.h). */
+static void refuse_untrusted_cache_dir(iha_context *ctx)
+{
+    struct stat st;
+    if (ctx->cache_dir == NULL || stat(ctx->cache_dir, &st) != 0 || !S_ISDIR(st.st_mode)) return;
+    const uid_t me = geteuid();
+    if (st.st_uid != me && st.st_uid != 0)
+        snprintf(ctx->cache_dir_refused, sizeof ctx->cache_dir_refused,
+                 "the cache directory %.64s belongs to user %ld, not to this user (%ld): the program cache and "
+                 "the profile in it are off",
+                 ctx->cache_dir, (long)st.st_uid, (long)me);
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        snprintf(ctx->cache_dir_refused, sizeof ctx->cache_dir_refused,
+                 "the cache directory %.64s is writable by its group or others (mode %04o): the program cache "
+                 "and the profile in it are off",
+                 ctx->cache_dir, (unsigned)(st.st_mode & 07777));
+    else
+        return;
     free(ctx->cache_dir);
     ctx->cache_dir = NULL;
 }
@@ -63,18 +93,34 @@ static iha_status own(iha_context *ctx, const iha_runtime_options *o)
     return IHA_OK;
 }
 
+/* Refuses, before the driver aborts the process, an address-space limit that leaves less than
+ * `needed` (headroom.h); `what` names the work that needs it. */
+static iha_status check_address_space(iha_context *ctx, unsigned long long needed, const char *what)
+{
+    unsigned long long limit = 0, left = 0;
+    if (iha__address_space_room(needed, &limit, &left)) return IHA_OK;
+    return iha__fail(ctx, IHA_ERROR_HOST_MEMORY,
+                     "the address-space limit (ulimit -v %llu) leaves %llu MiB, and %s needs about %llu MiB: "
+                     "raise the limit to at least %llu (KiB) or lift it",
+                     limit >> 10, left >> 20, what, needed >> 20, (limit - left + needed) >> 10);
+}
+
 iha_status iha__runtime_setup(iha_context *ctx, const iha_runtime_options *o)
 {
     int borrow_ctx = o->opencl_context != NULL, borrow_queue = o->opencl_queue != NULL;
     IHA_RETURN_ERROR_IF(borrow_ctx != borrow_queue, ctx, IHA_ERROR_INVALID_ARGUMENT,
                         "to borrow OpenCL objects give both opencl_context and opencl_queue");
+    if (!borrow_ctx)
+        IHA_FORWARD_IF_ERROR(check_address_space(ctx, IHA_ROOM_TO_LOAD_DRIVER, "loading the OpenCL driver and compiling kernels"));
     IHA_FORWARD_IF_ERROR(borrow_ctx ? borrow(ctx, o) : own(ctx, o));
+    IHA_FORWARD_IF_ERROR(check_address_space(ctx, IHA_ROOM_TO_COMPILE, "compiling kernels"));
     IHA_RETURN_ERROR_IF(iha__device_identity(ctx->platform, ctx->device, &ctx->identity) != IHA_OK, ctx,
                         IHA_ERROR_HOST_MEMORY, "out of host memory for the device's description");
     ctx->cache_dir = o->cache_dir ? strdup(o->cache_dir) : NULL;
     IHA_RETURN_ERROR_IF(o->cache_dir != NULL && ctx->cache_dir == NULL, ctx, IHA_ERROR_HOST_MEMORY,
                         "out of host memory");
     refuse_long_cache_dir(ctx);
+    refuse_untrusted_cache_dir(ctx);
     ctx->kernel_dir = o->kernel_dir ? strdup(o->kernel_dir) : NULL;
     IHA_RETURN_ERROR_IF(o->kernel_dir != NULL && ctx->kernel_dir == NULL, ctx, IHA_ERROR_HOST_MEMORY,
                         "out of host memory");

@@ -11,6 +11,10 @@
  *     driver aborted (or the process was killed) during that load; the next context's tidy-up
  *     retires the entry, so at most the one process that met it fails. A directory where no
  *     marker can be made (read-only) loads without one.
+ *  3. A binary well-formed in its records but not in its content (damaged, or forged with its
+ *     checksum fixed up) must not poison the driver's own cache for the build from source that
+ *     replaces it: PoCL binaries are loaded under a build hash of their own bytes
+ *     (iha__binary_own_build_hash).
  * Temporary files of writers that died are removed by the same tidy-up once their pid is gone
  * from this machine or they are older than IHA_STALE_SECONDS (temp_file.h). On a directory
  * shared between machines a pid may belong to another machine: then a live writer's file can be
@@ -49,7 +53,7 @@ int iha__mkdir_p(const char *dir)
         if (path[i] != '/' && path[i] != '\0') continue;
         char saved = path[i];
         path[i] = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) code = errno;
+        if (mkdir(path, saved == '\0' ? 0700 : 0755) != 0 && errno != EEXIST) code = errno;
         path[i] = saved;
     }
     free(path);

@@ -10,6 +10,9 @@
  * Only regular files are read (a FIFO or a link in an entry's place is ignored, never waited on).
  * Bad binaries: disk_cache.c says how an entry that the driver cannot load is kept from
  * aborting later processes, and how dead writers' temporary files are removed.
+ * Trust: the directory must belong to this user (or root) and be writable by no one else, as
+ * ssh asks of its keys' directory; otherwise the cache is off (context.c). A bad binary that
+ * passes every check costs at most the one process that loads it (disk_cache.c, pocl_binary.c).
  * Off: IHA_CACHE_DIR=off or iha_context_options.cache_dir = "off" (any case). */
 #ifndef IHA_RUNTIME_DISK_CACHE_H
 #define IHA_RUNTIME_DISK_CACHE_H
@@ -21,8 +24,9 @@
  * PATH_MAX is refused (context.c). */
 #define IHA_DISK_CACHE_NAME_MAX 96
 
-/* Creates dir and its parents (mode 0755). Returns 0, or the errno that stopped it (ENOTDIR
- * when a component is a file). */
+/* Creates dir (mode 0700: only this user may write where the driver's binaries come from,
+ * context.c's trust check) and its parents (mode 0755). Returns 0, or the errno that stopped it
+ * (ENOTDIR when a component is a file). */
 int iha__mkdir_p(const char *dir);
 /* Reads the entry for key; on success returns a malloc'd binary and its length (free it). */
 unsigned char *iha__disk_cache_read(const char *dir, uint64_t key, size_t *length);

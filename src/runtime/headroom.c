@@ -1,4 +1,11 @@
-/* Limits checked before the driver serialises program binaries (see headroom.h).
+/* Limits checked before the driver loads and compiles, and before it serialises program
+ * binaries (see headroom.h).
+ *
+ * Loading PoCL and compiling a first kernel maps a few hundred MiB (LLVM's libraries, a thread
+ * per CPU with its stack and malloc arena); PoCL adapts some of it to a tight limit and aborts
+ * where it cannot (pthread_create in its scheduler, std::bad_alloc or "LLVM ERROR: out of
+ * memory" in the compiler). doc/architecture.md gives the limits at which it does. The two
+ * thresholds of headroom.h lie above those, so a context is refused with a status instead.
  *
  * PoCL serialises a program into a 256 MiB scratch allocation that it does not check, so under
  * an address-space or data limit (ulimit -v) that leaves less room the process crashes inside
@@ -59,4 +66,15 @@ int iha__room_for_binaries(void)
     unsigned long long size = 0, data = 0;
     const int known = mapped_bytes(&size, &data);
     return memory_room(RLIMIT_AS, known, size) && memory_room(RLIMIT_DATA, known, data) && descriptor_room();
+}
+
+int iha__address_space_room(unsigned long long needed, unsigned long long *limit, unsigned long long *left)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return 1;
+    unsigned long long size = 0, data = 0;
+    const int known = mapped_bytes(&size, &data);
+    *limit = (unsigned long long)r.rlim_cur;
+    *left = known && *limit > size ? *limit - size : 0;
+    return *left >= needed;
 }

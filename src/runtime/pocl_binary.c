@@ -17,13 +17,24 @@
  *   `binaries size`, at the end of the struct)
  * and a file record is: name length u32 (> 0) | name | content length u32 (> 0) | content.
  * The kernel metadata's own layout changes between versions and is not judged, beyond a
- * non-empty kernel name (PoCL asserts on that too). */
+ * non-empty kernel name (PoCL asserts on that too).
+ *
+ * The build hash names the directory of PoCL's cache into which PoCL unpacks a binary's files,
+ * writing each file only where none exists yet; a build from source of the same program uses
+ * the same directory and trusts what it finds there. A binary whose records are well-formed but
+ * whose content is not (a forged or damaged cache entry with its checksum fixed up) would so
+ * poison the program for every later process, from source too. Loaded under a hash of its own
+ * bytes, such a binary can fail only its own loads: once the entry is retired, the rebuild from
+ * source finds its directory untouched. */
 #include "runtime/pocl_binary.h"
+#include "common/hash.h"
 
 #include <stdint.h>
 #include <string.h>
 
-#define HEADER_BYTES (8 + 8 + 4 + 4 + 8 + 4 + 41)
+#define BUILD_HASH_AT (8 + 8 + 4 + 4 + 8 + 4)
+#define BUILD_HASH_BYTES 41 /* 40 characters, "XX/" then 37, and a NUL */
+#define HEADER_BYTES (BUILD_HASH_AT + BUILD_HASH_BYTES)
 #define FIRST_VERSION 9
 #define LAST_VERSION 12
 #define FLAG_PROGRAM_SCOPE_VARIABLES (UINT64_C(1) << 1)
@@ -63,10 +74,16 @@ static int kernel_valid(const unsigned char *b, size_t n, size_t *at)
     return records_valid(b, start + (size_t)(size - binaries), *at);
 }
 
+static const char pocl_magic[8] = {'p', 'o', 'c', 'l', 'b', 'i', 'n', '\0'};
+
+static int is_pocl_binary(const unsigned char *b, size_t n)
+{
+    return n >= sizeof pocl_magic && memcmp(b, pocl_magic, sizeof pocl_magic) == 0;
+}
+
 int iha__binary_loadable(const unsigned char *b, size_t n)
 {
-    static const char magic[8] = {'p', 'o', 'c', 'l', 'b', 'i', 'n', '\0'};
-    if (n < sizeof magic || memcmp(b, magic, sizeof magic) != 0) return 1;
+    if (!is_pocl_binary(b, n)) return 1;
     if (n < HEADER_BYTES) return 0;
     const uint64_t version = get_le(b + 16, 4), kernels = get_le(b + 20, 4), flags = get_le(b + 24, 8);
     const uint64_t roots = get_le(b + 32, 4);
@@ -86,4 +103,25 @@ int iha__binary_loadable(const unsigned char *b, size_t n)
     for (uint64_t k = 0; k < kernels; ++k)
         if (!kernel_valid(b, n, &at)) return 0;
     return at == n;
+}
+
+void iha__binary_own_build_hash(unsigned char *b, size_t n)
+{
+    if (!is_pocl_binary(b, n) || n < HEADER_BYTES) return;
+    /* Two chained FNV-1a passes over everything but the hash itself fill 32 of its characters. */
+    uint64_t h[2];
+    h[0] = iha__hash_bytes(iha__hash_bytes(IHA_HASH_SEED, b, BUILD_HASH_AT), b + HEADER_BYTES, n - HEADER_BYTES);
+    h[1] = iha__hash_bytes(h[0], b + HEADER_BYTES, n - HEADER_BYTES);
+    char *name = (char *)b + BUILD_HASH_AT;
+    int nibble = 0;
+    for (int i = 0; i < BUILD_HASH_BYTES - 1; ++i) {
+        if (i == 2) {
+            name[i] = '/';
+        } else {
+            const int bits = nibble < 32 ? (int)(h[nibble / 16] >> (4 * (nibble % 16)) & 15) : 0;
+            name[i] = (char)('a' + bits);
+            ++nibble;
+        }
+    }
+    name[BUILD_HASH_BYTES - 1] = '\0';
 }

@@ -61,11 +61,13 @@ static cl_program program_from_binary(iha_context *ctx, const unsigned char *bin
     return program;
 }
 
-/* Tries the disk cache; returns a built program or NULL. An entry that fails the binary check
- * or that the driver refuses is retired, so that no later process tries it again (the caller
- * builds from source and writes a new one). */
-static cl_program load_cached(iha_context *ctx, uint64_t key, const char *options)
+/* Tries the disk cache; returns a built program or NULL, and in *marker the load marker that
+ * stays until a finished queue proves the program (malloc'ed; NULL when none could be made). An
+ * entry that fails the binary check or that the driver refuses is retired, so that no later
+ * process tries it again (the caller builds from source and writes a new one). */
+static cl_program load_cached(iha_context *ctx, uint64_t key, const char *options, char **marker)
 {
+    *marker = NULL;
     if (ctx->cache_dir == NULL) return NULL;
     if (!ctx->cache_tidied) {
         iha__disk_cache_tidy(ctx->cache_dir);
@@ -76,10 +78,12 @@ static cl_program load_cached(iha_context *ctx, uint64_t key, const char *option
     if (binary == NULL) return NULL;
     cl_program program = NULL;
     if (iha__binary_loadable(binary, length)) {
-        char marker[4200];
-        iha__disk_cache_load_begin(ctx->cache_dir, key, marker, sizeof marker);
+        iha__binary_own_build_hash(binary, length);
+        char path[4200];
+        iha__disk_cache_load_begin(ctx->cache_dir, key, path, sizeof path);
         program = program_from_binary(ctx, binary, length, options);
-        iha__disk_cache_load_end(marker);
+        if (program != NULL && path[0] != '\0') *marker = strdup(path);
+        if (program == NULL || *marker == NULL) iha__disk_cache_load_end(path);
     }
     free(binary);
     if (program == NULL) iha__disk_cache_retire(ctx->cache_dir, key);
@@ -136,7 +140,7 @@ static iha_status program_get(iha_context *ctx, const char *file, const char *ke
     iha_program_entry e;
     memset(&e, 0, sizeof e);
     e.key = program_key(ctx, source, options);
-    e.program = load_cached(ctx, e.key, options);
+    e.program = load_cached(ctx, e.key, options, &e.marker);
     e.on_disk = e.program != NULL;
     e.candidate = ctx->programs.candidates;
     iha_status st = IHA_OK;
@@ -148,6 +152,7 @@ static iha_status program_get(iha_context *ctx, const char *file, const char *ke
     if (e.file == NULL || e.options == NULL) {
         free(e.file);
         free(e.options);
+        free(e.marker);
         clReleaseProgram(e.program);
         return iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory for the program cache");
     }
@@ -207,10 +212,16 @@ void iha__program_cache_flush(iha_context *ctx)
 {
     if (ctx->cache_dir == NULL) return;
     int pending = 0;
-    for (size_t i = 0; i < ctx->programs.count; ++i) pending |= worth_writing(&ctx->programs.entries[i]);
+    for (size_t i = 0; i < ctx->programs.count; ++i)
+        pending |= worth_writing(&ctx->programs.entries[i]) || ctx->programs.entries[i].marker != NULL;
     if (!pending || clFinish(ctx->queue) != CL_SUCCESS) return;
     for (size_t i = 0; i < ctx->programs.count; ++i) {
         iha_program_entry *e = &ctx->programs.entries[i];
+        if (e->marker != NULL) {
+            iha__disk_cache_load_end(e->marker);
+            free(e->marker);
+            e->marker = NULL;
+        }
         if (worth_writing(e)) {
             write_binary(ctx, e);
             e->on_disk = 1; /* one attempt per process: a failing disk must not cost every call */
@@ -227,6 +238,7 @@ void iha__program_cache_release(iha_program_cache *cache)
             free(e->kernel_names[k]);
         }
         clReleaseProgram(e->program);
+        free(e->marker);
         free(e->file);
         free(e->options);
     }

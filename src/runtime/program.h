@@ -21,6 +21,8 @@ typedef struct iha_program_entry {
     char *options;
     cl_program program;
     int on_disk;    /* loaded from or already written to the disk cache */
+    char *marker;   /* loaded from disk and not yet proven by a finished queue: the load marker
+                       (disk_cache.h) that stays until then, NULL otherwise */
     int launched;   /* a kernel of it was handed out, so PoCL has compiled machine code */
     int candidate;  /* first built by a tuning search: not written to the disk cache, where
                        asking PoCL for the binary compiles every kernel of the program, which for
@@ -42,11 +44,15 @@ struct iha_context;
  * on first use. The kernel is owned by the context; do not release it. */
 iha_status iha__kernel_get(struct iha_context *ctx, const char *file, const char *options, const char *name,
                            cl_kernel *out);
-/* Writes the binaries of launched programs that are not on disk yet. It first waits for the
- * queue: PoCL compiles machine code at the first launch, and a binary taken earlier would have
- * to be compiled again by the next process. No-op when the disk cache is off, and skipped where
- * the process's limits leave no room to fetch binaries (headroom.h). Failures to write are
- * ignored: the cache is an optimisation. */
+/* Writes the binaries of launched programs that are not on disk yet, and removes the load
+ * markers of programs loaded from disk. It first waits for the queue: PoCL compiles machine code
+ * at the first launch, and a binary taken earlier would have to be compiled again by the next
+ * process; and PoCL opens a loaded binary's kernel objects only at their first launch, where a
+ * damaged one aborts the process, so a load is proven only by a finished queue. No-op when the
+ * disk cache is off; binaries are not fetched where the process's limits leave no room
+ * (headroom.h). Failures to write are ignored: the cache is an optimisation. */
 void iha__program_cache_flush(struct iha_context *ctx);
+/* Releases the programs; load markers not yet removed stay on disk (a queue that never finished
+ * proves nothing) for the next context's tidy-up. */
 void iha__program_cache_release(iha_program_cache *cache);
 #endif

@@ -52,7 +52,7 @@ static void host_gemms(const bench_config *c, int device_is_cpu, bench_ceilings 
     out->host_projection = out->clblast_projection;
     if (!host_sgemm_available()) {
         out->host_state = BENCH_NOT_RUN;
-        snprintf(out->host_note, sizeof out->host_note, "not built (no CBLAS found at configure time)");
+        snprintf(out->host_note, sizeof out->host_note, "no CBLAS library found (libopenblas.so.0, libcblas.so.3 or libblas.so.3)");
         return;
     }
     if (!device_is_cpu) {

@@ -143,7 +143,8 @@ static void print_core(const bench_config *cfg, const bench_results *r)
     printf("  fused as a fraction of the ceilings: peak FMA %.2f, CLBlast SGEMM %zu^3 %.2f", g / (k->peak_fma_gflops * 1e9),
            k->clblast_square.m, g / (report_gemm_gflops(&k->clblast_square) * 1e9));
     if (report_host_ran(r))
-        printf(", host SGEMM %zu^3 %.2f", k->host_square.m, g / (report_gemm_gflops(&k->host_square) * 1e9));
+        printf(", host SGEMM %zu^3 %.2f%s", k->host_square.m, g / (report_gemm_gflops(&k->host_square) * 1e9),
+               k->host_warning[0] ? " (no ceiling: see its warning)" : "");
     if (report_loops_ran(r))
         printf(", its loops alone %.2f", g / (report_loops_gflops(k) * 1e9));
     printf(", copy bandwidth %.3f\n", bw / k->copy_bytes_per_second);

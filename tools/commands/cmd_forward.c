@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "commands/cli.h"
+#include "common/half_range.h"
 #include "common/layer_files.h"
 #include "common/layer_options.h"
 #include "iha.h"
@@ -38,7 +39,9 @@ static cli_spec spec = {
     "packs sequences into the batch: attention stays within each, rotary restarts at each.\n"
     "With --half the tensors are rounded to half precision on the\n"
     "device (doc/spec.md's contract: relative L2 error at most 2e-3), with --bf16 to bfloat16\n"
-    "(at most 1e-2; not both); Z is still written as float32.\n"
+    "(at most 1e-2; not both); Z is still written as float32. With --half, inputs below half's\n"
+    "normal range (6.1e-05: they lose precision or flush to zero) or above 65504 (infinite) are\n"
+    "named in a warning on standard error.\n"
     "FILE is replaced whole, through a temporary file beside it, keeping its permissions; a\n"
     "symbolic link is followed to its target and stays a link; a FIFO, a device, a socket or a\n"
     "directory is refused before the run (exit status 1).\n"
@@ -101,6 +104,25 @@ static int read_seq_lens(const char *dir, const iha_shape *s, size_t **lens, siz
     return 0;
 }
 
+/* Warns, per input file, of the values that rounding to half takes out of half's normal range:
+ * the run itself is the user's choice, a clean-looking result that hides the loss is not. */
+static void warn_half_range(const layer_files *f)
+{
+    const struct {
+        const char *name;
+        const npy_array *a;
+    } inputs[] = {{"x", &f->x},       {"wq", &f->wq},           {"wk", &f->wk},
+                  {"wv", &f->wv},     {"wo", &f->wo},           {"alpha_q", &f->alpha_q},
+                  {"alpha_k", &f->alpha_k}, {"alpha_v", &f->alpha_v}, {"r", &f->r}};
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+        half_range r = {0, 0, 0};
+        half_range_count(inputs[i].a->data, inputs[i].a->header.count, &r);
+        char line[512];
+        if (half_range_describe(inputs[i].name, inputs[i].a->header.count, &r, line, sizeof line))
+            fprintf(stderr, "iha forward: warning: --half: %s\n", line);
+    }
+}
+
 /* Runs the layer; on success prints the device and time after the layer's description. */
 static int run(const layer_files *files, const iha_attention_options *attention, float *z, char *summary,
                size_t summary_size)
@@ -141,6 +163,7 @@ int cmd_forward(int argc, char **argv)
         return CLI_EXIT_FAILURE;
     }
     attention.seq_lens = seq_lens;
+    if (attention.storage == IHA_STORAGE_F16) warn_half_range(&files);
     /* Same count as x.npy, which the reader already sized without overflow. */
     float *z = malloc(files.x.header.count * sizeof *z);
     int rc = CLI_EXIT_FAILURE;

@@ -9,8 +9,8 @@ mode=${1:-demo}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${IHA_BUILD_DIR:-$root/build}
 
-# libopenblas-dev is optional for the build: it gives "iha bench" the host's SGEMM ceiling. Without
-# it CMake may find Debian's untuned reference libblas, a meaningless ceiling. python3-venv: the
+# libopenblas-dev is optional and needed at run time only: "iha bench" opens OpenBLAS for the host's
+# SGEMM ceiling. Without it, it may open Debian's untuned reference libblas, a meaningless ceiling. python3-venv: the
 # test mode's Python suite makes a virtual environment (PyTorch, NumPy, pytest come from PyPI).
 # The manual pages are made with awk and gzip, which every Debian system has.
 packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd
