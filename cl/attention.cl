@@ -326,9 +326,9 @@ static inline __attribute__((always_inline)) void tile_score_fmas(const tile_sta
     }
 }
 
-/* The scores of s that overflowed to -inf made NaN (SCORE_SHRINK in masks.clh); rare, so
- * kept out of line of the FMA loop. */
-static __attribute__((noinline)) void overflow_to_nan(const tile_state *ts, const __global kv_t *kblk, floatK *s)
+/* The scores of s that overflowed to -inf made NaN (SCORE_SHRINK in masks.clh). Rare: it runs
+ * in a branch the FMA loop never takes on finite, moderate inputs. */
+static inline __attribute__((always_inline)) void overflow_to_nan(const tile_state *ts, const __global kv_t *kblk, floatK *s)
 {
     for (int r = 0; r < ATT_ROWS; ++r) {
         floatK t = (floatK)(0.0f);
