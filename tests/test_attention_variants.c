@@ -51,14 +51,17 @@ static const shape_case kShapes[] = {
 };
 #define SHAPE_COUNT (sizeof kShapes / sizeof kShapes[0])
 
+/* The configurations whose code paths differ: each variant, the key blocks 4, 8 and 16, one
+ * work-item per row and many, local tiles smaller and larger than T. The rest of the full tier
+ * (cases named full_*) repeat those paths in other tile sizes: each is a program per d. */
 static const ac_variant kVariants[] = {
     {"register tiles 4x1, 128 work-items (GPUs, d > 64)", {4, 1, 16, 4, 128, 0, 32, 0}},
     {"register tiles 4x8, 32 rows per work-item", {4, 8, 16, 16, 1, 0, 32, 0}},
-    {"local, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 1, 32, 0}},
     {"local, 16 rows, 16 keys, KB 8", {1, 1, 8, 4, 16, 1, 16, 0}},
-    {"local tiles, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 2, 32, 0}},
     {"local tiles, 16 rows, 16 keys, KB 4", {1, 1, 4, 4, 16, 2, 16, 0}},
     {"local tiles, 128 rows, 64 keys, KB 16", {1, 1, 16, 4, 128, 2, 64, 0}},
+    {"full_local, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 1, 32, 0}},
+    {"full_local tiles, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 2, 32, 0}},
 };
 #define VARIANT_COUNT (sizeof kVariants / sizeof kVariants[0])
 

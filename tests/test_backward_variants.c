@@ -197,20 +197,28 @@ static void run_variant(const bwd_problem *pr, const bwd_case *c, const bwd_vari
     tu_buffer_release(delta);
 }
 
-static void run_cases(const bwd_case *cases, size_t count, uint64_t seed)
+/* Each case in the variants `picks` names (indices into kVariants), or in all of them when
+ * picks is NULL. */
+static void run_cases_in(const bwd_case *cases, size_t count, uint64_t seed, const size_t *picks, size_t pick_count)
 {
     for (size_t i = 0; i < count; i++) {
         bwd_problem pr;
         problem_make(&cases[i], seed + i, -1, 0.0f, &pr);
-        for (size_t j = 0; j < VARIANT_COUNT; j++) {
-            if (!variant_fits(&kVariants[j], cases[i].d)) {
-                print_message("%s does not fit d=%zu on this device: skipped\n", kVariants[j].name, cases[i].d);
+        for (size_t j = 0; j < (picks ? pick_count : VARIANT_COUNT); j++) {
+            const bwd_variant *v = &kVariants[picks ? picks[j] : j];
+            if (!variant_fits(v, cases[i].d)) {
+                print_message("%s does not fit d=%zu on this device: skipped\n", v->name, cases[i].d);
                 continue;
             }
-            run_variant(&pr, &cases[i], &kVariants[j], 0, "backward");
+            run_variant(&pr, &cases[i], v, 0, "backward");
         }
         problem_free(&pr);
     }
+}
+
+static void run_cases(const bwd_case *cases, size_t count, uint64_t seed)
+{
+    run_cases_in(cases, count, seed, NULL, 0);
 }
 
 /* T = N*P against the tiles (4 to 64 rows and keys) and the 4 x 4 sub-tiles, windows that skip
@@ -231,20 +239,35 @@ static void small_shapes(void **state)
 
 /* Widths of the GPU layers and beyond: several 64-row groups, a window that skips query tiles,
  * d past 128 with padded column sets (only the widest tiles fit their 16 columns per work-item). */
+static const bwd_case kWideCases[] = {
+    /* B   N  H    d  P  mask    window */
+    {1, 23, 1,  64, 3, CAUSAL, 0, 0, {0}}, /* T = 69 */
+    {1, 40, 1,  64, 2, CAUSAL, 5, 0, {0}}, /* T = 80, 10-row windows */
+    {1, 11, 1, 100, 4, TOKEN,  0, 0, {0}},
+    {1,  6, 1, 130, 1, NONE,   2, 0, {0}},
+    {1, 20, 1, 256, 1, NONE,   0, 0, {0}},
+    {2,  9, 2,  32, 3, TOKEN,  2, 0, {0}},
+};
+#define WIDE_COUNT (sizeof kWideCases / sizeof kWideCases[0])
+
+/* The wide shapes in the variants whose code paths differ there: the row kernels, the smallest
+ * tiles (one work-item across queries), the 64-row groups, the 32 x 64 tiles (the only ones
+ * whose dK/dV pass fits d > 128: the column sets past 128), and each pass alone beside the
+ * other's row kernel. Each d is a program per variant, so the other tile sizes, which take the
+ * same paths, are the full tier's (full_wide_shapes_every_tile). */
 static void wide_shapes(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    static const bwd_case cases[] = {
-        /* B   N  H    d  P  mask    window */
-        {1, 23, 1,  64, 3, CAUSAL, 0, 0, {0}}, /* T = 69 */
-        {1, 40, 1,  64, 2, CAUSAL, 5, 0, {0}}, /* T = 80, 10-row windows */
-        {1, 11, 1, 100, 4, TOKEN,  0, 0, {0}},
-        {1,  6, 1, 130, 1, NONE,   2, 0, {0}},
-        {1, 20, 1, 256, 1, NONE,   0, 0, {0}},
-        {2,  9, 2,  32, 3, TOKEN,  2, 0, {0}},
-    };
-    run_cases(cases, sizeof cases / sizeof cases[0], 7200);
+    static const size_t picks[] = {0, 1, 4, 5, 6, 7};
+    run_cases_in(kWideCases, WIDE_COUNT, 7200, picks, sizeof picks / sizeof picks[0]);
+}
+
+static void full_wide_shapes_every_tile(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    run_cases(kWideCases, WIDE_COUNT, 7200);
 }
 
 /* Packed sequences that start and end inside tiles, of length 1, batch rows of several beside
@@ -357,7 +380,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(small_shapes),     cmocka_unit_test(wide_shapes),      cmocka_unit_test(packed_sequences),
         cmocka_unit_test(dead_rows),        cmocka_unit_test(nonfinite_inputs), cmocka_unit_test(refusals),
-        cmocka_unit_test(small_packed_and_dead),
+        cmocka_unit_test(small_packed_and_dead), cmocka_unit_test(full_wide_shapes_every_tile),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

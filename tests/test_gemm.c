@@ -2,7 +2,7 @@
  * of src/gemm/sgemm.c: products against a float64 host reference on ragged shapes (1x1x1,
  * 67x45x33, one to four rows, n not a multiple of the vector width, odd k, offsets, leading
  * dimensions beyond the row, alpha != 1) with NaN-filled outputs and guards around them, C += A B
- * (beta = 1), every tile of the tuning space, the refusals, and that a CPU context without a profile runs a
+ * (beta = 1), every tile of the tuning space (the full tier: every row count with every vector width), the refusals, and that a CPU context without a profile runs a
  * forward pass and a decoding step without calling into CLBlast. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -112,24 +112,41 @@ static void test_ragged_shapes_backend(void **state)
     for (size_t i = 0; i < RAGGED; ++i) check_case(ragged[i], NULL, 100 + i);
 }
 
-/* Every tile of the tuning space's values on the ragged shapes: tunings other than the
- * built-in must be as correct. */
-static void test_every_tile(void **state)
+/* Tiles of the tuning space's values on the ragged shapes: tunings other than the built-in must
+ * be as correct. Unrolling and groups cycle with the tile, so every value appears without the
+ * product of all four (each new tile is a new program). */
+static const int kRows[] = {1, 2, 3, 4, 6, 8}, kVecs[] = {4, 8, 16}, kUnrolls[] = {1, 2, 4, 8};
+static const size_t kGroups[] = {1, 4, 64};
+
+static void check_tile(size_t r, size_t v, int t)
+{
+    const iha_gemm_config tile = {1, kRows[r], kVecs[v], kUnrolls[t % 4], kGroups[t % 3]};
+    check_case(ragged[1], &tile, 200 + (uint64_t)t);
+    check_case(ragged[9], &tile, 300 + (uint64_t)t);
+    check_case(ragged[2], &tile, 400 + (uint64_t)t);
+}
+
+/* The vector width of each row count in test_tiles_of_every_value: with tile t = 3 r + v of
+ * the full product, every width, unrolling and group size appears. */
+static const size_t kQuickVec[] = {0, 2, 0, 2, 1, 1};
+
+/* Every row count once, every vector width, unrolling and group size at least once. */
+static void test_tiles_of_every_value(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    static const int rows[] = {1, 2, 3, 4, 6, 8}, vecs[] = {4, 8, 16}, unrolls[] = {1, 2, 4, 8};
-    static const size_t groups[] = {1, 4, 64};
+    for (size_t r = 0; r < sizeof kRows / sizeof kRows[0]; ++r) check_tile(r, kQuickVec[r], (int)(3 * r + kQuickVec[r]));
+}
+
+/* The full tier: every row count with every vector width. */
+static void full_every_tile(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
     int t = 0;
-    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; ++r)
-        for (size_t v = 0; v < sizeof vecs / sizeof vecs[0]; ++v, ++t) {
-            /* Unrolling and groups cycle with the tile, so every value appears without the
-             * product of all four (each new tile is a new program). */
-            const iha_gemm_config tile = {1, rows[r], vecs[v], unrolls[t % 4], groups[t % 3]};
-            check_case(ragged[1], &tile, 200 + (uint64_t)t);
-            check_case(ragged[9], &tile, 300 + (uint64_t)t);
-            check_case(ragged[2], &tile, 400 + (uint64_t)t);
-        }
+    for (size_t r = 0; r < sizeof kRows / sizeof kRows[0]; ++r)
+        for (size_t v = 0; v < sizeof kVecs / sizeof kVecs[0]; ++v, ++t)
+            if (v != kQuickVec[r]) check_tile(r, v, t);
 }
 
 /* Buffers that end where their matrices do: the edge tiles must not read or write past them. */
@@ -287,10 +304,10 @@ static void test_cpu_builtin_avoids_clblast(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ragged_shapes_backend), cmocka_unit_test(test_every_tile),
+        cmocka_unit_test(test_ragged_shapes_backend), cmocka_unit_test(test_tiles_of_every_value),
         cmocka_unit_test(test_exact_buffers),         cmocka_unit_test(test_accumulate),
         cmocka_unit_test(test_empty_k_writes_zeros),  cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_cpu_builtin_avoids_clblast),
+        cmocka_unit_test(test_cpu_builtin_avoids_clblast), cmocka_unit_test(full_every_tile),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }
