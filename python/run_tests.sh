@@ -3,7 +3,9 @@
 # (IHA_PYTHON_VENV, else ~/.cache/iha-python-venv: beside the library's program cache
 # ~/.cache/iha, not in it), installs PyTorch, NumPy and pytest into it when they are missing,
 # installs ./python (which builds libiha.so.0 into the package), and runs pytest on python/tests.
-# Extra arguments go to pytest. tools/scripts/bootstrap.sh test runs it after ctest.
+# Extra arguments go to pytest; --prepare alone makes the environment and stops (bootstrap.sh
+# test runs that while ctest runs, so that PyTorch downloads in the meantime, then this after
+# ctest).
 # PyPI's torch for Linux x86-64 is the CUDA build, whose libraries need their nvidia-* wheels
 # even on a CPU (libtorch.so links libcufile, libcusparseLt, libnvshmem_host), so the
 # environment holds about 5 GB: it is made once and kept outside the build folder.
@@ -16,6 +18,7 @@ venv=${IHA_PYTHON_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/iha-python-venv}
 if ! "$venv/bin/python" -c "import torch, numpy, pytest" 2> /dev/null; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check torch numpy pytest
 fi
+[ "${1:-}" != --prepare ] || exit 0
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$root/python"
 cd "$root/python"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

@@ -46,12 +46,16 @@ case "$mode" in
   # Both suites run; the status is a failure if either fails. The full tier (ctest -L full,
   # doc/testing.md) is CI's. Every test, the command-line ones and the Python suite included,
   # shares one program cache (unless the caller chose one), and PoCL compiles each kernel once,
-  # not once per work-group size (tests/CMakeLists.txt says why).
+  # not once per work-group size (tests/CMakeLists.txt says why). The Python suite's
+  # environment (PyTorch's download, on a first run) is made while ctest runs.
   test)  status=0
+         "$root/python/run_tests.sh" --prepare > "$build/python-prepare.log" 2>&1 &
+         prepare=$!
          export IHA_CACHE_DIR="${IHA_CACHE_DIR:-$build/tests/cache/iha}"
          export POCL_CACHE_DIR="${POCL_CACHE_DIR:-$build/tests/cache/pocl}"
          export POCL_WORK_GROUP_SPECIALIZATION="${POCL_WORK_GROUP_SPECIALIZATION:-0}"
          ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -LE full || status=$?
+         wait "$prepare" || cat "$build/python-prepare.log" >&2 # the suite's own run retries it
          "$root/python/run_tests.sh" || status=$?
          exit "$status" ;;
   build) ;;
