@@ -300,3 +300,17 @@ int tp_group_setup_small(void **state)
     (void)state;
     return tp_group_setup(&tp_small_shape);
 }
+
+iha_context *tp_open_with_kernels(const char *profile, const char *kernel_dir)
+{
+    iha_context_options o;
+    iha_context_options_init(&o);
+    o.profile = profile;
+    o.kernel_dir = kernel_dir;
+    if (kernel_dir) o.cache_dir = "off";
+    iha_context *ctx = NULL;
+    char message[1024] = "";
+    iha_status st = iha_context_create(&ctx, &o, message, sizeof message);
+    if (st != IHA_OK) fail_msg("iha_context_create: %s: %s", iha_status_name(st), message);
+    return ctx;
+}

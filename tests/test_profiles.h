@@ -47,6 +47,10 @@ int tp_file_exists(const char *path);
  * 32) to a profile's "entries"; role "bucket" or "device_default"; cfg holds ATT_ROWS,
  * ATT_TILES, ATT_KB, ATT_VD and group. */
 void tp_add_attention(cJSON *root, const char *role, long mask, long windowed, long T, long span, const long cfg[5]);
+/* A context on the profile file `profile` whose kernels come from kernel_dir (NULL: the
+ * embedded ones; a directory also turns the program cache off, so planted faults are compiled);
+ * fails the test when it cannot be created. */
+iha_context *tp_open_with_kernels(const char *profile, const char *kernel_dir);
 /* A context on the profile file `profile`, tuning on first use when asked (budget 6 s); fails
  * the test when it cannot be created. */
 iha_context *tp_open_with_profile(const char *profile, int first_use);

@@ -69,33 +69,19 @@ static iha_kernel_choice backward_checked(iha_context *ctx)
     return choice;
 }
 
-static iha_context *open_with(const char *profile, const char *kernel_dir)
-{
-    iha_context_options o;
-    iha_context_options_init(&o);
-    o.profile = profile;
-    o.kernel_dir = kernel_dir;
-    if (kernel_dir) o.cache_dir = "off";
-    iha_context *ctx = NULL;
-    char message[1024] = "";
-    iha_status st = iha_context_create(&ctx, &o, message, sizeof message);
-    if (st != IHA_OK) fail_msg("iha_context_create: %s: %s", iha_status_name(st), message);
-    return ctx;
-}
-
 static void tune_stores_a_verified_config_that_calls_use(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
     snprintf(path, sizeof path, "%s/verified.json", tp_dir);
-    iha_context *ctx = open_with(path, NULL);
+    iha_context *ctx = tp_open_with_kernels(path, NULL);
     iha_tune_result r[4];
     size_t n = 0;
     tp_tune_small(ctx, IHA_TUNE_BACKWARD, 20, r, &n);
     assert_int_equal(n, 1);
     assert_string_equal(r[0].kernel, "backward");
-    assert_non_null(strstr(r[0].bucket, "mask=0 windowed=0 d=8 P=2 T=64"));
+    assert_non_null(strstr(r[0].bucket, "mask=0 windowed=0 elem_bytes=4 d=8 P=2 T=64"));
     assert_true(r[0].stored);
     assert_true(r[0].error <= TU_TOL_F32);
     assert_true(r[0].tuned_s > 0 && r[0].default_s > 0);
@@ -105,7 +91,7 @@ static void tune_stores_a_verified_config_that_calls_use(void **state)
     /* A new context on the profile runs the exact entry; with profiles off, the built-in. */
     const char *profiles[2] = {path, "off"};
     for (int i = 0; i < 2; i++) {
-        ctx = open_with(profiles[i], NULL);
+        ctx = tp_open_with_kernels(profiles[i], NULL);
         const iha_kernel_choice c = backward_checked(ctx);
         assert_int_equal(c.source, i == 0 ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE);
         assert_string_equal(c.bucket, r[0].bucket);
@@ -124,9 +110,9 @@ static void profile_entry_is_used_and_reported(void **state)
     cJSON *e = cJSON_CreateObject(), *b = cJSON_CreateObject(), *c = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "kernel", "backward");
     cJSON_AddStringToObject(e, "role", "device_default");
-    static const char *const keys[6] = {"mask", "windowed", "d", "P", "T", "span"};
-    static const long bucket[6] = {0, 0, 8, 2, 64, 64};
-    for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(b, keys[i], (double)bucket[i]);
+    static const char *const keys[7] = {"mask", "windowed", "elem_bytes", "d", "P", "T", "span"};
+    static const long bucket[7] = {0, 0, 4, 8, 2, 64, 64};
+    for (int i = 0; i < 7; i++) cJSON_AddNumberToObject(b, keys[i], (double)bucket[i]);
     /* The row kernels on a GPU, four tiles per work-item on a CPU: valid on every device. */
     static const char *const params[5] = {"kv_keys", "kv_queries", "q_rows", "q_keys", "tiles"};
     static const long cfg[5] = {0, 32, 0, 32, 4};
@@ -137,7 +123,7 @@ static void profile_entry_is_used_and_reported(void **state)
     tp_write_json(root, path);
     cJSON_Delete(root);
 
-    iha_context *ctx = open_with(path, NULL);
+    iha_context *ctx = tp_open_with_kernels(path, NULL);
     const iha_kernel_choice choice = backward_checked(ctx);
     assert_int_equal(choice.source, IHA_CONFIG_PROFILE_DEVICE);
     assert_string_equal(choice.config, "kv_keys=0 kv_queries=32 q_rows=0 q_keys=32 tiles=4");
@@ -167,7 +153,7 @@ static void wrong_candidate_is_never_stored(void **state)
     tu_temp_dir(dir, sizeof dir);
     tp_copy_kernels(dir, backward_fault);
     snprintf(path, sizeof path, "%s/profile.json", dir);
-    iha_context *ctx = open_with(path, dir);
+    iha_context *ctx = tp_open_with_kernels(path, dir);
     iha_tune_result r[4];
     size_t n = 0;
     tp_tune_small(ctx, IHA_TUNE_BACKWARD, 20, r, &n);

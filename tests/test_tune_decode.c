@@ -49,22 +49,6 @@ static void add_decode(cJSON *entries, const char *role, long elem_bytes, long k
     cJSON_AddItemToArray(entries, e);
 }
 
-static iha_context *open_with(const char *profile, const char *kernel_dir)
-{
-    iha_context_options o;
-    iha_context_options_init(&o);
-    o.profile = profile;
-    o.kernel_dir = kernel_dir;
-    if (kernel_dir)
-        o.cache_dir = "off";
-    iha_context *ctx = NULL;
-    char message[1024] = "";
-    iha_status st = iha_context_create(&ctx, &o, message, sizeof message);
-    if (st != IHA_OK)
-        fail_msg("iha_context_create: %s: %s", iha_status_name(st), message);
-    return ctx;
-}
-
 /* ---- Decoding ---- */
 
 typedef struct decoded {
@@ -125,7 +109,7 @@ static void tune_stores_verified_configs_that_steps_use(void **state)
     TU_REQUIRE_DEVICE(tu_ctx);
     char path[1100];
     snprintf(path, sizeof path, "%s/verified.json", tp_dir);
-    iha_context *ctx = open_with(path, NULL);
+    iha_context *ctx = tp_open_with_kernels(path, NULL);
     iha_tune_result r[4];
     size_t n = 0;
     /* Both tasks must get their built-in and a candidate timed, also on a loaded machine. */
@@ -151,7 +135,7 @@ static void tune_stores_verified_configs_that_steps_use(void **state)
     double *zref = tu_layer_with_reference(&l, &shape, 23, &o);
     const char *profiles[2] = {path, "off"};
     for (int i = 0; i < 2; i++) {
-        ctx = open_with(profiles[i], NULL);
+        ctx = tp_open_with_kernels(profiles[i], NULL);
         for (int half = 0; half < 2; half++) {
             const decoded d = decode_layer(ctx, &l, zref, half ? IHA_STORAGE_F16 : IHA_STORAGE_F32);
             assert_int_equal(d.step.source, i == 0 ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE);
@@ -185,7 +169,7 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
     iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
     tu_layer l;
     double *zref = tu_layer_with_reference(&l, &shape, 29, &o);
-    iha_context *ctx = open_with(path, NULL);
+    iha_context *ctx = tp_open_with_kernels(path, NULL);
     iha_profile_info info;
     assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
     assert_int_equal(info.state, IHA_PROFILE_LOADED);
@@ -229,7 +213,7 @@ static void wrong_candidate_is_never_stored(void **state)
     tu_temp_dir(dir, sizeof dir);
     tp_copy_kernels(dir, decode_fault);
     snprintf(path, sizeof path, "%s/profile.json", dir);
-    iha_context *ctx = open_with(path, dir);
+    iha_context *ctx = tp_open_with_kernels(path, dir);
     iha_tune_result r[4];
     size_t n = 0;
     tune_decode(ctx, 30, r, 4, &n);

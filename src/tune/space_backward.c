@@ -15,7 +15,7 @@
 #include "tune/state.h"
 
 enum { P_KV_KEYS, P_KV_QUERIES, P_Q_ROWS, P_Q_KEYS, P_TILES };
-enum { K_MASK, K_WINDOWED, K_D, K_P, K_T, K_SPAN, K_COUNT };
+enum { K_MASK, K_WINDOWED, K_BYTES, K_D, K_P, K_T, K_SPAN, K_COUNT };
 
 static const iha_tune_param params[] = {
     {"kv_keys", 4, {0, 16, 32, 64}, NULL}, /* 0: the dK/dV row kernel */
@@ -25,9 +25,10 @@ static const iha_tune_param params[] = {
     {"tiles", 3, {4, 8, 16}, NULL},
 };
 
-/* As the forward's buckets (space_attention.c): span is the keys a query can see. */
+/* The forward's buckets (space_attention.c), whose bucket_of makes them: span is the keys a
+ * query can see; elem_bytes is 4, the backward running in float whatever the storage. */
 static const iha_tune_key keys[] = {
-    {"mask", 1}, {"windowed", 1}, {"d", 0}, {"P", 0}, {"T", 0}, {"span", 0},
+    {"mask", 1}, {"windowed", 1}, {"elem_bytes", 1}, {"d", 0}, {"P", 0}, {"T", 0}, {"span", 0},
 };
 
 /* A pass's local tile: its work-items and accumulator columns (attention_backward_local.c). */
@@ -82,6 +83,7 @@ static void from_kernel_config(const iha_backward_config *cfg, iha_tune_config *
     c->v[P_TILES] = cfg->tiles;
 }
 
+/* The window the kernels see: a window covering the sequence is global (plan.c's rule). */
 static size_t effective_window(const iha_shape *s, const iha_attention_options *o)
 {
     return o->window <= 0 || (uint64_t)o->window >= s->tokens ? 0 : (size_t)o->window;
@@ -89,17 +91,7 @@ static size_t effective_window(const iha_shape *s, const iha_attention_options *
 
 static int bucket_of(const iha_context *ctx, const iha_shape *s, const iha_attention_options *o, iha_tune_bucket *b)
 {
-    (void)ctx;
-    const size_t T = s->tokens * s->pseudo, w = effective_window(s, o);
-    const size_t span = w ? (w * s->pseudo < T ? w * s->pseudo : T) : T;
-    b->count = K_COUNT;
-    b->values[K_MASK] = o->mask;
-    b->values[K_WINDOWED] = w != 0;
-    b->values[K_D] = (long)s->head_dim;
-    b->values[K_P] = (long)s->pseudo;
-    b->values[K_T] = iha__pow2_ceil((long)T);
-    b->values[K_SPAN] = iha__pow2_ceil((long)span);
-    return 1;
+    return iha__tunable_attention.bucket_of(ctx, s, o, b);
 }
 
 static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *c)
