@@ -136,6 +136,21 @@ static inline float hmax(floatK v)
     return v2.x > v2.y ? v2.x : v2.y;
 }
 
+/* The smallest lane, as hmax. */
+static inline float hmin(floatK v)
+{
+#if ATT_KB == 16
+    const float8 v8 = v.lo < v.hi ? v.lo : v.hi;
+    const float4 v4 = v8.lo < v8.hi ? v8.lo : v8.hi;
+#elif ATT_KB == 8
+    const float4 v4 = v.lo < v.hi ? v.lo : v.hi;
+#else
+    const float4 v4 = v;
+#endif
+    const float2 v2 = v4.lo < v4.hi ? v4.lo : v4.hi;
+    return v2.x < v2.y ? v2.x : v2.y;
+}
+
 static inline float hsum(floatK v)
 {
 #if ATT_KB == 16
@@ -346,11 +361,15 @@ static inline int tile_scores(tile_state *ts, const __global kv_t *kblk, int j0,
 {
     floatK s[ATT_ROWS];
     tile_score_fmas(ts, kblk, s);
-    /* Compares, not a minimum: a NaN lane (a NaN input, or a padding key) must not hide a -inf. */
-    intK overflowed = s[0] == (floatK)(-INFINITY);
+    /* The smallest score, NaN lanes (a NaN input, or a padding key past a cache's end) read as
+     * +inf so that none hides a -inf from the ternary minimum. */
+    floatK lowest = (floatK)(INFINITY);
     #pragma unroll
-    for (int r = 1; r < ATT_ROWS; ++r) overflowed |= s[r] == (floatK)(-INFINITY);
-    if (any(overflowed)) overflow_to_nan(ts, kblk, s);
+    for (int r = 0; r < ATT_ROWS; ++r) {
+        const floatK v = select(s[r], (floatK)(INFINITY), isnan(s[r]));
+        lowest = lowest < v ? lowest : v;
+    }
+    if (hmin(lowest) == -INFINITY) overflow_to_nan(ts, kblk, s);
 
     const int whole = j0 >= ts->lo_max && j0 + ATT_KB - 1 <= ts->hi_min;
     #pragma unroll

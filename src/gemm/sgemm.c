@@ -42,9 +42,13 @@ iha_status iha__sgemm_clblast(iha_context *ctx, int transpose_b, size_t m, size_
                               size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, cl_mem c, size_t c_off,
                               size_t ldc)
 {
-    if (m <= IHA_GEMV_MAX_ROWS && !transpose_b) {
-        /* CLBlast's GEMV reads y even with beta = 0 (BLAS does not), so NaN in an output buffer
-         * would survive: clear the rows first. */
+    /* CLBlast's GEMV reads y even with beta = 0 (BLAS does not), which a write-only output
+     * buffer forbids: such an output takes the GEMM. */
+    cl_mem_flags flags = 0;
+    const int readable = clGetMemObjectInfo(c, CL_MEM_FLAGS, sizeof flags, &flags, NULL) == CL_SUCCESS &&
+                         !(flags & CL_MEM_WRITE_ONLY);
+    if (m <= IHA_GEMV_MAX_ROWS && !transpose_b && readable) {
+        /* NaN in an output buffer would survive GEMV's read of y: clear the rows first. */
         const cl_float zero = 0.0f;
         for (size_t i = 0; i < m; ++i) {
             cl_int err = clEnqueueFillBuffer(ctx->queue, c, &zero, sizeof zero, (c_off + i * ldc) * sizeof(float),

@@ -22,7 +22,7 @@
 static const iha_decode_compact_config compact_defaults[2] = {
     /* rows heads vec min_split_tokens per_cu */
     {16,   64,   16, 64,              8}, /* CPUs */
-    {1,    1,    4,  64,              64}, /* GPUs */
+    {1,    1,    16, 64,              64}, /* GPUs */
 };
 /* clang-format on */
 
