@@ -38,6 +38,8 @@
 #      other kernels it stops on LLVM's `freeze` instruction ("Unsupported instruction"),
 #      crashes on the whole layer, or (built with -cl-opt-disable) loses track of values
 #      passed through vector built-ins and reports every one of them.
+# The runs go two at a time (.ci/stage_logs.sh's lanes; IHA_CI_LANES=1 runs them one by one),
+# the longest first; each run's verdict is printed in the order below when all have ended.
 # Usage: .ci/oclgrind.sh [build-dir]   (a configured and built release tree; default build)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -45,18 +47,16 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . .ci/stage_logs.sh
 stage_logs oclgrind "${1:-build}"
 export IHA_DEVICE=oclgrind IHA_CACHE_DIR="$logs/cache"
-failed=0
-
-# run NAME [oclgrind options] -- command...
-run() {
+# check NAME [oclgrind options] -- command...: one run, its verdict on stdout.
+# shellcheck disable=SC2317 # called through lane_start
+check() {
   local name=$1 t=$SECONDS rc=0
   shift
   local opts=()
   while [ "$1" != -- ]; do opts+=("$1"); shift; done
   shift
   oclgrind "${opts[@]}" --log "$logs/$name.log" "$@" > "$logs/$name.out" 2>&1 || rc=$?
-  if [ $rc -ne 0 ] || [ -s "$logs/$name.log" ]; then
-    failed=1
+  if [ "$rc" -ne 0 ] || [ -s "$logs/$name.log" ]; then
     echo "oclgrind: $name FAILED (exit $rc, $(grep -c 'Kernel:' "$logs/$name.log" || true) reports, $((SECONDS - t)) s)"
     grep -E 'FAILED|ERROR' "$logs/$name.out" | head -20 || true
     # One line per kind of report and kernel, then the first reports in full.
@@ -67,11 +67,18 @@ run() {
     echo "oclgrind: $name clean ($((SECONDS - t)) s)"
   fi
 }
+# run NAME [oclgrind options] -- command...: check in one of the two lanes; the variables set
+# before `run` on its line (IHA_TEST_ONLY and the like) reach the command.
+run() { lane_start "$1" check "$@"; }
 
 tests="$build/tests"
+# The longest runs start first, so that the lanes end together.
+run decode -- "$tests/test_decode"
+run nonfinite -- "$tests/test_nonfinite"
+run backward_races --data-races -- "$tests/test_backward"
+run layer_backward_races --data-races -- "$tests/test_layer_backward"
 run small_shapes_races --data-races -- "$tests/test_small_shapes"
 run attention_variants_races --data-races -- "$tests/test_attention_variants"
-run decode -- "$tests/test_decode"
 IHA_TEST_SKIP='long_prompt_many_splits' run decode_compact -- "$tests/test_decode_compact"
 IHA_TEST_ONLY=ragged_f32_causal_window run decode_groups_races --data-races -- "$tests/test_decode_groups"
 IHA_TEST_ONLY=uneven_key_groups run decode_groups_uneven_races --data-races -- "$tests/test_decode_groups"
@@ -81,15 +88,14 @@ run buffer_sizes -- "$tests/test_buffer_sizes"
 run half -- "$tests/test_half"
 IHA_TEST_SKIP='many_rows_*' run bf16 -- "$tests/test_bf16"
 run bf16_convert -- "$tests/test_bf16_convert"
-run nonfinite -- "$tests/test_nonfinite"
 run gemm_races --data-races -- "$tests/test_gemm"
-run backward_races --data-races -- "$tests/test_backward"
 IHA_TEST_ONLY=small_packed_and_dead run backward_variants_races --data-races -- "$tests/test_backward_variants"
-run layer_backward_races --data-races -- "$tests/test_layer_backward"
 run packed_races --data-races -- "$tests/test_packed"
 run partial_races --data-races -- "$tests/test_partial"
 run core_backward -- "$tests/test_core_backward"
 run accumulate -- "$tests/test_accumulate"
 IHA_SMALL_SHAPES_FILTER='unfused*' run unfused_uninitialized --uninitialized -- "$tests/test_small_shapes"
+failed=0
+lanes_finish || failed=1
 [ $failed -eq 0 ] && echo "oclgrind: all clean; logs in $logs"
 exit $failed

@@ -26,7 +26,8 @@
 #     cache kernels);
 #   - the whole of test_backward (the tile kernels forced), test_packed and test_partial,
 #     test_core_backward and test_accumulate.
-# Each test's output stays in <build>/rusticl/.
+# The tests run two at a time (.ci/stage_logs.sh's lanes; IHA_CI_LANES=1 runs them one by one):
+# llvmpipe builds one program at a time on one core. Each test's output stays in <build>/rusticl/.
 # Usage: .ci/rusticl.sh [build-dir]   (a configured and built release tree; default build)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -39,25 +40,27 @@ if ! "$build/tools/iha" devices 2>/dev/null | grep -q llvmpipe; then
   echo "rusticl: no llvmpipe device (is mesa-opencl-icd installed? tools/scripts/bootstrap.sh ci-deps installs it)"
   exit 1
 fi
-failed=0
-# run TEST [VAR=VALUE...]: one test binary with the given environment.
-run() {
+# check TEST [VAR=VALUE...]: one test binary with the given environment, its verdict on stdout.
+# shellcheck disable=SC2317 # called through lane_start
+check() {
   local t=$1 s=$SECONDS rc=0
   shift
   env "$@" timeout 1200 "$build/tests/$t" > "$logs/$t.out" 2>&1 || rc=$?
-  if [ $rc -eq 0 ]; then
+  if [ "$rc" -eq 0 ]; then
     echo "rusticl: $t passed ($((SECONDS - s)) s)"
   else
-    failed=1
     echo "rusticl: $t FAILED (exit $rc, $((SECONDS - s)) s)"
     grep -vF 'MESA: warning' "$logs/$t.out" | grep -E -B2 -A8 'FAILED|ERROR|error' | head -60 || true
   fi
 }
-run test_loop_limit
-run test_attention_variants
-run test_mha
+# run TEST [VAR=VALUE...]: check in one of the two lanes (.ci/stage_logs.sh).
+run() { lane_start "$1" check "$@"; }
+# The longest runs start first, so that the lanes end together.
 if [ "${IHA_RUSTICL_ALL:-0}" = 1 ]; then
   run test_backward
+  run test_loop_limit
+  run test_attention_variants
+  run test_mha
   run test_small_shapes
   run test_nonfinite
   run test_decode IHA_TEST_SKIP='long_*'
@@ -69,6 +72,11 @@ if [ "${IHA_RUSTICL_ALL:-0}" = 1 ]; then
   run test_bf16 IHA_TEST_ONLY='decode_steps'
 else
   run test_backward IHA_TEST_SKIP='both_kernel_families'
+  run test_loop_limit
+  run test_attention_variants
+  run test_mha
   run test_partial IHA_TEST_ONLY='invisible_block_keeps_state'
 fi
+failed=0
+lanes_finish || failed=1
 exit $failed

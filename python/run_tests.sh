@@ -16,7 +16,8 @@ venv=${IHA_PYTHON_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/iha-python-venv}
 # A venv whose interpreter is gone (Python upgraded or removed) is made again.
 "$venv/bin/python" -c "" 2> /dev/null || "${PYTHON:-python3}" -m venv --clear "$venv"
 if ! "$venv/bin/python" -c "import torch, numpy, pytest" 2> /dev/null; then
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check torch numpy pytest
+  # --no-compile: Python compiles the modules the suite imports, not all of PyTorch's.
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile torch numpy pytest
 fi
 [ "${1:-}" != --prepare ] || exit 0
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$root/python"

@@ -223,18 +223,31 @@ static void run_cases(const bwd_case *cases, size_t count, uint64_t seed)
 
 /* T = N*P against the tiles (4 to 64 rows and keys) and the 4 x 4 sub-tiles, windows that skip
  * tiles; d = 1, odd, and between column sets. */
+static const bwd_case kSmallCases[] = {
+    /* B   N  H   d  P  mask    window */
+    {1,  7, 2,  9, 3, CAUSAL, 2, 0, {0}},
+    {2,  5, 2,  1, 1, TOKEN,  0, 0, {0}},
+    {1,  6, 1,  5, 2, NONE,   2, 0, {0}},
+    {1, 11, 1, 12, 1, CAUSAL, 0, 0, {0}},
+};
+#define SMALL_COUNT (sizeof kSmallCases / sizeof kSmallCases[0])
+
+/* Each d is a program per variant: each case runs half the variants, so that every variant
+ * meets two of the widths and two of the masks (packed_sequences and dead_rows run all of them
+ * at d = 8 and 16); the full tier runs every variant on every case. */
 static void small_shapes(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    static const bwd_case cases[] = {
-        /* B   N  H   d  P  mask    window */
-        {1,  7, 2,  9, 3, CAUSAL, 2, 0, {0}},
-        {2,  5, 2,  1, 1, TOKEN,  0, 0, {0}},
-        {1,  6, 1,  5, 2, NONE,   2, 0, {0}},
-        {1, 11, 1, 12, 1, CAUSAL, 0, 0, {0}},
-    };
-    run_cases(cases, sizeof cases / sizeof cases[0], 7100);
+    static const size_t picks[SMALL_COUNT][4] = {{1, 2, 4, 7}, {0, 3, 5, 6}, {1, 3, 4, 6}, {0, 2, 5, 7}};
+    for (size_t i = 0; i < SMALL_COUNT; i++) run_cases_in(&kSmallCases[i], 1, 7100 + i, picks[i], 4);
+}
+
+static void full_small_shapes_every_tile(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    run_cases(kSmallCases, SMALL_COUNT, 7100);
 }
 
 /* Widths of the GPU layers and beyond: several 64-row groups, a window that skips query tiles,
@@ -253,14 +266,19 @@ static const bwd_case kWideCases[] = {
 /* The wide shapes in the variants whose code paths differ there: the row kernels, the smallest
  * tiles (one work-item across queries), the 64-row groups, the 32 x 64 tiles (the only ones
  * whose dK/dV pass fits d > 128: the column sets past 128), and each pass alone beside the
- * other's row kernel. Each d is a program per variant, so the other tile sizes, which take the
- * same paths, are the full tier's (full_wide_shapes_every_tile). */
+ * other's row kernel: all of them at d = 64 (both of its cases share the programs), the 32 x 64
+ * tiles and half of the others at each other width. Each d is a program per variant, so the
+ * other tile sizes and pairings, which take the same paths, are the full tier's
+ * (full_wide_shapes_every_tile). */
 static void wide_shapes(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    static const size_t picks[] = {0, 1, 4, 5, 6, 7};
-    run_cases_in(kWideCases, WIDE_COUNT, 7200, picks, sizeof picks / sizeof picks[0]);
+    static const size_t picks[WIDE_COUNT][6] = {
+        {0, 1, 4, 5, 6, 7}, {0, 1, 4, 5, 6, 7}, {0, 1, 5, 7}, {4, 5, 6}, {0, 5}, {1, 4, 6, 7},
+    };
+    static const size_t pick_counts[WIDE_COUNT] = {6, 6, 4, 3, 2, 4};
+    for (size_t i = 0; i < WIDE_COUNT; i++) run_cases_in(&kWideCases[i], 1, 7200 + i, picks[i], pick_counts[i]);
 }
 
 static void full_wide_shapes_every_tile(void **state)
@@ -381,6 +399,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(small_shapes),     cmocka_unit_test(wide_shapes),      cmocka_unit_test(packed_sequences),
         cmocka_unit_test(dead_rows),        cmocka_unit_test(nonfinite_inputs), cmocka_unit_test(refusals),
         cmocka_unit_test(small_packed_and_dead), cmocka_unit_test(full_wide_shapes_every_tile),
+        cmocka_unit_test(full_small_shapes_every_tile),
     };
     return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], tu_group_setup, tu_group_teardown);
 }

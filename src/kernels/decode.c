@@ -280,8 +280,17 @@ iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims
     const size_t global[3] = {(rows + tile - 1) / tile, along, dd->B * dd->H}, local[3] = {1, group, 1};
     IHA_FORWARD_IF_ERROR(iha__launch(ctx, &a, 3, global, group ? local : NULL, "attention_decode_partial_f32"));
 
-    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_decode.cl", options, "attention_decode_combine_f32", &k));
-    a = merge_args(k, dd, partial, o, step, splits);
-    const size_t global2[2] = {rows, dd->B * dd->H};
+    return iha__decode_combine_enqueue(ctx, dd, partial, o, step, splits);
+}
+
+iha_status iha__decode_combine_enqueue(iha_context *ctx, const iha_decode_dims *dd, cl_mem partial, iha_buffer o,
+                                       cl_mem step, size_t splits)
+{
+    char options[32];
+    snprintf(options, sizeof options, "-DHEAD_DIM=%zu", dd->d);
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "decode_combine.cl", options, "attention_decode_combine_f32", &k));
+    iha_args a = merge_args(k, dd, partial, o, step, splits);
+    const size_t global2[2] = {dd->k * dd->P, dd->B * dd->H};
     return iha__launch(ctx, &a, 2, global2, NULL, "attention_decode_combine_f32");
 }

@@ -53,6 +53,10 @@ iha_status iha__decode_mix_cache_enqueue(iha_context *ctx, const iha_decode_dims
  * `partial` must hold iha__decode_partial_elements floats. */
 size_t iha__decode_splits(const iha_context *ctx, const iha_decode_dims *dd);
 size_t iha__decode_partial_elements(const iha_context *ctx, const iha_decode_dims *dd);
+/* The merge of the splits' partial states (cl/decode_combine.cl, one program per head width)
+ * into o, for either decoding kernel. */
+iha_status iha__decode_combine_enqueue(iha_context *ctx, const iha_decode_dims *dd, cl_mem partial, iha_buffer o,
+                                       cl_mem step, size_t splits);
 iha_status iha__decode_attention_enqueue(iha_context *ctx, const iha_decode_dims *dd, iha_buffer q, cl_mem keys,
                                          cl_mem values, cl_mem partial, iha_buffer o, cl_mem step, int mask,
                                          size_t window, float scale);

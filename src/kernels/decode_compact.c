@@ -165,16 +165,5 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
     IHA_FORWARD_IF_ERROR(
         iha__launch(ctx, &a, 3, global, ctx->info.is_gpu ? NULL : single, "attention_decode_compact_f32"));
 
-    IHA_FORWARD_IF_ERROR(
-        iha__kernel_get(ctx, "attention_decode_compact.cl", options, "attention_decode_combine_f32", &k));
-    a = iha__args_begin(k);
-    iha__arg_mem(&a, partial);
-    iha__arg_tensor(&a, o.mem, o.offset);
-    iha__arg_mem(&a, step);
-    iha__arg_int(&a, (cl_int)rows);
-    iha__arg_int(&a, (cl_int)dd->H);
-    iha__arg_int(&a, (cl_int)dd->P);
-    iha__arg_int(&a, (cl_int)splits);
-    const size_t global2[2] = {rows, dd->B * dd->H};
-    return iha__launch(ctx, &a, 2, global2, NULL, "attention_decode_combine_f32");
+    return iha__decode_combine_enqueue(ctx, dd, partial, o, step, splits);
 }

@@ -44,7 +44,7 @@ cmake --build "$build" -j"$(nproc)" "${targets[@]}"
 case "$mode" in
   demo)  exec "$build/tools/iha" demo ;;
   # Both suites run; the status is a failure if either fails. The full tier (ctest -L full,
-  # doc/testing.md) is CI's. Every test, the command-line ones and the Python suite included,
+  # doc/testing.md) and the MPI tests (ctest -L mpi, when Open MPI is installed) are CI's. Every test, the command-line ones and the Python suite included,
   # shares one program cache (unless the caller chose one), and PoCL compiles each kernel once,
   # not once per work-group size (tests/CMakeLists.txt says why). The Python suite's
   # environment (PyTorch's download, on a first run) is made while ctest runs.
@@ -54,7 +54,7 @@ case "$mode" in
          export IHA_CACHE_DIR="${IHA_CACHE_DIR:-$build/tests/cache/iha}"
          export POCL_CACHE_DIR="${POCL_CACHE_DIR:-$build/tests/cache/pocl}"
          export POCL_WORK_GROUP_SPECIALIZATION="${POCL_WORK_GROUP_SPECIALIZATION:-0}"
-         ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -LE full || status=$?
+         ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -LE 'full|mpi' || status=$?
          wait "$prepare" || cat "$build/python-prepare.log" >&2 # the suite's own run retries it
          "$root/python/run_tests.sh" || status=$?
          exit "$status" ;;
