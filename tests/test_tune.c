@@ -169,8 +169,10 @@ static void broken_gemm_kernel(const char *dir)
 }
 
 /* The GEMM's candidates are verified too: on a CPU, whose built-in is the library's kernel, the
- * descent tries GEMM_MR=4, which is planted wrong, and must reject it. */
-static void wrong_gemm_tile_is_never_stored(void **state)
+ * descent tries GEMM_MR=4, which is planted wrong, and must reject it. The full tier's: the
+ * descent builds a program per tile it tries, and the quick tier's wrong_candidate_is_never_stored
+ * holds the same verification to a planted fault (test_gemm's quick tier fails on this one). */
+static void full_wrong_gemm_tile_is_never_stored(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
@@ -325,7 +327,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tune_stores_verified_configs_that_calls_use),
         cmocka_unit_test(wrong_candidate_is_never_stored),
-        cmocka_unit_test(wrong_gemm_tile_is_never_stored),
+        cmocka_unit_test(full_wrong_gemm_tile_is_never_stored),
         cmocka_unit_test(tuning_on_first_use_only_when_asked),
         cmocka_unit_test(refused_call_does_not_tune),
         cmocka_unit_test(bad_tune_options_refused),
