@@ -9,7 +9,7 @@
 #      geometries (GPU and CPU), each output checked against the float64 reference, and the
 #      copy and attention-loops measurement kernels;
 #   2. tests/test_decode, tests/test_decode_compact (the compact cache's kernels in their GPU
-#      configuration; without its 300-token case), tests/test_mha, tests/test_errors, tests/test_buffer_sizes,
+#      configuration, the quick cases also in the CPU's; without its 300-token cases), tests/test_mha, tests/test_errors, tests/test_buffer_sizes,
 #      tests/test_half (the half conversions and the half-weight GEMV), tests/test_bf16 and
 #      tests/test_bf16_convert (the same for bfloat16, and its decoding cache; without the
 #      226-row forward, which the simulator takes minutes over) and tests/test_nonfinite (NaN and infinities reach
@@ -79,7 +79,7 @@ run backward_races --data-races -- "$tests/test_backward"
 run layer_backward_races --data-races -- "$tests/test_layer_backward"
 run small_shapes_races --data-races -- "$tests/test_small_shapes"
 run attention_variants_races --data-races -- "$tests/test_attention_variants"
-IHA_TEST_SKIP='long_prompt_many_splits' run decode_compact -- "$tests/test_decode_compact"
+IHA_TEST_SKIP='long_prompt_many_splits*' run decode_compact -- "$tests/test_decode_compact"
 IHA_TEST_ONLY=ragged_f32_causal_window run decode_groups_races --data-races -- "$tests/test_decode_groups"
 IHA_TEST_ONLY=uneven_key_groups run decode_groups_uneven_races --data-races -- "$tests/test_decode_groups"
 run mha -- "$tests/test_mha"

@@ -14,6 +14,7 @@
 
 #include "test_util.h"
 #include "test_layer.h"
+#include "runtime/context.h" /* info.is_gpu: the launch geometry and built-in follow the device type */
 
 /* doc/spec.md's contracts for half and bfloat16 storage. */
 #define TOL_F16 2e-3
@@ -175,6 +176,13 @@ static const compact_case kCases[] = {
     {"ring_bidirectional_window", 2, 30, 16, 2, 8, 2, IHA_MASK_NONE, 2, 3, 1, IHA_STORAGE_F32, 0, 1, {0}, 0},
     {"ring_long_prompt_bf16_ragged", 2, 40, 16, 2, 24, 4, IHA_MASK_CAUSAL, 4, 10, 1, IHA_STORAGE_BF16, 30, 2,
      {40, 21}, 0},
+    /* Without rotary a CPU's steps of one token score from the token's raw query rows. */
+    {"causal_token_at_a_time_half", 2, 9, 24, 3, 16, 3, IHA_MASK_CAUSAL, 0, 0, 0, IHA_STORAGE_F16, 0, 1, {0}, 0},
+    {"ring_causal_bf16_ragged", 2, 30, 16, 2, 24, 4, IHA_MASK_CAUSAL, 3, 6, 0, IHA_STORAGE_BF16, 8, 1, {30, 17}, 0},
+    {"long_prompt_many_splits_no_rope", 1, 300, 16, 2, 64, 4, IHA_MASK_CAUSAL, 0, 0, 0, IHA_STORAGE_F32, 296, 1,
+     {0}, 0},
+    /* Nine heads: more raw rows and more query rows than one vector's lanes. */
+    {"nine_heads_token_causal", 1, 6, 36, 9, 4, 2, IHA_MASK_TOKEN_CAUSAL, 0, 0, 0, IHA_STORAGE_F32, 0, 1, {0}, 0},
 };
 #define CASE_COUNT (sizeof kCases / sizeof kCases[0])
 
@@ -267,14 +275,51 @@ static void truncate_and_reset(void **state)
     run_close(&r);
 }
 
+/* The quick cases again in the other device type's launch geometry and built-in configuration:
+ * a GPU's work-item per row on a CPU, and on a GPU a CPU's, whose steps without rotary put the
+ * rows across vector lanes (cl/attention_decode_compact_lanes.cl). */
+static const char *const kOtherGeometry[] = {"causal_rope_token_at_a_time", "token_causal_window_odd_d_chunks",
+                                             "bidirectional_window",        "causal_token_at_a_time_half",
+                                             "ring_causal_bf16_ragged",     "nine_heads_token_causal"};
+#define OTHER_COUNT (sizeof kOtherGeometry / sizeof kOtherGeometry[0])
+
+static int native_is_gpu;
+
+static int other_geometry_setup(void **state)
+{
+    (void)state;
+    if (tu_ctx) {
+        native_is_gpu = tu_ctx->info.is_gpu;
+        tu_ctx->info.is_gpu = !native_is_gpu;
+    }
+    return 0;
+}
+
+/* Also after a failed assertion, so the next case runs in the device's own geometry. */
+static int other_geometry_teardown(void **state)
+{
+    (void)state;
+    if (tu_ctx) tu_ctx->info.is_gpu = native_is_gpu;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    struct CMUnitTest tests[CASE_COUNT + 3] = {
+    struct CMUnitTest tests[CASE_COUNT + OTHER_COUNT + 3] = {
         cmocka_unit_test(bytes_are_one_pth),
         cmocka_unit_test(packed_prefill),
         cmocka_unit_test(truncate_and_reset),
     };
+    static char names[OTHER_COUNT][80];
+    size_t n = 3;
     for (size_t i = 0; i < CASE_COUNT; ++i)
-        tests[3 + i] = (struct CMUnitTest){kCases[i].name, run_case, NULL, NULL, (void *)&kCases[i]};
-    return tu_main(argc, argv, tests, CASE_COUNT + 3, tu_group_setup, tu_group_teardown);
+        tests[n++] = (struct CMUnitTest){kCases[i].name, run_case, NULL, NULL, (void *)&kCases[i]};
+    for (size_t o = 0; o < OTHER_COUNT; ++o)
+        for (size_t i = 0; i < CASE_COUNT; ++i) {
+            if (strcmp(kCases[i].name, kOtherGeometry[o]) != 0) continue;
+            snprintf(names[o], sizeof names[o], "%s_other_geometry", kCases[i].name);
+            tests[n++] = (struct CMUnitTest){names[o], run_case, other_geometry_setup, other_geometry_teardown,
+                                             (void *)&kCases[i]};
+        }
+    return tu_main(argc, argv, tests, n, tu_group_setup, tu_group_teardown);
 }

@@ -1,5 +1,6 @@
 /* Host side of decoding from a compact KV cache: cl/decode_mix.cl's decode_store_compact, and
- * cl/attention_decode_compact.cl with the merge of cl/decode_combine.clh. */
+ * cl/attention_decode_compact.cl or cl/attention_decode_compact_lanes.cl with the merge of
+ * cl/decode_combine.clh. */
 #include <stdint.h>
 #include <stdio.h>
 
@@ -11,18 +12,24 @@
 #define COMPACT_MAX_SPLITS 64
 /* Floats of query rows and accumulators a work-item keeps (DEC_HEADS * DEC_ROWS * d each). */
 #define COMPACT_PRIVATE_FLOATS 4096
+/* cl/attention_decode_compact_lanes.cl: lanes per vector, tokens per block at most, and the
+ * private floats a work-item may keep (its stack), beyond which the per-head kernel runs. */
+#define LANES_WIDTH 8
+#define LANES_MAX_BLOCK 4
+#define LANES_PRIVATE_FLOATS 32768
 
 /* The built-in configurations, one row per kind of device (as zstd's clevels.h). CPUs: a
  * work-item takes up to 16 query rows (a generated token's P; a prefill chunk's 16, over which
- * the mixing of each token it reads is shared) of as many heads as its private budget allows,
- * so a generated token's K and V are read from memory once per split; 8 work-items per core,
- * splits of at least 64 tokens. GPUs: one head and one row per work-item, many work-items
- * sharing a token's rows in cache. */
+ * the reading of each token is shared) of as many heads as its private budget allows, so a
+ * generated token's K and V are read from memory once per split, and those rows lie across
+ * vector lanes where the step allows (lanes); 8 work-items per core, splits of at least 64
+ * tokens. GPUs: one head and one row per work-item, many work-items sharing a token's rows in
+ * cache. */
 /* clang-format off */
 static const iha_decode_compact_config compact_defaults[2] = {
-    /* rows heads vec min_split_tokens per_cu */
-    {16,   64,   16, 64,              8}, /* CPUs */
-    {1,    1,    16, 64,              64}, /* GPUs */
+    /* rows heads vec min_split_tokens per_cu lanes */
+    {16,   64,   16, 64,              8,     1}, /* CPUs */
+    {1,    1,    16, 64,              64,    0}, /* GPUs */
 };
 /* clang-format on */
 
@@ -121,23 +128,20 @@ iha_status iha__decode_store_compact_enqueue(iha_context *ctx, const iha_decode_
     return iha__launch(ctx, &a, 2, global, NULL, "decode_store_compact");
 }
 
-iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
-                                                 cl_mem keys, cl_mem values, iha_buffer alpha_k, iha_buffer alpha_v,
-                                                 cl_mem rope, int rope_mode, cl_mem partial, iha_buffer o, cl_mem step,
-                                                 int mask, size_t window, float scale)
+/* A CPU runtime packs several work-items into one group when left to choose, whose private
+ * tiles then live in memory and run on one core: one work-item per group there. */
+static iha_status launch_attention(iha_context *ctx, iha_args *a, const size_t global[3], const char *name)
 {
-    const iha_decode_dims *dd = &dc->dd;
-    iha_decode_compact_config cfg;
-    size_t splits, per_split;
-    config_of(ctx, dc, &cfg);
-    splits_of(ctx, dc, &cfg, &splits, &per_split);
-    char options[192];
-    snprintf(options, sizeof options,
-             "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_VD=%d -DKV_HALF=%d "
-             "-DKV_BF16=%d -DKV_RING=%d",
-             dd->d, dd->H, dd->P, cfg.rows, cfg.heads, cfg.vec, dd->half, dd->bf16, dd->ring);
-    const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
-    const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
+    static const size_t single[3] = {1, 1, 1};
+    return iha__launch(ctx, a, 3, global, ctx->info.is_gpu ? NULL : single, name);
+}
+
+/* cl/attention_decode_compact.cl: rotary, identity mixing, GPUs. */
+static iha_status per_head_enqueue(iha_context *ctx, const iha_decode_compact *dc, const char *options,
+                                   const size_t global[3], size_t splits, size_t per_split, iha_buffer q, cl_mem keys,
+                                   cl_mem values, iha_buffer alpha_k, iha_buffer alpha_v, cl_mem rope, int rope_mode,
+                                   cl_mem partial, cl_mem step, int mask, size_t window, float scale)
+{
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(
         iha__kernel_get(ctx, "attention_decode_compact.cl", options, "attention_decode_compact_f32", &k));
@@ -152,18 +156,95 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
     iha__arg_int(&a, rope ? rope_mode : 0);
     iha__arg_mem(&a, partial);
     iha__arg_mem(&a, step);
-    iha__arg_int(&a, (cl_int)rows);
+    iha__arg_int(&a, (cl_int)(dc->dd.k * dc->dd.P));
     iha__arg_int(&a, (cl_int)dc->slots);
     iha__arg_int(&a, (cl_int)splits);
     iha__arg_int(&a, (cl_int)per_split);
     iha__arg_int(&a, mask);
     iha__arg_int(&a, (cl_int)window);
     iha__arg_float(&a, (cl_float)(scale * 1.4426950408889634));
-    /* CPUs: one work-item per work-group, since PoCL left to choose packs several into one group,
-     * whose private tiles then live in memory and run on one core. */
-    const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups}, single[3] = {1, 1, 1};
+    return launch_attention(ctx, &a, global, "attention_decode_compact_f32");
+}
+
+/* Tokens per block of cl/attention_decode_compact_lanes.cl (DEC_TB) for a step, 0 where its
+ * private arrays (the kernel's qs, accs, alphas, block of K and V, weights and scores) exceed
+ * LANES_PRIVATE_FLOATS. */
+static size_t lanes_block(const iha_decode_compact *dc, const iha_decode_compact_config *cfg)
+{
+    const size_t H = dc->dd.H, P = dc->dd.P, d = dc->dd.d, L = LANES_WIDTH;
+    const size_t groups = ((size_t)cfg->rows * (size_t)cfg->heads + L - 1) / L, raw = (H + L - 1) / L;
+    const size_t fixed = d * (raw > groups ? raw : groups) * L + d * groups * L + 4 * groups * H * P * L +
+                         2 * groups * H * L + 6 * groups * L;
+    for (size_t tb = LANES_MAX_BLOCK; tb >= 1; tb /= 2)
+        if (fixed + tb * (2 * H * d + groups * H * L + groups * P * L) <= LANES_PRIVATE_FLOATS) return tb;
+    return 0;
+}
+
+/* cl/attention_decode_compact_lanes.cl: no rotary, the mixing matrices present. */
+static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, const iha_decode_compact_config *cfg,
+                                const size_t global[3], size_t splits, size_t per_split, iha_buffer q, iha_buffer q_raw,
+                                cl_mem keys, cl_mem values, iha_buffer alpha_q, iha_buffer alpha_k, iha_buffer alpha_v,
+                                cl_mem partial, cl_mem step, int mask, size_t window, float scale, size_t block)
+{
+    const iha_decode_dims *dd = &dc->dd;
+    /* A tile of one token's P rows reads the token's H raw query rows instead. */
+    const int raw_q = (size_t)cfg->rows == dd->P;
+    char options[192];
+    snprintf(options, sizeof options,
+             "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_RAW_Q=%d -DDEC_TB=%zu "
+             "-DKV_HALF=%d -DKV_BF16=%d -DKV_RING=%d",
+             dd->d, dd->H, dd->P, cfg->rows, cfg->heads, raw_q, block, dd->half, dd->bf16, dd->ring);
+    cl_kernel k;
     IHA_FORWARD_IF_ERROR(
-        iha__launch(ctx, &a, 3, global, ctx->info.is_gpu ? NULL : single, "attention_decode_compact_f32"));
+        iha__kernel_get(ctx, "attention_decode_compact_lanes.cl", options, "attention_decode_compact_lanes_f32", &k));
+    iha_args a = iha__args_begin(k);
+    iha__arg_tensor(&a, q.mem, q.offset);
+    iha__arg_mem(&a, keys);
+    iha__arg_mem(&a, values);
+    iha__arg_tensor(&a, alpha_k.mem, alpha_k.offset);
+    iha__arg_tensor(&a, alpha_v.mem, alpha_v.offset);
+    iha__arg_tensor(&a, q_raw.mem, q_raw.offset);
+    iha__arg_tensor(&a, alpha_q.mem, alpha_q.offset);
+    iha__arg_int(&a, (cl_int)dd->k);
+    iha__arg_mem(&a, partial);
+    iha__arg_mem(&a, step);
+    iha__arg_int(&a, (cl_int)(dd->k * dd->P));
+    iha__arg_int(&a, (cl_int)dc->slots);
+    iha__arg_int(&a, (cl_int)splits);
+    iha__arg_int(&a, (cl_int)per_split);
+    iha__arg_int(&a, mask);
+    iha__arg_int(&a, (cl_int)window);
+    iha__arg_float(&a, (cl_float)(scale * 1.4426950408889634));
+    return launch_attention(ctx, &a, global, "attention_decode_compact_lanes_f32");
+}
+
+iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
+                                                 iha_buffer q_raw, cl_mem keys, cl_mem values, iha_buffer alpha_q,
+                                                 iha_buffer alpha_k, iha_buffer alpha_v, cl_mem rope, int rope_mode,
+                                                 cl_mem partial, iha_buffer o, cl_mem step, int mask, size_t window,
+                                                 float scale)
+{
+    const iha_decode_dims *dd = &dc->dd;
+    iha_decode_compact_config cfg;
+    size_t splits, per_split;
+    config_of(ctx, dc, &cfg);
+    splits_of(ctx, dc, &cfg, &splits, &per_split);
+    char options[192];
+    snprintf(options, sizeof options,
+             "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_VD=%d -DKV_HALF=%d "
+             "-DKV_BF16=%d -DKV_RING=%d",
+             dd->d, dd->H, dd->P, cfg.rows, cfg.heads, cfg.vec, dd->half, dd->bf16, dd->ring);
+    const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
+    const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
+    const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups};
+    const size_t block =
+        cfg.lanes && !(rope && rope_mode) && alpha_q.mem && alpha_k.mem && alpha_v.mem ? lanes_block(dc, &cfg) : 0;
+    if (block)
+        IHA_FORWARD_IF_ERROR(lanes_enqueue(ctx, dc, &cfg, global, splits, per_split, q, q_raw, keys, values, alpha_q,
+                                           alpha_k, alpha_v, partial, step, mask, window, scale, block));
+    else
+        IHA_FORWARD_IF_ERROR(per_head_enqueue(ctx, dc, options, global, splits, per_split, q, keys, values, alpha_k,
+                                              alpha_v, rope, rope_mode, partial, step, mask, window, scale));
 
     return iha__decode_combine_enqueue(ctx, dd, partial, o, step, splits);
 }

@@ -1,6 +1,7 @@
 /* Decoding from a compact KV cache: the new tokens' own keys and values into the cache
  * (cl/decode_mix.cl, decode_store_compact) and split-token attention that forms the pseudo-keys
- * and -values on read (cl/attention_decode_compact.cl). */
+ * and -values on read (cl/attention_decode_compact.cl; without rotary on CPUs
+ * cl/attention_decode_compact_lanes.cl). */
 #ifndef IHA_KERNELS_DECODE_COMPACT_H
 #define IHA_KERNELS_DECODE_COMPACT_H
 #include "kernels/decode.h"
@@ -8,13 +9,16 @@
 /* The compact decode kernel's configuration: a work-item takes `rows` query rows (cut to the
  * step's k*P) of `heads` target heads (cut to H and to a private budget) against one split of
  * the cached tokens; enough work-items for about per_cu per compute unit, but splits of at
- * least min_split_tokens tokens. */
+ * least min_split_tokens tokens. lanes 1: steps without rotary and with mixing run
+ * cl/attention_decode_compact_lanes.cl (the rows across vector lanes, for CPUs), the others
+ * cl/attention_decode_compact.cl. */
 typedef struct iha_decode_compact_config {
     int rows;
     int heads;
     int vec; /* DEC_VD: 4, 8 or 16 */
     int min_split_tokens;
     int per_cu;
+    int lanes;
 } iha_decode_compact_config;
 
 void iha__decode_compact_config_default(const iha_context *ctx, iha_decode_compact_config *cfg);
@@ -37,10 +41,12 @@ size_t iha__decode_compact_splits(const iha_context *ctx, const iha_decode_compa
 size_t iha__decode_compact_partial_elements(const iha_context *ctx, const iha_decode_compact *dc);
 
 /* Split-token attention of q rows [B][H][k*P][d] against the compact cache -> o rows of the same
- * shape; alpha_k and alpha_v as the layer's (mem NULL: identity). rope_mode 0: none, 1: rope is
- * the rotary table of virtual positions, 2: a ring's rotary rows. */
+ * shape; q_raw the step's rows before mixing, [B][k][H][d], of which q is the mixing by alpha_q
+ * (and rotary); alpha_q, alpha_k and alpha_v as the layer's (mem NULL: identity). rope_mode 0:
+ * none, 1: rope is the rotary table of virtual positions, 2: a ring's rotary rows. */
 iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
-                                                 cl_mem keys, cl_mem values, iha_buffer alpha_k, iha_buffer alpha_v,
-                                                 cl_mem rope, int rope_mode, cl_mem partial, iha_buffer o, cl_mem step,
-                                                 int mask, size_t window, float scale);
+                                                 iha_buffer q_raw, cl_mem keys, cl_mem values, iha_buffer alpha_q,
+                                                 iha_buffer alpha_k, iha_buffer alpha_v, cl_mem rope, int rope_mode,
+                                                 cl_mem partial, iha_buffer o, cl_mem step, int mask, size_t window,
+                                                 float scale);
 #endif

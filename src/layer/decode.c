@@ -243,9 +243,9 @@ static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s
         /* Rotary on read: by the table of virtual positions, or a ring's own angles. */
         const int rope_mode = !p.rope ? 0 : c->ring_tokens ? 2 : 1;
         IHA_FORWARD_IF_ERROR(iha__decode_compact_attention_enqueue(
-            ctx, &s->dc, (iha_buffer){qt, 0}, c->keys, c->values, mw.alpha_k, mw.alpha_v,
-            rope_mode == 2 ? c->angles : rope, rope_mode, partial, (iha_buffer){o, 0}, step, p.mask, p.window,
-            p.scale));
+            ctx, &s->dc, (iha_buffer){qt, 0}, (iha_buffer){q, 0}, c->keys, c->values, mw.alpha_q, mw.alpha_k,
+            mw.alpha_v, rope_mode == 2 ? c->angles : rope, rope_mode, partial, (iha_buffer){o, 0}, step, p.mask,
+            p.window, p.scale));
     } else {
         IHA_FORWARD_IF_ERROR(iha__decode_attention_enqueue(ctx, &dd, (iha_buffer){qt, 0}, c->keys, c->values, partial,
                                                            (iha_buffer){o, 0}, step, p.mask, p.window, p.scale));

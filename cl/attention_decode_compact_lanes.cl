@@ -1,0 +1,514 @@
+/* Decoding from a compact KV cache without rotary, for CPUs (doc/spec.md, "The compact cache"):
+ * a work-item's query rows lie across the lanes of its vectors, so nearly every FMA is a vector
+ * FMA with one broadcast element, in register tiles. Without rotary a score needs no pseudo-key:
+ * q·Kt[n·P + p] = sum over m of alpha_K[m][h][p] · q·K[n][m]. A step of one token goes further:
+ * its P pseudo-queries of head h mix its H rows Q[m'] by alpha_Q, so q·K[n][m] = sum over m' of
+ * alpha_Q[m'][h][i] · Q[m']·K[n][m], and a cached token costs H·H dots, not H·P·H. alpha_V is
+ * folded into the probabilities; the online softmax rescales once per block of tokens. Writes
+ * the partial softmax states of cl/decode_combine.clh. */
+#include "loop_probe.clh"
+#include "masks.clh"
+
+#ifndef HEAD_DIM
+#error "HEAD_DIM must be defined"
+#endif
+#ifndef DEC_P
+#error "DEC_P must be defined"
+#endif
+/* The heads H: every score reads all H rows of a token. */
+#ifndef DEC_H
+#error "DEC_H must be defined"
+#endif
+/* A work-item's rows: DEC_ROWS consecutive query rows of each of DEC_HEADS target heads. */
+#ifndef DEC_ROWS
+#define DEC_ROWS 4
+#endif
+#ifndef DEC_HEADS
+#define DEC_HEADS 1
+#endif
+/* Tokens per block: the softmax's rescaling and the accumulators' loads and stores happen once
+ * per block. */
+#ifndef DEC_TB
+#define DEC_TB 4
+#endif
+/* Register tiles: DEC_GB lane vectors by DEC_MB of a token's rows (the dots) or by DEC_JB
+ * columns (the values), few enough accumulators for 16 vector registers. */
+#ifndef DEC_GB
+#define DEC_GB 2
+#endif
+#ifndef DEC_MB
+#define DEC_MB 4
+#endif
+#ifndef DEC_JB
+#define DEC_JB 6
+#endif
+/* 1 (a tile of one step token's P rows, DEC_ROWS = DEC_P): the dots are those of the token's H
+ * raw query rows, mixed by alpha_Q afterwards, P times fewer than those of its pseudo-queries. */
+#ifndef DEC_RAW_Q
+#define DEC_RAW_Q 0
+#endif
+/* 1: the cache is a ring of `slots` tokens, token n at slot n mod slots (src/layer/kv_cache.h). */
+#ifndef KV_RING
+#define KV_RING 0
+#endif
+#ifndef KV_HALF
+#define KV_HALF 0
+#endif
+#ifndef KV_BF16
+#define KV_BF16 0
+#endif
+
+/* Lanes per vector: AVX2's 8 floats. */
+#define LANES 8
+#define floatL float8
+#define intL int8
+#define vloadL vload8
+#define vstoreL vstore8
+#define TILE (DEC_ROWS * DEC_HEADS)
+#define QG ((TILE + LANES - 1) / LANES)
+#define TOKEN_ELEMS (DEC_H * HEAD_DIM)
+/* The dot rows: the step token's H raw query rows (DEC_RAW_Q) or the lanes' query rows. */
+#if DEC_RAW_Q
+#define QN ((DEC_H + LANES - 1) / LANES)
+#else
+#define QN QG
+#endif
+/* Rows of a token per register tile of the dots: as many accumulators when there are fewer lane
+ * vectors than DEC_GB. */
+#define DOT_MB (DEC_GB * DEC_MB / (QN < DEC_GB ? QN : DEC_GB))
+
+/* Each block's K and V are widened into private floats first, read in order with vector loads:
+ * the dots read a token's rows with a stride, which would meet each line of a cold cache
+ * separately, and the inner loops then read floats whatever the storage. */
+#if KV_HALF
+#define kv_t half
+#define LOAD_KV(i, p) vload_half8((i), (p))
+#define LOAD_ONE(i, p) vload_half((i), (p))
+#elif KV_BF16
+#include "bf16.clh"
+#define kv_t ushort
+#define LOAD_KV(i, p) bf16_vload8((i), (p))
+#define LOAD_ONE(i, p) bf16_load((i), (p))
+#else
+#define kv_t float
+#define LOAD_KV(i, p) vload8((i), (p))
+#define LOAD_ONE(i, p) ((p)[(i)])
+#endif
+
+#include "decode_combine.clh"
+
+/* The helpers take tile widths and flags that are constants at each call: inlined, their guards
+ * fold away and the tiles stay in registers. */
+#define TILE_FN static inline __attribute__((always_inline))
+
+/* dm[g][m] = dot of the dot rows (qs: [HEAD_DIM][QN] lane vectors) with row m of token k, for
+ * lane vectors g0 .. g0+gw-1 and rows m0 .. m0+mw-1 (gw, mw constants at each call). */
+TILE_FN void dots_tile(const float *k, const float *qs, int g0, int gw, int m0, int mw, floatL dm[QN][DEC_H])
+{
+    floatL a[DEC_GB][DOT_MB];
+#pragma unroll
+    for (int gg = 0; gg < DEC_GB; ++gg)
+#pragma unroll
+        for (int mm = 0; mm < DOT_MB; ++mm) a[gg][mm] = (floatL)(0.0f);
+#pragma unroll 4
+    for (int j = 0; j < HEAD_DIM; ++j) {
+        floatL qv[DEC_GB];
+#pragma unroll
+        for (int gg = 0; gg < DEC_GB; ++gg)
+            if (gg < gw) qv[gg] = vloadL(j * QN + g0 + gg, qs);
+#pragma unroll
+        for (int mm = 0; mm < DOT_MB; ++mm) {
+            if (mm >= mw) continue;
+            const floatL kv = (floatL)(k[(m0 + mm) * HEAD_DIM + j]);
+#pragma unroll
+            for (int gg = 0; gg < DEC_GB; ++gg)
+                if (gg < gw) a[gg][mm] = fma(qv[gg], kv, a[gg][mm]);
+        }
+    }
+#pragma unroll
+    for (int gg = 0; gg < DEC_GB; ++gg)
+#pragma unroll
+        for (int mm = 0; mm < DOT_MB; ++mm)
+            if (gg < gw && mm < mw) dm[g0 + gg][m0 + mm] = a[gg][mm];
+}
+
+TILE_FN void dots_rows(const float *k, const float *qs, int g0, int gw, floatL dm[QN][DEC_H])
+{
+    int m0 = 0;
+    for (; m0 + DOT_MB <= DEC_H; m0 += DOT_MB) dots_tile(k, qs, g0, gw, m0, DOT_MB, dm);
+    if (DEC_H % DOT_MB) dots_tile(k, qs, g0, gw, m0, DEC_H % DOT_MB, dm);
+}
+
+#if DEC_RAW_Q
+/* gm[g][m] = dot of the lanes' query rows with row m of the token, from the raw rows' dots
+ * (dm, lanes over the raw rows m'): sum over m' of alpha_Q[m'][h][i] * dm[m'][m]. */
+TILE_FN void query_dots(floatL dm[QN][DEC_H], const floatL *aq, floatL gm[QG][DEC_H])
+{
+    float d_s[DEC_H * QN * LANES];
+#pragma unroll
+    for (int g = 0; g < QN; ++g)
+#pragma unroll
+        for (int m = 0; m < DEC_H; ++m) vstoreL(dm[g][m], m * QN + g, d_s);
+#pragma unroll 2
+    for (int m = 0; m < DEC_H; ++m) {
+        floatL a[QG];
+#pragma unroll
+        for (int g = 0; g < QG; ++g) a[g] = (floatL)(0.0f);
+#pragma unroll
+        for (int r = 0; r < DEC_H; ++r) {
+            const floatL x = (floatL)(d_s[m * QN * LANES + r]);
+#pragma unroll
+            for (int g = 0; g < QG; ++g) a[g] = fma(aq[g * DEC_H + r], x, a[g]);
+        }
+#pragma unroll
+        for (int g = 0; g < QG; ++g) gm[g][m] = a[g];
+    }
+}
+#endif
+
+/* The scores of the lanes' rows against the P pseudo-keys of token k, in base 2 and unmasked:
+ * sc[p][g] = scale * log2(e) * sum over m of alpha_K[m][h][p] * dot(q, K[m]). */
+TILE_FN void token_scores(const float *k, const float *qs, const floatL *aq, const floatL *ak, float scale_log2,
+                          floatL sc[DEC_P][QG])
+{
+    floatL dm[QN][DEC_H];
+    int g0 = 0;
+    for (; g0 + DEC_GB <= QN; g0 += DEC_GB) dots_rows(k, qs, g0, DEC_GB, dm);
+    if (QN % DEC_GB) dots_rows(k, qs, g0, QN % DEC_GB, dm);
+#if DEC_RAW_Q
+    floatL gm[QG][DEC_H];
+    query_dots(dm, aq, gm);
+#else
+#define gm dm
+#endif
+    for (int g = 0; g < QG; ++g)
+#pragma unroll
+        for (int p = 0; p < DEC_P; ++p) {
+            floatL s = (floatL)(0.0f);
+#pragma unroll
+            for (int m = 0; m < DEC_H; ++m) s = fma(ak[(g * DEC_H + m) * DEC_P + p], gm[g][m], s);
+            sc[p][g] = s * scale_log2;
+        }
+#undef gm
+}
+
+/* A -inf score from finite operands is float32 overflow, not a masked key, and becomes NaN (see
+ * SCORE_SHRINK in masks.clh): the lanes whose score from operands scaled by SCORE_SHRINK is
+ * finite. */
+static inline intL overflowed(const float *k, const float *qs, const floatL *aq, const floatL *ak, int g, int p)
+{
+    floatL t = (floatL)(0.0f);
+    for (int m = 0; m < DEC_H; ++m) {
+        floatL dot = (floatL)(0.0f);
+#if DEC_RAW_Q
+        for (int r = 0; r < DEC_H; ++r) {
+            float x = 0.0f;
+            for (int j = 0; j < HEAD_DIM; ++j)
+                x = fma(qs[j * QN * LANES + r] * SCORE_SHRINK, k[m * HEAD_DIM + j] * SCORE_SHRINK, x);
+            dot = fma(aq[g * DEC_H + r], (floatL)(x), dot);
+        }
+#else
+        (void)aq;
+        for (int j = 0; j < HEAD_DIM; ++j)
+            dot = fma(vloadL(j * QN + g, qs) * SCORE_SHRINK, (floatL)(k[m * HEAD_DIM + j] * SCORE_SHRINK), dot);
+#endif
+        t = fma(ak[(g * DEC_H + m) * DEC_P + p], dot, t);
+    }
+    return isfinite(t);
+}
+
+/* acc[j][g] += sum over the block's tokens t and rows m of w[t][m][g] * V[t][m][j], for columns
+ * j0 .. j0+jw-1 and lane vectors g0 .. g0+gw-1 (jw, gw, masked constants at each call). masked:
+ * a lane of seen[t][g] 0 (a row that sees none of token t's keys) adds nothing, not 0 times
+ * the token's values. */
+TILE_FN void values_tile(const float *v, int cnt, const floatL *w, const intL *seen, float *accs, int j0, int jw,
+                         int g0, int gw, int masked)
+{
+    floatL a[DEC_GB][DEC_JB];
+#pragma unroll
+    for (int gg = 0; gg < DEC_GB; ++gg)
+#pragma unroll
+        for (int jj = 0; jj < DEC_JB; ++jj)
+            if (gg < gw && jj < jw) a[gg][jj] = vloadL((j0 + jj) * QG + g0 + gg, accs);
+    for (int t = 0; t < cnt; ++t) {
+        const float *vt = v + t * TOKEN_ELEMS;
+        for (int m = 0; m < DEC_H; ++m) {
+            floatL wv[DEC_GB];
+#pragma unroll
+            for (int gg = 0; gg < DEC_GB; ++gg)
+                if (gg < gw) wv[gg] = w[(t * DEC_H + m) * QG + g0 + gg];
+#pragma unroll
+            for (int jj = 0; jj < DEC_JB; ++jj) {
+                if (jj >= jw) continue;
+                const floatL vv = (floatL)(vt[m * HEAD_DIM + j0 + jj]);
+#pragma unroll
+                for (int gg = 0; gg < DEC_GB; ++gg) {
+                    if (gg >= gw) continue;
+                    const floatL f = fma(wv[gg], vv, a[gg][jj]);
+                    a[gg][jj] = masked ? select(a[gg][jj], f, seen[t * QG + g0 + gg]) : f;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int gg = 0; gg < DEC_GB; ++gg)
+#pragma unroll
+        for (int jj = 0; jj < DEC_JB; ++jj)
+            if (gg < gw && jj < jw) vstoreL(a[gg][jj], (j0 + jj) * QG + g0 + gg, accs);
+}
+
+TILE_FN void values_cols(const float *v, int cnt, const floatL *w, const intL *seen, float *accs, int j0, int jw,
+                         int masked)
+{
+    int g0 = 0;
+    for (; g0 + DEC_GB <= QG; g0 += DEC_GB) values_tile(v, cnt, w, seen, accs, j0, jw, g0, DEC_GB, masked);
+    if (QG % DEC_GB) values_tile(v, cnt, w, seen, accs, j0, jw, g0, QG % DEC_GB, masked);
+}
+
+/* Whether the block's values are all finite: a zero weight then adds exactly nothing, and the
+ * rows need no mask. */
+TILE_FN int values_finite(const float *v, int cnt)
+{
+    intL bad = (intL)(0);
+    int tail = 0;
+    for (int t = 0; t < cnt; ++t) {
+        const float *vt = v + t * TOKEN_ELEMS;
+        for (int i = 0; i < TOKEN_ELEMS / LANES; ++i)
+            bad |= (as_int8(vloadL(i, vt)) & 0x7f800000) == (intL)(0x7f800000);
+        for (int i = TOKEN_ELEMS / LANES * LANES; i < TOKEN_ELEMS; ++i) tail |= !isfinite(vt[i]);
+    }
+    return !any(bad) && !tail;
+}
+
+TILE_FN void add_values(const float *v, int cnt, const floatL *w, const intL *seen, float *accs, int masked)
+{
+    int j0 = 0;
+    if (masked) {
+        for (; j0 + DEC_JB <= HEAD_DIM; j0 += DEC_JB) values_cols(v, cnt, w, seen, accs, j0, DEC_JB, 1);
+        if (HEAD_DIM % DEC_JB) values_cols(v, cnt, w, seen, accs, j0, HEAD_DIM % DEC_JB, 1);
+    } else {
+        for (; j0 + DEC_JB <= HEAD_DIM; j0 += DEC_JB) values_cols(v, cnt, w, seen, accs, j0, DEC_JB, 0);
+        if (HEAD_DIM % DEC_JB) values_cols(v, cnt, w, seen, accs, j0, HEAD_DIM % DEC_JB, 0);
+    }
+}
+
+/* Work-item (row tile, split, (b, head group)): rows r0 .. r0+DEC_ROWS-1 of heads h0 ..
+ * h0+DEC_HEADS-1 of sequence b against the tokens of split s; arguments as
+ * attention_decode_compact_f32's (cl/attention_decode_compact.cl), without rotary and identity
+ * mixing, which that kernel takes. */
+__kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong q_off, __global const kv_t *kc,
+                                                 __global const kv_t *vc, __global const float *alpha_k, ulong ak_off,
+                                                 __global const float *alpha_v, ulong av_off,
+                                                 __global const float *q_raw, ulong qr_off,
+                                                 __global const float *alpha_q, ulong aq_off, int k_step,
+                                                 __global float *part, __global const int *step, int rows, int slots,
+                                                 int splits, int split_tokens, int mask, int window,
+                                                 float scale_log2 IHA_PROBE_PARAMS)
+{
+    const int r0 = get_global_id(0) * DEC_ROWS;
+    const int s = get_global_id(1);
+    const int groups = (DEC_H + DEC_HEADS - 1) / DEC_HEADS;
+    const int b = get_global_id(2) / groups, h0 = get_global_id(2) % groups * DEC_HEADS;
+    if (r0 >= rows || s >= splits) return;
+    const int P = DEC_P;
+    const int n0 = step[2 * b], count = step[2 * b + 1], end = n0 + count;
+    const int T = end * P, active = count * P;
+    alpha_k += ak_off;
+    alpha_v += av_off;
+    alpha_q += aq_off;
+
+    /* Per lane: its query row (0 where inactive), its visible virtual keys [lo, hi] (empty where
+     * inactive) and its head's mixing weights; the tokens the tile reads, [first, last]. */
+    float qs[HEAD_DIM * QN * LANES];
+    int lo_s[QG * LANES], hi_s[QG * LANES], valid_s[QG * LANES];
+    float ak_s[QG * DEC_H * DEC_P * LANES], av_s[QG * DEC_H * DEC_P * LANES];
+#if DEC_RAW_Q
+    /* The step token's raw query rows across the lanes, and each lane's row of alpha_Q. */
+    float aq_s[QG * DEC_H * LANES];
+    const int jt = r0 / P;
+    for (int r = 0; r < QN * LANES; ++r)
+        for (int j = 0; j < HEAD_DIM; ++j)
+            qs[j * QN * LANES + r] =
+                r < DEC_H && jt < count ? q_raw[qr_off + (((size_t)b * k_step + jt) * DEC_H + r) * HEAD_DIM + j] : 0.0f;
+#endif
+    int first = end, last = -1;
+    for (int l = 0; l < QG * LANES; ++l) {
+        const int h = h0 + l / DEC_ROWS, r = r0 + l % DEC_ROWS, g = l / LANES, lane = l % LANES;
+        const int on = l < TILE && h < DEC_H && r < active;
+        valid_s[l] = on ? -1 : 0;
+        lo_s[l] = T;
+        hi_s[l] = -1;
+        if (on) {
+            const int2 v = visible_range(n0 * P + r, T, P, mask, window);
+            lo_s[l] = v.x;
+            hi_s[l] = v.y;
+            first = min(first, v.x / P);
+            last = max(last, v.y / P);
+        }
+#if !DEC_RAW_Q
+        for (int j = 0; j < HEAD_DIM; ++j)
+            qs[(j * QG + g) * LANES + lane] =
+                on ? q[q_off + ((size_t)(b * DEC_H + h) * rows + r) * HEAD_DIM + j] : 0.0f;
+#else
+        for (int m = 0; m < DEC_H; ++m)
+            aq_s[(g * DEC_H + m) * LANES + lane] =
+                l < TILE && h < DEC_H ? alpha_q[((size_t)m * DEC_H + h) * P + r % P] : 0.0f;
+#endif
+        for (int m = 0; m < DEC_H; ++m)
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                const int i = ((g * DEC_H + m) * P + p) * LANES + lane;
+                const int known = l < TILE && h < DEC_H;
+                ak_s[i] = known ? alpha_k[((size_t)m * DEC_H + h) * P + p] : 0.0f;
+                av_s[i] = known ? alpha_v[((size_t)m * DEC_H + h) * P + p] : 0.0f;
+            }
+    }
+    const int held = KV_RING ? max(0, end - slots) : 0;
+    first = max(first, held + s * split_tokens);
+    last = min(last, min(end - 1, held + (s + 1) * split_tokens - 1));
+
+    floatL ak[QG * DEC_H * DEC_P], av[QG * DEC_H * DEC_P];
+    for (int i = 0; i < QG * DEC_H * DEC_P; ++i) {
+        ak[i] = vloadL(i, ak_s);
+        av[i] = vloadL(i, av_s);
+    }
+#if DEC_RAW_Q
+    floatL aq[QG * DEC_H];
+    for (int i = 0; i < QG * DEC_H; ++i) aq[i] = vloadL(i, aq_s);
+    (void)q;
+    (void)q_off;
+#else
+    const floatL *aq = ak; /* unread */
+    (void)q_raw;
+    (void)qr_off;
+    (void)k_step;
+#endif
+    intL lo[QG], hi[QG], valid[QG];
+    floatL mx[QG], sum[QG];
+    for (int g = 0; g < QG; ++g) {
+        lo[g] = vload8(g, lo_s);
+        hi[g] = vload8(g, hi_s);
+        valid[g] = vload8(g, valid_s);
+        mx[g] = (floatL)(-INFINITY);
+        sum[g] = (floatL)(0.0f);
+    }
+    float accs[HEAD_DIM * QG * LANES];
+    for (int i = 0; i < HEAD_DIM * QG; ++i) vstoreL((floatL)(0.0f), i, accs);
+
+    const int blocks = last >= first ? (last - first + DEC_TB) / DEC_TB : 0;
+    int blk = 0;
+    for (; blk < blocks + IHA_PROBE_PAST; ++blk) {
+        IHA_PROBE_SKIP_PAST(blk >= blocks);
+        const int nb = first + blk * DEC_TB, cnt = min(DEC_TB, last + 1 - nb);
+        float kf[DEC_TB * TOKEN_ELEMS], vf[DEC_TB * TOKEN_ELEMS];
+        for (int t = 0; t < cnt; ++t) {
+            const int slot = KV_RING ? (nb + t) % slots : nb + t;
+            const size_t at = ((size_t)b * slots + slot) * TOKEN_ELEMS;
+            const __global kv_t *kt = kc + at, *vt = vc + at;
+            float *kd = kf + t * TOKEN_ELEMS, *vd = vf + t * TOKEN_ELEMS;
+            for (int i = 0; i < TOKEN_ELEMS / LANES; ++i) {
+                vstoreL(LOAD_KV(i, kt), i, kd);
+                vstoreL(LOAD_KV(i, vt), i, vd);
+            }
+            for (int i = TOKEN_ELEMS / LANES * LANES; i < TOKEN_ELEMS; ++i) {
+                kd[i] = LOAD_ONE(i, kt);
+                vd[i] = LOAD_ONE(i, vt);
+            }
+        }
+        /* The block's masked scores; a visible -inf among them (rare) sends the block through
+         * overflowed. */
+        floatL sc[DEC_TB][DEC_P][QG];
+        intL suspects = (intL)(0);
+        for (int t = 0; t < cnt; ++t) {
+            token_scores(kf + t * TOKEN_ELEMS, qs, aq, ak, scale_log2, sc[t]);
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                const intL u = (intL)((nb + t) * P + p);
+#pragma unroll
+                for (int g = 0; g < QG; ++g) {
+                    const intL vis = (u >= lo[g]) & (u <= hi[g]);
+                    suspects |= vis & (sc[t][p][g] == (floatL)(-INFINITY));
+                    sc[t][p][g] = select((floatL)(-INFINITY), sc[t][p][g], vis);
+                }
+            }
+        }
+        if (any(suspects))
+            for (int t = 0; t < cnt; ++t) {
+                floatL raw[DEC_P][QG];
+                token_scores(kf + t * TOKEN_ELEMS, qs, aq, ak, scale_log2, raw);
+                for (int p = 0; p < P; ++p) {
+                    const intL u = (intL)((nb + t) * P + p);
+                    for (int g = 0; g < QG; ++g) {
+                        const intL vis = (u >= lo[g]) & (u <= hi[g]);
+                        const intL suspect = vis & (raw[p][g] == (floatL)(-INFINITY));
+                        if (any(suspect))
+                            sc[t][p][g] = select(sc[t][p][g], (floatL)(NAN),
+                                                 suspect & overflowed(kf + t * TOKEN_ELEMS, qs, aq, ak, g, p));
+                    }
+                }
+            }
+        floatL top[QG];
+#pragma unroll
+        for (int g = 0; g < QG; ++g) {
+            top[g] = (floatL)(-INFINITY);
+            for (int t = 0; t < cnt; ++t)
+#pragma unroll
+                for (int p = 0; p < P; ++p) top[g] = fmax(top[g], sc[t][p][g]);
+        }
+        /* A new maximum rescales what a lane holds; -inf scores (masked ones too) add nothing. */
+        for (int g = 0; g < QG; ++g) {
+            const intL up = top[g] > mx[g];
+            if (!any(up)) continue;
+            const floatL f = select((floatL)(1.0f), exp2(mx[g] - top[g]), up);
+            sum[g] *= f;
+            for (int j = 0; j < HEAD_DIM; ++j) vstoreL(vloadL(j * QG + g, accs) * f, j * QG + g, accs);
+            mx[g] = select(mx[g], top[g], up);
+        }
+        /* The probabilities, folded with alpha_V into one weight per (token, row m, lane). */
+        floatL w[DEC_TB * DEC_H * QG];
+        intL seen[DEC_TB * QG];
+        intL unseen = (intL)(0);
+        for (int t = 0; t < cnt; ++t)
+#pragma unroll
+            for (int g = 0; g < QG; ++g) {
+                floatL pr[DEC_P];
+                intL any_seen = (intL)(0);
+#pragma unroll
+                for (int p = 0; p < P; ++p) {
+                    const floatL x = sc[t][p][g];
+                    pr[p] = select(exp2(x - mx[g]), (floatL)(0.0f), x == (floatL)(-INFINITY));
+                    sum[g] += pr[p];
+                    any_seen |= pr[p] != (floatL)(0.0f);
+                }
+                seen[t * QG + g] = any_seen;
+                unseen |= valid[g] & ~any_seen;
+#pragma unroll
+                for (int m = 0; m < DEC_H; ++m) {
+                    floatL x = (floatL)(0.0f);
+#pragma unroll
+                    for (int p = 0; p < P; ++p) x = fma(pr[p], av[(g * DEC_H + m) * DEC_P + p], x);
+                    w[(t * DEC_H + m) * QG + g] = x;
+                }
+            }
+        add_values(vf, cnt, w, seen, accs, any(unseen) && !values_finite(vf, cnt));
+    }
+    IHA_PROBE_EXPECT(blk >= blocks + IHA_PROBE_PAST);
+
+    /* Inactive rows (past the step's rows of a shorter sequence) hold nothing, whatever the
+     * values their zero weights met. */
+    float mx_s[QG * LANES], sum_s[QG * LANES];
+    for (int g = 0; g < QG; ++g) {
+        vstoreL(mx[g], g, mx_s);
+        vstoreL(sum[g], g, sum_s);
+    }
+    for (int l = 0; l < TILE; ++l) {
+        const int h = h0 + l / DEC_ROWS, r = r0 + l % DEC_ROWS, g = l / LANES, lane = l % LANES;
+        if (h >= DEC_H || r >= rows) continue;
+        __global float *out = part + (((size_t)(b * DEC_H + h) * rows + r) * splits + s) * PART_STRIDE;
+        const int on = valid_s[l] != 0;
+        for (int c = 0; c < HEAD_DIM; ++c) out[c] = on ? accs[(c * QG + g) * LANES + lane] : 0.0f;
+        out[HEAD_DIM] = mx_s[l];
+        out[HEAD_DIM + 1] = sum_s[l];
+    }
+    IHA_PROBE_CHECK();
+}
