@@ -21,6 +21,48 @@ BACKWARD_OF_PEAK = 0.3
 DECODE_OF_COPY = 0.5
 CORE16_OVER_F32 = 2.0
 
+# The performance model of doc/performance.md ("A model of the GPU kernels"): an SM issues four
+# warps' FMAs and one 128-byte local-memory access (32 words) per clock, so an inner loop whose
+# every local word read feeds fewer than 4 FMAs is bound by local memory at that share of peak.
+FMA_PER_WORD_AT_PEAK = 4.0
+
+
+def bound(parts):
+    """The fraction of peak FMA that local reads allow: parts are (share of the FMAs, FMAs per
+    4-byte word read from local memory)."""
+    return 1.0 / sum(share / min(1.0, per_word / FMA_PER_WORD_AT_PEAK) for share, per_word in parts)
+
+
+def param(config, name):
+    for token in (config or "").split():
+        key, _, value = token.partition("=")
+        if key == name and value.lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def model_forward(config, d):
+    """The model's fraction of peak for the forward configuration that ran (None: not modelled)."""
+    variant = param(config, "variant")
+    if variant == 1:  # a row per work-item: every FMA reads its key or value word from local memory
+        return bound([(1.0, 1.0)])
+    if variant == 2:  # 4 x 4 sub-tiles: scores 16 FMAs per 8 words, P.V 4 FMAs per value word
+        return bound([(0.5, 2.0), (0.5, 4.0)])
+    if variant == 0:
+        rows = param(config, "ATT_ROWS") or 1
+        if 2 * rows * d > 255:  # the rows' queries and accumulators exceed 255 registers and spill
+            return 32.0 / 2 / 128  # a spilled word read and written per FMA, through the L1's 32 words a clock
+        return bound([(1.0, float(rows))])
+    return None
+
+
+def model_backward(d):
+    """The built-in backward: the local tiles where they fit 48 KiB (d <= 64), else the row kernels.
+    The passes execute 7d FMAs per visible pair (scores and dP twice) where the count is 5d."""
+    if d <= 64:
+        return bound([(4 / 7, 2.0), (3 / 7, 4.0)]) * 5 / 7
+    return 32.0 / 2 / 128 * 5 / 7
+
 
 def load(path):
     with open(path) as f:
@@ -100,7 +142,9 @@ def main():
                 tflops = flops / seconds / 1e12
                 of_peak = flops / seconds / 1e9 / peak if peak else None
                 p32, p16 = peer_seconds(prob, "float32"), peer_seconds(prob, "bfloat16")
+                model = model_forward(a.get("config"), a["d"]) if kind == "forward" else model_backward(a["d"])
                 rows.append([f"{a['mask']} {kind}, {shape}", "TFLOP/s", fmt(tflops), fmt(of_peak, 2) + " of peak FMA",
+                             fmt(model, 2),
                              peer_cell(prob, "float32", flops_rate), peer_cell(prob, "bfloat16", flops_rate),
                              fmt(ratio(p32, seconds), 2), fmt(ratio(p16, seconds), 2)])
                 what = f"{kind} fp32 {a['mask']} d={a['d']} T={a['t']} >= fraction of peak FMA"
@@ -120,7 +164,7 @@ def main():
             rows.append([f"decoding step's attention, {storage} cache, B = {dec['batch']}, H = {dec['heads']}, "
                          f"d = {dec['d']}, {dec['cached_tokens']} cached tokens ({dec['cached_tokens'] * dec['p']} "
                          f"keys), {fmt(seconds * 1e6)} µs", "GB/s", fmt(dec["cache_bytes_per_second"] / 1e9),
-                         fmt(of_copy, 2) + " of copy", peer_cell(prob, "float32", bytes_rate),
+                         fmt(of_copy, 2) + " of copy", "1 (bytes)", peer_cell(prob, "float32", bytes_rate),
                          peer_cell(prob, "bfloat16", bytes_rate), fmt(ratio(p32, seconds), 2), fmt(ratio(p16, seconds), 2)])
             if dec["batch"] == 1:
                 target(f"decode B=1 {storage} cache d={dec['d']} L={dec['cached_tokens']} >= fraction of copy bandwidth",
@@ -134,7 +178,7 @@ def main():
         targets.append("target 16-bit matrix-engine path >= 2x the fp32 forward: not measured (no --core16 report: "
                        "iha bench has no 16-bit attention core to run)")
 
-    head = ["problem (iha: `iha bench --json`)", "unit", "iha", "iha of ceiling", "PyTorch SDPA fp32",
+    head = ["problem (iha: `iha bench --json`)", "unit", "iha", "iha of ceiling", "model (doc/performance.md)", "PyTorch SDPA fp32",
             "PyTorch SDPA bf16", "iha / PyTorch fp32 (speed)", "iha / PyTorch bf16 (speed)"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
