@@ -85,3 +85,35 @@ def test_step_past_the_cache_is_refused(context):
         cache.prefill(x.numpy()[:, :3])
     assert isinstance(raised.value, ValueError) and str(raised.value)
     assert cache.length(0) == 0
+
+
+@pytest.mark.parametrize("compact,rope_base", [(False, 10000.0), (True, None), (True, 10000.0)])
+def test_torch_module_decodes_as_its_forward(context, compact, rope_base):
+    """InterleavedHeadAttention.kv_cache: prefill and steps with tensors equal the module's
+    forward over the tokens so far, in the input's dtype, with no graph; the cache keeps the
+    weights it was made with."""
+    import torch
+    import iha.torch
+
+    B, N, D, H, d, P = 2, 8, 12, 3, 4, 2
+    x, weights = reference.random_layer(B, N, D, H, d, P, seed=31)
+    module = iha.torch.InterleavedHeadAttention(D, H, d, P, rope_base=rope_base, context=context)
+    with torch.no_grad():
+        for name, w in zip(iha._calls.WEIGHT_NAMES, weights):
+            getattr(module, name).copy_(w)
+    x = x.double().requires_grad_()
+    cache = module.kv_cache(B, N, compact=compact)
+    assert cache.compact == compact
+    with torch.no_grad():
+        full = module(x.float()).double()
+    z = cache.prefill(x[:, :3])
+    assert z.dtype == torch.float64 and not z.requires_grad
+    assert reference.relative_l2(z, full[:, :3]) <= 1e-5
+    with torch.no_grad():
+        module.wo.mul_(2.0)  # after the cache was made: not the cache's weights
+    for n in range(3, N):
+        assert reference.relative_l2(cache.step(x[:, n]), full[:, n]) <= 1e-5
+    assert cache.length(1) == N
+    cache.truncate(0, 4)
+    assert cache.length(0) == 4
+    cache.close()

@@ -1,5 +1,5 @@
-"""The PyTorch API: iha_layer and attention as differentiable functions, and
-InterleavedHeadAttention as an nn.Module. CPU tensors in and out; the library computes on the
+"""The PyTorch API: iha_layer and attention as differentiable functions,
+InterleavedHeadAttention as an nn.Module, and KVCache for decoding with a module's weights. CPU tensors in and out; the library computes on the
 context's OpenCL device (PoCL on a CPU reads the tensors' memory in place, see doc/python.md).
 
 Layouts are doc/spec.md's (see iha.layer). Inputs may be non-contiguous and of any floating
@@ -13,10 +13,10 @@ import math
 import numpy as np
 import torch
 
-from . import _calls
+from . import _calls, layer as _layer
 from .context import default_context
 
-__all__ = ["InterleavedHeadAttention", "attention", "attention_core", "iha_layer"]
+__all__ = ["InterleavedHeadAttention", "KVCache", "attention", "attention_core", "iha_layer"]
 
 
 def _host(tensor, dtype, name):
@@ -230,6 +230,68 @@ class InterleavedHeadAttention(torch.nn.Module):
                          mask=self.mask, window=self.window, rope_base=self.rope_base, scale=self.scale,
                          storage=self.storage, seq_lens=seq_lens, context=self.context)
 
+    @torch.no_grad()
+    def kv_cache(self, batch, max_tokens, storage=None, *, cache_tokens=0, window=None, compact=False):
+        """An empty KVCache for decoding `batch` sequences of up to max_tokens tokens each with
+        this module's weights as they are now: they are copied to the device when the cache is
+        made, so a later change (an optimizer step, load_state_dict) does not reach it; make a
+        new cache then. storage (None: the module's), cache_tokens, window (None: the module's)
+        and compact as iha.Layer.kv_cache: compact keeps the heads' own keys and values, 1/P of
+        the pseudo-token cache's bytes."""
+        weights = [_host(getattr(self, name), _calls.dtype_of(self.storage), name) for name in _calls.WEIGHT_NAMES]
+        owner = _layer.Layer(*weights, mask=self.mask, window=self.window, rope_base=self.rope_base, scale=self.scale,
+                             storage=self.storage, context=self.context)
+        return KVCache(owner.kv_cache(batch, max_tokens, storage, cache_tokens=cache_tokens, window=window,
+                                      compact=compact))
+
     def extra_repr(self):
         return (f"model_dim={self.model_dim}, heads={self.heads}, head_dim={self.head_dim}, pseudo={self.pseudo}, "
                 f"mask={self.mask!r}, window={self.window}, rope_base={self.rope_base}, storage={self.storage!r}")
+
+
+class KVCache:
+    """iha.KVCache with tensors: prefill and step take CPU tensors and return the new tokens'
+    outputs as tensors of the input's dtype, equal (within rounding) to the rows of the
+    module's forward over everything appended so far. Decoding is inference: no autograd graph
+    is recorded. Made by InterleavedHeadAttention.kv_cache; the cache underneath is `cache`."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def _input(self, x):
+        return _host(x, self.cache.layer.dtype, "x")
+
+    def prefill(self, x, counts=None, *, seq_lens=None):
+        """Appends x [B,k,D] (sequence b: its first counts[b] rows; counts None: all k), or a
+        packed prefill of seq_lens with x [sum(seq_lens),D], and returns the outputs in x's
+        layout (iha.KVCache.prefill)."""
+        z = self.cache.prefill(self._input(x), counts, seq_lens=seq_lens)
+        return _tensor(z, x)
+
+    def step(self, x):
+        """Appends one token per sequence, x [B,D], and returns its outputs [B,D]."""
+        return _tensor(self.cache.step(self._input(x)), x)
+
+    def length(self, b=0):
+        """The number of tokens sequence b holds."""
+        return self.cache.length(b)
+
+    @property
+    def nbytes(self):
+        """Device bytes of the cached keys and values."""
+        return self.cache.nbytes
+
+    @property
+    def compact(self):
+        return self.cache.compact
+
+    def reset(self):
+        """Forgets every sequence's tokens."""
+        self.cache.reset()
+
+    def truncate(self, b, tokens):
+        """Rewinds sequence b to its first `tokens` tokens (iha.KVCache.truncate)."""
+        self.cache.truncate(b, tokens)
+
+    def close(self):
+        self.cache.close()
