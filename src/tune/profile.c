@@ -1,20 +1,19 @@
-/* The tuning profile file: key, JSON reading and validation, merge and atomic write. See
- * profile.h for the format and the concurrency rules. */
-#define _DEFAULT_SOURCE /* flock */
+/* The tuning profile file: key, JSON reading and validation, merge and atomic write (the
+ * file-system checks and the lock: profile_file.c). See profile.h for the format and the
+ * concurrency rules. */
 #include "tune/profile.h"
+#include "tune/profile_file.h"
 #include "common/file.h"
 #include "runtime/error.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include "common/hash.h"
@@ -22,9 +21,7 @@
 #include "runtime/disk_cache.h"
 #include "runtime/kernel_sources.h"
 
-#define FORMAT_NAME "iha-tuning-profile"
 #define FORMAT_VERSION 1
-#define MAX_FILE_BYTES (16u << 20)
 
 /* ---- Key ---- */
 
@@ -398,34 +395,6 @@ static char *render(const iha_context *ctx, const iha_profile *p, cJSON *kept)
     return text;
 }
 
-/* Whether the file at path may be written over or removed: it is missing (ENOENT), empty, or
- * a regular file (not a link) holding a JSON object whose "format" is this library's; any
- * other file (a user's JSON, a device, a FIFO, a link) is not the library's to replace. Returns
- * 0 (*exists says whether there is a file), or an errno and why in *why. */
-static int check_target(const char *path, int *exists, char *why, size_t cap)
-{
-    char *text = NULL;
-    size_t length = 0;
-    const int code = iha__file_read(path, MAX_FILE_BYTES, IHA_FILE_NO_FOLLOW, &text, &length);
-    *exists = code != ENOENT;
-    if (code == ENOENT) return 0;
-    if (code != 0) {
-        snprintf(why, cap, "%s", code == IHA_FILE_NOT_REGULAR ? "it is not a regular file (a link, a device, a FIFO "
-                                                                "or a socket)"
-                                 : code == EFBIG ? "it is larger than 16 MiB"
-                                                 : iha__file_error(code));
-        return code == IHA_FILE_NOT_REGULAR || code == EFBIG ? EPERM : code;
-    }
-    cJSON *root = length > 0 ? cJSON_ParseWithLength(text, length) : NULL;
-    free(text);
-    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
-    const int ours = length == 0 || (cJSON_IsObject(root) && cJSON_IsString(format) &&
-                                     strcmp(format->valuestring, FORMAT_NAME) == 0);
-    cJSON_Delete(root);
-    if (!ours) snprintf(why, cap, "it is not an %s (remove it or choose another path)", FORMAT_NAME);
-    return ours ? 0 : EPERM;
-}
-
 /* The entries of the file on disk that a save keeps: all of a file of this format and key
  * except those that p's pending entries replace and those of a known kernel that are invalid
  * (no context could use them, and they would make the whole file ignored). A file that is
@@ -436,7 +405,7 @@ static cJSON *entries_to_keep(const iha_context *ctx, const iha_profile *p, char
     refusal[0] = '\0';
     char why[400] = "";
     int exists = 0;
-    if (check_target(p->path, &exists, why, sizeof why) != 0) {
+    if (iha__profile_check_target(p->path, &exists, why, sizeof why) != 0) {
         snprintf(refusal, cap, "not overwritten: %s", why);
         return NULL;
     }
@@ -477,54 +446,22 @@ static cJSON *entries_to_keep(const iha_context *ctx, const iha_profile *p, char
     return kept;
 }
 
-/* The directory part of path, malloc'ed ("." when there is none). */
-static char *parent_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    const size_t n = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path);
-    char *dir = malloc(n + 1);
-    if (dir == NULL) return NULL;
-    memcpy(dir, slash == NULL ? "." : slash == path ? "/" : path, n);
-    dir[n] = '\0';
-    return dir;
-}
-
-/* The tidy-up's filter of temporary files: only those of the profile itself (arg: its name). */
-static int profile_temp(const char *target, size_t length, const void *arg)
-{
-    return length == strlen(arg) && strncmp(target, arg, length) == 0;
-}
-
-/* Opens (creating) <path>.lock and, with lock, takes the exclusive lock on it. Returns 0 and the
- * descriptor in *fd, or an errno. A file system without flock leaves the descriptor unlocked:
- * writers there still never leave a partial file, only lose the merge's guarantee. */
-static int open_lock(const char *path, int lock, int *fd)
-{
-    char lock_path[sizeof ((iha_profile *)0)->path + 8];
-    snprintf(lock_path, sizeof lock_path, "%s.lock", path);
-    int f = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-    if (f < 0) return errno;
-    while (lock && flock(f, LOCK_EX) != 0 && errno == EINTR) continue;
-    *fd = f;
-    return 0;
-}
-
 iha_status iha__profile_check_writable(iha_context *ctx, const iha_profile *p)
 {
     IHA_RETURN_ERROR_IF(p->path[0] == '\0', ctx, IHA_ERROR_IO, "cannot store tuning results: %s",
                         p->message[0] ? p->message
                                       : "the cache directory is off and no profile path was given");
-    char *dir = parent_of(p->path);
+    char *dir = iha__profile_parent_dir(p->path);
     IHA_RETURN_ERROR_IF(dir == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     const int made = iha__mkdir_p(dir);
     free(dir);
     IHA_RETURN_ERROR_IF(made != 0, ctx, IHA_ERROR_IO, "cannot make the tuning profile's directory for %s: %s",
                         p->path, strerror(made));
     char why[400] = "";
-    int exists = 0, fd = -1, code = check_target(p->path, &exists, why, sizeof why);
+    int exists = 0, fd = -1, code = iha__profile_check_target(p->path, &exists, why, sizeof why);
     IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot use the tuning profile %s: not overwritten: %s",
                         p->path, why);
-    code = open_lock(p->path, 0, &fd);
+    code = iha__profile_open_lock(p->path, 0, &fd);
     IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot write beside the tuning profile %s: %s", p->path,
                         strerror(code));
     close(fd);
@@ -557,12 +494,12 @@ iha_status iha__profile_save(iha_context *ctx, iha_profile *p)
 {
     IHA_FORWARD_IF_ERROR(iha__profile_check_writable(ctx, p));
     int lock = -1;
-    const int code = open_lock(p->path, 1, &lock);
+    const int code = iha__profile_open_lock(p->path, 1, &lock);
     IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot lock the tuning profile %s: %s", p->path,
                         strerror(code));
-    char *dir = parent_of(p->path);
+    char *dir = iha__profile_parent_dir(p->path);
     const char *base = strrchr(p->path, '/') ? strrchr(p->path, '/') + 1 : p->path;
-    if (dir) iha__remove_left_over_temps(dir, profile_temp, base);
+    if (dir) iha__remove_left_over_temps(dir, iha__profile_temp_of, base);
     free(dir);
     const iha_status st = merge_and_write(ctx, p);
     close(lock); /* releases the lock */
@@ -580,15 +517,15 @@ iha_status iha__profile_clear(iha_context *ctx, iha_profile *p)
     /* Checked before the lock is made, so that a refused path gets no <path>.lock beside it,
      * and again under the lock, which decides. */
     char why[400] = "";
-    int exists = 0, code = check_target(p->path, &exists, why, sizeof why);
+    int exists = 0, code = iha__profile_check_target(p->path, &exists, why, sizeof why);
     IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot remove %s: %s", p->path, why);
     if (!exists) return IHA_OK;
     int lock = -1;
-    code = open_lock(p->path, 1, &lock);
+    code = iha__profile_open_lock(p->path, 1, &lock);
     if (code == ENOENT) return IHA_OK; /* no directory, so no profile */
     IHA_RETURN_ERROR_IF(code != 0, ctx, IHA_ERROR_IO, "cannot lock the tuning profile %s: %s", p->path,
                         strerror(code));
-    code = check_target(p->path, &exists, why, sizeof why);
+    code = iha__profile_check_target(p->path, &exists, why, sizeof why);
     if (code != 0) {
         close(lock);
         return iha__fail(ctx, IHA_ERROR_IO, "cannot remove %s: %s", p->path, why);
