@@ -30,16 +30,7 @@
 #ifndef DEC_VD
 #define DEC_VD 16
 #endif
-/* 1: the cache is a ring of `slots` tokens, token n at slot n mod slots (src/layer/kv_cache.h). */
-#ifndef KV_RING
-#define KV_RING 0
-#endif
-#ifndef KV_HALF
-#define KV_HALF 0
-#endif
-#ifndef KV_BF16
-#define KV_BF16 0
-#endif
+#include "kv_compact.clh"
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)

@@ -47,16 +47,7 @@
 #ifndef DEC_RAW_Q
 #define DEC_RAW_Q 0
 #endif
-/* 1: the cache is a ring of `slots` tokens, token n at slot n mod slots (src/layer/kv_cache.h). */
-#ifndef KV_RING
-#define KV_RING 0
-#endif
-#ifndef KV_HALF
-#define KV_HALF 0
-#endif
-#ifndef KV_BF16
-#define KV_BF16 0
-#endif
+#include "kv_compact.clh"
 
 /* Lanes per vector: AVX2's 8 floats. */
 #define LANES 8
