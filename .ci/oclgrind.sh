@@ -8,12 +8,14 @@
 #      tails, every mask, windows, P = 1 and P > 1, odd d, d = 1 and d > 128, in both launch
 #      geometries (GPU and CPU), each output checked against the float64 reference, and the
 #      copy and attention-loops measurement kernels;
-#   2. tests/test_decode, tests/test_decode_compact (the compact cache's kernels in their GPU
+#   2. tests/test_decode (without its 300-token caches: split_keys_small splits the keys as they
+#      do), tests/test_decode_compact (the compact cache's kernels in their GPU
 #      configuration, the quick cases also in the CPU's; without its 300-token cases), tests/test_mha, tests/test_errors, tests/test_buffer_sizes,
 #      tests/test_half (the half conversions and the half-weight GEMV), tests/test_bf16 and
 #      tests/test_bf16_convert (the same for bfloat16, and its decoding cache; without the
 #      226-row forward, which the simulator takes minutes over) and tests/test_nonfinite (NaN and infinities reach
-#      exactly the outputs float64 makes non-finite): the decoding kernels, and
+#      exactly the outputs float64 makes non-finite; IHA_TEST_GRID=pairs, a pairwise cover of
+#      each grid of plants, masks and windows: tests/test_grid.h): the decoding kernels, and
 #      numeric and refusal tests on a second, strict OpenCL implementation (anything passing
 #      on PoCL but not here is a portability bug). Memory checks only: race detection would
 #      multiply the stage's time; the simulator is a GPU, so the decoding runs the work-group
@@ -73,27 +75,27 @@ run() { lane_start "$1" check "$@"; }
 
 tests="$build/tests"
 # The longest runs start first, so that the lanes end together.
-run decode -- "$tests/test_decode"
-run nonfinite -- "$tests/test_nonfinite"
 run backward_races --data-races -- "$tests/test_backward"
 run layer_backward_races --data-races -- "$tests/test_layer_backward"
-run small_shapes_races --data-races -- "$tests/test_small_shapes"
-run attention_variants_races --data-races -- "$tests/test_attention_variants"
-IHA_TEST_SKIP='long_prompt_many_splits*' run decode_compact -- "$tests/test_decode_compact"
-IHA_TEST_ONLY=ragged_f32_causal_window run decode_groups_races --data-races -- "$tests/test_decode_groups"
-IHA_TEST_ONLY=uneven_key_groups run decode_groups_uneven_races --data-races -- "$tests/test_decode_groups"
-run mha -- "$tests/test_mha"
-run errors -- "$tests/test_errors"
-run buffer_sizes -- "$tests/test_buffer_sizes"
 run half -- "$tests/test_half"
-IHA_TEST_SKIP='many_rows_*' run bf16 -- "$tests/test_bf16"
-run bf16_convert -- "$tests/test_bf16_convert"
-run gemm_races --data-races -- "$tests/test_gemm"
-IHA_TEST_ONLY=small_packed_and_dead run backward_variants_races --data-races -- "$tests/test_backward_variants"
-run packed_races --data-races -- "$tests/test_packed"
 run partial_races --data-races -- "$tests/test_partial"
+run packed_races --data-races -- "$tests/test_packed"
+run mha -- "$tests/test_mha"
+IHA_TEST_GRID=pairs run nonfinite -- "$tests/test_nonfinite"
+IHA_TEST_SKIP='many_rows_*' run bf16 -- "$tests/test_bf16"
 run core_backward -- "$tests/test_core_backward"
 run accumulate -- "$tests/test_accumulate"
+run bf16_convert -- "$tests/test_bf16_convert"
+run small_shapes_races --data-races -- "$tests/test_small_shapes"
+IHA_TEST_SKIP='long_prompt_many_splits*' run decode_compact -- "$tests/test_decode_compact"
+run attention_variants_races --data-races -- "$tests/test_attention_variants"
+run gemm_races --data-races -- "$tests/test_gemm"
+IHA_TEST_SKIP='long_cache_*' run decode -- "$tests/test_decode"
+IHA_TEST_ONLY=uneven_key_groups run decode_groups_uneven_races --data-races -- "$tests/test_decode_groups"
+IHA_TEST_ONLY=ragged_f32_causal_window run decode_groups_races --data-races -- "$tests/test_decode_groups"
+IHA_TEST_ONLY=small_packed_and_dead run backward_variants_races --data-races -- "$tests/test_backward_variants"
+run errors -- "$tests/test_errors"
+run buffer_sizes -- "$tests/test_buffer_sizes"
 IHA_SMALL_SHAPES_FILTER='unfused*' run unfused_uninitialized --uninitialized -- "$tests/test_small_shapes"
 failed=0
 lanes_finish || failed=1

@@ -7,7 +7,8 @@
 # the commit, add_subdirectory of the tree); then the Debian packages: built with CPack, unpacked
 # with dpkg -x, their layout (multiarch, no stray files), Recommends and Maintainer, the manual
 # pages (man iha-forward), an example built and run against them, and lintian on them when
-# Debian has it (a warning fails the stage unless doc/installation.md explains it). When the
+# Debian has it (a warning fails the stage unless doc/installation.md explains it); then the Python
+# wheel as `pip install ./python` builds it, its package test run on it. When the
 # build has libiha_mpi (MPI found, IHA_MPI not OFF), the same for it: its SONAME and exports,
 # tests/package/mpi_consumer.c through find_package(iha COMPONENTS mpi), pkg-config iha_mpi,
 # add_subdirectory and its Debian packages, run on 2 ranks under mpirun (alone when there is no
@@ -257,4 +258,15 @@ if command -v lintian > /dev/null; then
 else
   step "lintian: not installed (tools/scripts/bootstrap.sh ci-deps installs it), skipped"
 fi
+step "the Python wheel built from source (pip wheel ./python), installed, its own library checked"
+# The test stage's Python suite ran on a package holding build/'s library; this is the wheel a
+# user's `pip install ./python` builds, with the library compiled by its own CMake project.
+venv=${IHA_PYTHON_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/iha-python-venv}
+python/run_tests.sh --prepare > "$work/python-prepare.log" 2>&1 || { cat "$work/python-prepare.log"; fail "no Python environment"; }
+"$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -C "build-dir=$work/wheel-build" \
+  -C cmake.define.IHA_PREBUILT_LIBRARY= -w "$work/wheel" ./python
+wheel=("$work"/wheel/iha-*.whl)
+shows "iha/libiha.so.0" "$venv/bin/python" -m zipfile -l "${wheel[0]}" || fail "the wheel does not hold iha/libiha.so.0"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "${wheel[0]}"
+(cd python && "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_package.py)
 step "ok"

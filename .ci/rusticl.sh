@@ -12,7 +12,7 @@
 #   - test_attention_variants: every attention variant forced (register tiles, local memory,
 #     local tiles);
 #   - test_mha: multi-head attention (P = 1, the identity shortcut);
-#   - test_backward without both_kernel_families: the row kernels, which the library uses there;
+#   - test_backward without its tiles_ cases: the row kernels, which the library uses there;
 #   - test_partial's invisible block (the partial attention kernels and their merge).
 # (The packed sequences' bounds in the attention kernels are checked on a second implementation
 # by the oclgrind stage, test_packed under --data-races.)
@@ -71,7 +71,7 @@ if [ "${IHA_RUSTICL_ALL:-0}" = 1 ]; then
   run test_partial
   run test_bf16 IHA_TEST_ONLY='decode_steps'
 else
-  run test_backward IHA_TEST_SKIP='both_kernel_families'
+  run test_backward IHA_TEST_SKIP='tiles_*'
   run test_loop_limit
   run test_attention_variants
   run test_mha

@@ -2,7 +2,8 @@
 # Runs the Python suite: makes one virtual environment for every clone and build folder
 # (IHA_PYTHON_VENV, else ~/.cache/iha-python-venv: beside the library's program cache
 # ~/.cache/iha, not in it), installs PyTorch, NumPy and pytest into it when they are missing,
-# installs ./python (which builds libiha.so.0 into the package), and runs pytest on python/tests.
+# installs ./python (which builds libiha.so.0 into the package, or holds IHA_PREBUILT_LIBRARY),
+# and runs pytest on python/tests.
 # Extra arguments go to pytest; --prepare alone makes the environment and stops (bootstrap.sh
 # test runs that while ctest runs, so that PyTorch downloads in the meantime, then this after
 # ctest).
@@ -20,6 +21,9 @@ if ! "$venv/bin/python" -c "import torch, numpy, pytest" 2> /dev/null; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile torch numpy pytest
 fi
 [ "${1:-}" != --prepare ] || exit 0
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "$root/python"
+# IHA_PREBUILT_LIBRARY (python/CMakeLists.txt): the package holds that library instead of one
+# of its own build. Passed empty too, so that python/build/'s cache does not keep an earlier one.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check \
+  -C "cmake.define.IHA_PREBUILT_LIBRARY=${IHA_PREBUILT_LIBRARY:-}" "$root/python"
 cd "$root/python"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

@@ -7,7 +7,8 @@
  * Covers the layer forward (float and half storage), the layer backward, iha_attention and
  * iha_attention_backward (both backward kernels), the GPU attention variants forced through
  * the profile as test_attention_variants.c does, and decoding through the KV cache (float and
- * half caches).
+ * half caches). With IHA_TEST_GRID=pairs each grid runs a pairwise cover of its cases
+ * (test_grid.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +24,7 @@
 
 #include "attention_configs.h"
 #include "reference.h"
+#include "test_grid.h"
 #include "test_layer.h"
 #include "test_util.h"
 
@@ -165,34 +167,43 @@ static void layer_backward_case(const tu_layer *l, const float *dz, const iha_at
     tu_device_layer_release(&d);
 }
 
-/* Every input of the layer, every value, mask and window: z, and with `backward` every
- * gradient. */
+/* The factors of a grid of plants: the input, its value, the mask, the window, and for
+ * decoding the cache's layout. */
+enum { G_INPUT, G_VALUE, G_MASK, G_WINDOW, G_LAYOUT };
+
+/* dz is planted only where the backward runs (data: the flag). */
+static int layer_case_valid(const tu_grid_case *c, const void *data)
+{
+    return c->level[G_INPUT] != IN_DZ || *(const int *)data;
+}
+
+/* Every input of the layer, every value, mask and window (test_grid.h): z, and with
+ * `backward` every gradient. */
 static void layer_grid(int storage, int backward)
 {
     TU_REQUIRE_DEVICE(tu_ctx);
     const size_t nx = tu_count_x(&kLayer);
+    const int levels[4] = {INPUTS, VALUE_COUNT, MASK_COUNT, WINDOW_COUNT};
     size_t cases = 0;
-    for (int which = 0; which < INPUTS; which++) {
-        if (which == IN_DZ && !backward) continue;
-        for (int v = 0; v < VALUE_COUNT; v++)
-            for (int m = 0; m < MASK_COUNT; m++)
-                for (int w = 0; w < WINDOW_COUNT; w++) {
-                    tu_layer l;
-                    tu_layer_init(&l, &kLayer, 1900);
-                    tu_rng rng = tu_rng_seeded(1901);
-                    float *dz = tu_random_array(&rng, nx, 1.0f);
-                    input_of(&l, dz, which)[plant_index(&kLayer, which, 5)] = kValues[v];
-                    iha_attention_options o = tu_options(kMasks[m], kWindows[w], 0);
-                    o.storage = o.weight_storage = storage;
-                    char name[160];
-                    case_name(name, sizeof name, backward ? "backward" : "forward", which, v, m, kWindows[w]);
-                    if (which != IN_DZ) layer_forward_case(&l, &o, name);
-                    if (backward) layer_backward_case(&l, dz, &o, name);
-                    free(dz);
-                    tu_layer_free(&l);
-                    ++cases;
-                }
+    tu_grid_case *grid = tu_grid_cases(levels, 4, layer_case_valid, &backward, &cases);
+    for (size_t i = 0; i < cases; i++) {
+        const int which = grid[i].level[G_INPUT], v = grid[i].level[G_VALUE], m = grid[i].level[G_MASK],
+                  w = grid[i].level[G_WINDOW];
+        tu_layer l;
+        tu_layer_init(&l, &kLayer, 1900);
+        tu_rng rng = tu_rng_seeded(1901);
+        float *dz = tu_random_array(&rng, nx, 1.0f);
+        input_of(&l, dz, which)[plant_index(&kLayer, which, 5)] = kValues[v];
+        iha_attention_options o = tu_options(kMasks[m], kWindows[w], 0);
+        o.storage = o.weight_storage = storage;
+        char name[160];
+        case_name(name, sizeof name, backward ? "backward" : "forward", which, v, m, kWindows[w]);
+        if (which != IN_DZ) layer_forward_case(&l, &o, name);
+        if (backward) layer_backward_case(&l, dz, &o, name);
+        free(dz);
+        tu_layer_free(&l);
     }
+    free(grid);
     print_message("%zu cases\n", cases);
 }
 
@@ -264,37 +275,46 @@ static void decode_sequence(const tu_layer *l, const iha_attention_options *o, i
     iha_kv_cache_free(cache);
 }
 
+/* x in a prefill token (its keys and values sit in the cache for every later step) and in a
+ * decoded token, and the weights whose element reaches every token's keys or values. */
+static const struct {
+    int which;
+    size_t token;
+} kDecodePlants[] = {{IN_X, 5}, {IN_X, 9}, {IN_WK, 0}, {IN_AV, 0}, {IN_R, 0}};
+#define DECODE_PLANTS (sizeof kDecodePlants / sizeof kDecodePlants[0])
+
+/* Layouts: float and half pseudo-token caches, and the compact cache in float; the half cache
+ * only with x planted. */
+static int decode_case_valid(const tu_grid_case *c, const void *data)
+{
+    (void)data;
+    return c->level[G_LAYOUT] != 1 || kDecodePlants[c->level[G_INPUT]].which == IN_X;
+}
+
 static void decode_grid(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    /* x in a prefill token (its keys and values sit in the cache for every later step) and in a
-     * decoded token, and the weights whose element reaches every token's keys or values. */
-    static const struct {
-        int which;
-        size_t token;
-    } plants[] = {{IN_X, 5}, {IN_X, 9}, {IN_WK, 0}, {IN_AV, 0}, {IN_R, 0}};
+    const int levels[5] = {(int)DECODE_PLANTS, VALUE_COUNT, MASK_COUNT, WINDOW_COUNT, 3};
     size_t cases = 0;
-    for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
-        for (int v = 0; v < VALUE_COUNT; v++)
-            for (int m = 0; m < MASK_COUNT; m++)
-                for (int w = 0; w < WINDOW_COUNT; w++)
-                    for (int layout = 0; layout < 3; layout++) {
-                        /* float and half pseudo-token caches, and the compact cache in float */
-                        const int storage = layout == 1 ? IHA_STORAGE_F16 : IHA_STORAGE_F32, compact = layout == 2;
-                        if (storage == IHA_STORAGE_F16 && plants[i].which != IN_X) continue;
-                        tu_layer l;
-                        tu_layer_init(&l, &kLayer, 1910);
-                        input_of(&l, NULL, plants[i].which)[plant_index(&kLayer, plants[i].which, plants[i].token)] =
-                            kValues[v];
-                        const iha_attention_options o = tu_options(kMasks[m], kWindows[w], 0);
-                        char name[160];
-                        case_name(name, sizeof name, "decode", plants[i].which, v, m, kWindows[w]);
-                        snprintf(name + strlen(name), sizeof name - strlen(name), " (token %zu)", plants[i].token);
-                        decode_sequence(&l, &o, storage, compact, name);
-                        tu_layer_free(&l);
-                        ++cases;
-                    }
+    tu_grid_case *grid = tu_grid_cases(levels, 5, decode_case_valid, NULL, &cases);
+    for (size_t i = 0; i < cases; i++) {
+        const int plant = grid[i].level[G_INPUT], v = grid[i].level[G_VALUE], m = grid[i].level[G_MASK],
+                  w = grid[i].level[G_WINDOW], layout = grid[i].level[G_LAYOUT];
+        const int which = kDecodePlants[plant].which;
+        const size_t token = kDecodePlants[plant].token;
+        const int storage = layout == 1 ? IHA_STORAGE_F16 : IHA_STORAGE_F32, compact = layout == 2;
+        tu_layer l;
+        tu_layer_init(&l, &kLayer, 1910);
+        input_of(&l, NULL, which)[plant_index(&kLayer, which, token)] = kValues[v];
+        const iha_attention_options o = tu_options(kMasks[m], kWindows[w], 0);
+        char name[160];
+        case_name(name, sizeof name, "decode", which, v, m, kWindows[w]);
+        snprintf(name + strlen(name), sizeof name - strlen(name), " (token %zu)", token);
+        decode_sequence(&l, &o, storage, compact, name);
+        tu_layer_free(&l);
+    }
+    free(grid);
     print_message("%zu sequences\n", cases);
 }
 
@@ -380,10 +400,13 @@ static void attention_case(iha_context *ctx, size_t d, int which, int v, int m, 
 
 static void attention_grid(iha_context *ctx, size_t d, int backward, const char *variant)
 {
-    for (int which = 0; which < (backward ? A_INPUTS : A_DOUT); which++)
-        for (int v = 0; v < VALUE_COUNT; v++)
-            for (int m = 0; m < MASK_COUNT; m++)
-                for (int w = 0; w < WINDOW_COUNT; w++) attention_case(ctx, d, which, v, m, kWindows[w], backward, variant);
+    const int levels[4] = {backward ? A_INPUTS : A_DOUT, VALUE_COUNT, MASK_COUNT, WINDOW_COUNT};
+    size_t cases = 0;
+    tu_grid_case *grid = tu_grid_cases(levels, 4, NULL, NULL, &cases);
+    for (size_t i = 0; i < cases; i++)
+        attention_case(ctx, d, grid[i].level[G_INPUT], grid[i].level[G_VALUE], grid[i].level[G_MASK],
+                       kWindows[grid[i].level[G_WINDOW]], backward, variant);
+    free(grid);
 }
 
 /* The device's own choice, forward and backward: d = 16 takes the backward's tile kernel on
