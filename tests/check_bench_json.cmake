@@ -150,6 +150,7 @@ expect_equal(ran decode state)
 expect_equal(40 decode cached_tokens)
 expect_equal(64 decode model_dim)
 expect_equal(8 decode window)
+expect_equal(0 decode rope_base)
 expect_equal(OFF decode half)
 foreach(key step_seconds tokens_per_second attention_seconds cache_bytes_read cache_bytes_per_second
             cache_bytes_per_token)
@@ -162,6 +163,20 @@ expect_type(NULL decode fraction_of_copy_bandwidth)
 expect_type(STRING decode config)
 expect_type(STRING decode config_source)
 expect_type(NULL decode ring) # only with --ring
+
+# Rotary embedding in the decoding step, on both cache layouts.
+execute_process(
+  COMMAND "${IHA}" bench --decode --compact --rope-base 500 --cache-tokens 24 --d 16 --heads 2 --p 2 --model-dim 64
+          --reps 1 --no-ceilings --json
+  RESULT_VARIABLE status OUTPUT_VARIABLE report ERROR_VARIABLE errors)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "iha bench --decode --compact --rope-base exited with ${status}:\n${errors}")
+endif()
+expect_equal(ran decode state)
+expect_equal(500 decode rope_base)
+expect_positive(decode step_seconds)
+expect_equal(ran decode compact state)
+expect_positive(decode compact step_seconds)
 
 # A ring KV cache of 8 tokens beside a full cache at 8, 32 and 128 cached tokens: the ring's
 # bytes stay those of L*P + P - 1 rows (15, rounded up to the key block), the full one's grow.

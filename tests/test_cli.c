@@ -485,6 +485,8 @@ static void usage_and_range_errors_exit_2(void **state)
         {"generate-check", "--rope-base", "10000", "--d", "7", NULL},
         {"bench", "--d", "300", "--no-ceilings", "--no-layer", "--no-baseline", "--no-cold-start", NULL},
         {"bench", "--decode", "--cache-tokens", "4194304", "--p", "256", "--no-ceilings", NULL},
+        {"bench", "--rope-base", "10000", "--no-ceilings", NULL},
+        {"bench", "--decode", "--rope-base", "10000", "--d", "7", "--no-ceilings", NULL},
         {"soak", "--d", "300", NULL},
         {"soak", "--seconds", "2", NULL},
         {"tune", "--budget-s", "0", NULL},

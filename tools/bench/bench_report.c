@@ -64,11 +64,13 @@ const char *report_source_words(int source)
 
 void report_describe_mask(const iha_shape *s, const iha_attention_options *o, char *buf, size_t size)
 {
+    char rope[48] = "";
+    if (o->rope) snprintf(rope, sizeof rope, ", rotary base %g", o->rope_base > 0.0f ? (double)o->rope_base : 10000.0);
     if (o->window > 0)
-        snprintf(buf, size, "mask %s, window %" PRId64 " tokens (%" PRId64 " virtual keys)", mask_names[o->mask],
-                 o->window, o->window * (int64_t)s->pseudo);
+        snprintf(buf, size, "mask %s, window %" PRId64 " tokens (%" PRId64 " virtual keys)%s", mask_names[o->mask],
+                 o->window, o->window * (int64_t)s->pseudo, rope);
     else
-        snprintf(buf, size, "mask %s, global", mask_names[o->mask]);
+        snprintf(buf, size, "mask %s, global%s", mask_names[o->mask], rope);
 }
 
 

@@ -297,6 +297,8 @@ static void json_decode(json_writer *w, const bench_config *cfg, const bench_res
         json_size(w, "model_dim", cfg->layer.model_dim);
         json_string(w, "mask", mask_names[cfg->options.mask]);
         json_number(w, "window", (double)cfg->options.window);
+        json_number(w, "rope_base", cfg->options.rope ? (cfg->options.rope_base > 0.0f ? cfg->options.rope_base : 10000.0)
+                                                      : 0.0);
         json_size(w, "cached_tokens", cfg->decode_tokens);
         json_bool(w, "half", cfg->decode_half);
         json_bool(w, "half_weights", cfg->half_weights);

@@ -23,6 +23,7 @@ static cli_option options[] = {
     CLI_OPTION_HEAD_DIM("64"),
     CLI_OPTION_MASK("causal, token_causal or none (default causal)"),
     CLI_OPTION_WINDOW("sliding window in tokens, 0 = global (default 0)"),
+    CLI_OPTION_ROPE_BASE("with --decode: rotary embedding at virtual positions with this base (d even; default off)"),
     {"layer-n", "N", "tokens per sequence of the whole layer (default 1024)", NULL},
     CLI_OPTION_MODEL_DIM("model width of the whole layer (default 512)"),
     {"reps", "R", "timed runs after one warm-up run; medians are shown (default 3)", NULL},
@@ -65,13 +66,14 @@ static cli_spec spec = {
     "the ratio of its time to the core's in the same run; and, unless --no-layer, the layer's\n"
     "backward pass (iha_backward: dx and every weight's gradient) per stage, against the layer.\n"
     "With --decode, instead of the core, baseline, layer and cold start: a decoding step (one\n"
-    "token per sequence; B, H, d, P, --model-dim, mask and window as given) against a cache of\n"
+    "token per sequence; B, H, d, P, --model-dim, mask, window and --rope-base as given) against a cache of\n"
     "--cache-tokens tokens, its cache-read bandwidth next to the copy bandwidth, tokens/s;\n"
     "With --decode --ring L, also generation far past a ring KV cache: one token per sequence at\n"
     "L, 4L and 16L cached tokens on a ring of L tokens for the layer's --window, beside a cache that\n"
     "keeps every token: step times and cache bytes.\n"
     "With --decode --compact, the same step on the compact cache too (1/P of the bytes).\n"
-    "--cache-tokens, --half, --compact and --ring need --decode; --n, --baseline-reps and --backward refuse it.\n"
+    "--cache-tokens, --half, --compact, --rope-base and --ring need --decode; --n, --baseline-reps and\n"
+    "--backward refuse it.\n"
     "--half-weights stores the weights, x and z in half (IHA_STORAGE_F16 activations and weights):\n"
     "the layer's, and with --backward also dz, dx and every gradient; with --decode the step's.\n"
     "--bf16 stores the same tensors in bfloat16 (IHA_STORAGE_BF16), and with --decode also the\n"
@@ -178,7 +180,7 @@ static int read_options(int argc, char **argv, bench_config *c)
         return CLI_EXIT_USAGE;
     /* An option that the chosen measurement would not use is refused rather than ignored: a run
      * with --half but without --decode would otherwise look like a half-precision result. */
-    static const char *const decode_only[] = {"cache-tokens", "half", "ring", "compact", NULL};
+    static const char *const decode_only[] = {"cache-tokens", "half", "ring", "compact", "rope-base", NULL};
     static const char *const core_only[] = {"n", "baseline-reps", "backward", NULL};
     const char *const *unused = c->run_decode ? core_only : decode_only;
     for (size_t i = 0; unused[i]; i++) {
@@ -220,7 +222,7 @@ static int read_options(int argc, char **argv, bench_config *c)
     iha_shape decode = c->core;
     decode.tokens = c->decode_tokens + 1;
     decode.model_dim = c->layer.model_dim;
-    if (c->run_decode ? cli_check_layer(&spec, &decode, NULL, "the decoding step")
+    if (c->run_decode ? cli_check_layer(&spec, &decode, &c->options, "the decoding step")
                       : cli_check_layer(&spec, &c->core, NULL, "the attention core") ||
                             (c->run_layer && cli_check_layer(&spec, &c->layer, NULL, "the layer")))
         return CLI_EXIT_USAGE;
