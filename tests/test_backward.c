@@ -93,66 +93,63 @@ static void run_case(const bwd_case *c, uint64_t seed)
     free(q), free(k), free(v), free(g);
 }
 
-static void run_cases(const bwd_case *cases, size_t count, uint64_t seed)
-{
-    for (size_t i = 0; i < count; i++) run_case(&cases[i], seed + i);
-}
-
 /* Ragged shapes under every mask, windows, P = 1 and head widths from 1 to 256, with more rows
  * than a work-group. On CPUs every width takes the register-tile kernels (ragged T: not a
  * multiple of their 4 rows or 16 columns); GPUs, and drivers that end loops early, take the row
- * kernels, whose rows are chunks of 4: the widths here leave every remainder mod 4, and take
- * each of the forward's vector widths (4, 8 and 16) with a tail and without. The tiles_ cases
+ * kernels, whose rows are chunks of 4: kShapes' widths leave every remainder mod 4, and take
+ * each of the forward's vector widths (4, 8 and 16) with a tail and without. The tiles_ sets
  * add what concerns the tile kernels: more widths (their chunks of 16 whole and cut) and their
  * split of the keys over work-items. .ci/rusticl.sh, a slow compiler's stage on a driver that
  * runs the row kernels, skips them. */
-static void shapes_against_reference(void **state)
-{
-    (void)state;
-    TU_REQUIRE_DEVICE(tu_ctx);
-    static const bwd_case cases[] = {
-        {1, 7, 2, 8, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},           {2, 5, 1, 17, 2, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
-        {1, 6, 2, 9, 1, IHA_MASK_NONE, 0, 0.0f, 0},             {1, 8, 2, 6, 3, IHA_MASK_TOKEN_CAUSAL, 3, 0.0f, 0},
-        {1, 5, 1, 1, 4, IHA_MASK_CAUSAL, 0, 0.0f, 0},           {1, 4, 1, 3, 1, IHA_MASK_NONE, 0, 0.0f, 0},
-        {1, 33, 1, 130, 2, IHA_MASK_CAUSAL, 5, 0.0f, 0},        {1, 20, 2, 256, 1, IHA_MASK_NONE, 0, 0.0f, 0},
-        {1, 30, 1, 64, 2, IHA_MASK_CAUSAL, 4, 0.0f, 0},
-        /* P = 1 under the causal masks, windows of N and beyond, other scales, input offsets */
-        {1, 9, 2, 8, 1, IHA_MASK_CAUSAL, 0, 0.7f, 3},   {1, 11, 1, 9, 1, IHA_MASK_TOKEN_CAUSAL, 4, -0.3f, 1},
-        {1, 6, 1, 64, 2, IHA_MASK_CAUSAL, 6, 0.0f, 5},  {1, 5, 1, 3, 3, IHA_MASK_NONE, 9, 0.25f, 2},
-    };
-    run_cases(cases, sizeof cases / sizeof cases[0], 100);
-}
+static const bwd_case kShapes[] = {
+    {1, 7, 2, 8, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},           {2, 5, 1, 17, 2, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
+    {1, 6, 2, 9, 1, IHA_MASK_NONE, 0, 0.0f, 0},             {1, 8, 2, 6, 3, IHA_MASK_TOKEN_CAUSAL, 3, 0.0f, 0},
+    {1, 5, 1, 1, 4, IHA_MASK_CAUSAL, 0, 0.0f, 0},           {1, 4, 1, 3, 1, IHA_MASK_NONE, 0, 0.0f, 0},
+    {1, 33, 1, 130, 2, IHA_MASK_CAUSAL, 5, 0.0f, 0},        {1, 20, 2, 256, 1, IHA_MASK_NONE, 0, 0.0f, 0},
+    {1, 30, 1, 64, 2, IHA_MASK_CAUSAL, 4, 0.0f, 0},
+    /* P = 1 under the causal masks, windows of N and beyond, other scales, input offsets */
+    {1, 9, 2, 8, 1, IHA_MASK_CAUSAL, 0, 0.7f, 3},   {1, 11, 1, 9, 1, IHA_MASK_TOKEN_CAUSAL, 4, -0.3f, 1},
+    {1, 6, 1, 64, 2, IHA_MASK_CAUSAL, 6, 0.0f, 5},  {1, 5, 1, 3, 3, IHA_MASK_NONE, 9, 0.25f, 2},
+};
 
-static void tiles_widths_against_reference(void **state)
-{
-    (void)state;
-    TU_REQUIRE_DEVICE(tu_ctx);
-    static const bwd_case cases[] = {
-        {1, 9, 1, 16, 2, IHA_MASK_CAUSAL, 2, 0.0f, 0},       {2, 7, 1, 5, 2, IHA_MASK_NONE, 2, 0.0f, 0},
-        {1, 40, 1, 64, 2, IHA_MASK_CAUSAL, 0, 0.0f, 0},      {1, 7, 1, 48, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},
-        {2, 9, 2, 32, 3, IHA_MASK_TOKEN_CAUSAL, 2, 0.0f, 0}, {1, 21, 1, 16, 3, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
-        {1, 13, 1, 32, 3, IHA_MASK_NONE, 3, 0.0f, 0},        {1, 5, 1, 7, 3, IHA_MASK_NONE, 9, 0.25f, 2},
-        {1, 9, 2, 16, 1, IHA_MASK_CAUSAL, 0, 0.7f, 3},       {1, 6, 1, 32, 2, IHA_MASK_CAUSAL, 6, 0.0f, 5},
-    };
-    run_cases(cases, sizeof cases / sizeof cases[0], 200);
-}
+static const bwd_case kTileWidths[] = {
+    {1, 9, 1, 16, 2, IHA_MASK_CAUSAL, 2, 0.0f, 0},       {2, 7, 1, 5, 2, IHA_MASK_NONE, 2, 0.0f, 0},
+    {1, 40, 1, 64, 2, IHA_MASK_CAUSAL, 0, 0.0f, 0},      {1, 7, 1, 48, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},
+    {2, 9, 2, 32, 3, IHA_MASK_TOKEN_CAUSAL, 2, 0.0f, 0}, {1, 21, 1, 16, 3, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
+    {1, 13, 1, 32, 3, IHA_MASK_NONE, 3, 0.0f, 0},        {1, 5, 1, 7, 3, IHA_MASK_NONE, 9, 0.25f, 2},
+    {1, 9, 2, 16, 1, IHA_MASK_CAUSAL, 0, 0.7f, 3},       {1, 6, 1, 32, 2, IHA_MASK_CAUSAL, 6, 0.0f, 5},
+};
 
-static void tiles_key_groups_against_reference(void **state)
+static const bwd_case kTileKeyGroups[] = {
+    /* several key groups at d > 64 (64 rows each), each in a work-item of its own */
+    {1, 75, 1, 128, 2, IHA_MASK_CAUSAL, 0, 0.0f, 0}, {1, 50, 1, 256, 3, IHA_MASK_TOKEN_CAUSAL, 20, 0.0f, 0},
+    /* work-items that take several key groups, adding into one partial dq: on 2 compute
+     * units B*H = 8 makes one per sequence (two groups of 32 keys) and B*H = 2 four (five
+     * groups: the first work-item takes groups 0 and 4) */
+    {2, 20, 4, 24, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0}, {1, 45, 2, 16, 3, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
+    /* more key groups (10) than work-items per sequence (at most 64 / B*H = 8), whatever the
+     * compute units */
+    {2, 100, 4, 8, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},
+};
+
+/* A set of shapes, a CMocka case of its own (its state). */
+typedef struct case_set {
+    const bwd_case *cases;
+    size_t count;
+    uint64_t seed;
+} case_set;
+
+static const case_set kSets[] = {
+    {kShapes, sizeof kShapes / sizeof kShapes[0], 100},
+    {kTileWidths, sizeof kTileWidths / sizeof kTileWidths[0], 200},
+    {kTileKeyGroups, sizeof kTileKeyGroups / sizeof kTileKeyGroups[0], 300},
+};
+
+static void against_reference(void **state)
 {
-    (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    static const bwd_case cases[] = {
-        /* several key groups at d > 64 (64 rows each), each in a work-item of its own */
-        {1, 75, 1, 128, 2, IHA_MASK_CAUSAL, 0, 0.0f, 0}, {1, 50, 1, 256, 3, IHA_MASK_TOKEN_CAUSAL, 20, 0.0f, 0},
-        /* work-items that take several key groups, adding into one partial dq: on 2 compute
-         * units B*H = 8 makes one per sequence (two groups of 32 keys) and B*H = 2 four (five
-         * groups: the first work-item takes groups 0 and 4) */
-        {2, 20, 4, 24, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0}, {1, 45, 2, 16, 3, IHA_MASK_TOKEN_CAUSAL, 0, 0.0f, 0},
-        /* more key groups (10) than work-items per sequence (at most 64 / B*H = 8), whatever the
-         * compute units */
-        {2, 100, 4, 8, 3, IHA_MASK_CAUSAL, 0, 0.0f, 0},
-    };
-    run_cases(cases, sizeof cases / sizeof cases[0], 300);
+    const case_set *set = *state;
+    for (size_t i = 0; i < set->count; i++) run_case(&set->cases[i], set->seed + i);
 }
 
 /* Both kernel families through the internal enqueue, whatever the device would choose:
@@ -384,9 +381,9 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reference_matches_finite_differences),
-        cmocka_unit_test(shapes_against_reference),
-        cmocka_unit_test(tiles_widths_against_reference),
-        cmocka_unit_test(tiles_key_groups_against_reference),
+        {"shapes_against_reference", against_reference, NULL, NULL, (void *)&kSets[0]},
+        {"tiles_widths_against_reference", against_reference, NULL, NULL, (void *)&kSets[1]},
+        {"tiles_key_groups_against_reference", against_reference, NULL, NULL, (void *)&kSets[2]},
         cmocka_unit_test(very_negative_lse),
         cmocka_unit_test(tiles_and_rows_forced),
         cmocka_unit_test(refusals),
