@@ -31,8 +31,8 @@ typedef struct decode_case {
     size_t prefill;           /* tokens of each sequence's first step (0: chunk) */
 } decode_case;
 
-/* Feeds each sequence its tokens, `prefill` in the first step and then steps of `chunk`, checking every step against the
- * reference over the prefix so far; *state is the decode_case. */
+/* Feeds each sequence its tokens, `prefill` in the first step and then steps of `chunk`,
+ * checking every step against the reference over the prefix so far; *state is the decode_case. */
 static void run_case(void **state)
 {
     TU_REQUIRE_DEVICE(tu_ctx);

@@ -71,8 +71,7 @@ tu_grid_case *tu_grid_cases(const int *levels, int factors, tu_grid_valid valid,
     if (!tu_grid_pairwise() || factors < 2) return all;
 
     const size_t slots = pair_index(levels, factors, factors, 0, factors, 0);
-    unsigned char *covered = tu_malloc(slots ? slots : 1), *taken = tu_malloc(n ? n : 1);
-    memset(taken, 0, n ? n : 1);
+    unsigned char *covered = tu_malloc(slots ? slots : 1);
     /* Pairs no valid combination holds count as covered: they cannot be. */
     memset(covered, 1, slots ? slots : 1);
     for (size_t k = 0; k < n; k++)
@@ -82,19 +81,17 @@ tu_grid_case *tu_grid_cases(const int *levels, int factors, tu_grid_valid valid,
     tu_grid_case *cover = tu_malloc((n ? n : 1) * sizeof *cover);
     size_t m = 0;
     for (;;) {
+        /* A case already taken has no pair left to cover, so it is never taken twice. */
         size_t best = n, best_new = 0;
         for (size_t k = 0; k < n; k++) {
-            if (taken[k]) continue;
             const size_t fresh = new_pairs(levels, factors, &all[k], covered, 0);
             if (fresh > best_new) best = k, best_new = fresh;
         }
         if (best == n) break;
-        taken[best] = 1;
         new_pairs(levels, factors, &all[best], covered, 1);
         cover[m++] = all[best];
     }
     free(covered);
-    free(taken);
     free(all);
     *count = m;
     return cover;
