@@ -14,14 +14,22 @@
 /* The kinds of device the built-in configurations tell apart. */
 enum { ON_CPU, ON_LOOP_LIMITED_CPU, ON_GPU };
 
-/* The built-in configurations, one row per kind of device and head width (as zstd's
- * clevels.h): the first row of the device's kind whose max_d is at least d applies. vec 0 is
- * the widest of 16, 8 and 4 within d; local_keys 0 asks for the largest key tile of 64, 32 or 16
- * keys (2*keys*d floats) that fits the device, and where none fits, register tiles of that row's
- * shape with 32 keys.
- *  - CPUs: 4 x 16 register tiles (two 256-bit vectors per row on AVX2; 6 rows, 8-key blocks and
- *    other tile counts are no faster), one work-item per group so PoCL does not try to vectorise
- *    across work-items; 2 rows past d = 128, where 4 rows' state outgrows the registers.
+/* The built-in configurations, one row per kind of device, vector width and head width (as
+ * zstd's clevels.h): the first row of the device's kind whose min_vector is at most the device's
+ * native float vector width and whose max_d is at least d applies. vec 0 is the widest of 16, 8
+ * and 4 within d; local_keys 0 asks for the largest key tile of 64, 32 or 16 keys (2*keys*d
+ * floats) that fits the device, and where none fits, register tiles of that row's shape with 32
+ * keys.
+ *  - CPUs with 16-float vectors (AVX-512: 32 vector registers): 8 x 16 register tiles. A tile
+ *    row's scores are one vector, so 4 rows make 4 independent FMA chains per key block, which
+ *    leave a CPU with two 512-bit FMA pipes (Intel Xeon) half idle and a double-pumped one (AMD
+ *    Zen 4) waiting on latency; 8 rows fill both, and their 8 accumulators and 8 score vectors
+ *    still fit the registers. Past d = 128, 4 rows: 8 rows of 4 tiles exceed the private-memory
+ *    bound of the tuning space (space_attention.c) and 2 rows leave the pipes idle again.
+ *  - Other CPUs (AVX2: 16 registers of 8 floats): 4 x 16 register tiles (two 256-bit vectors
+ *    per row; 6 rows, 8-key blocks and other tile counts are no faster), one work-item per group
+ *    so PoCL does not try to vectorise across work-items; 2 rows past d = 128, where 4 rows'
+ *    state outgrows the registers.
  *  - A driver that ends loops after a budget of iterations per work-item (runtime/loop_limit.h):
  *    one row per work-item spends the fewest iterations per key block, so the longest sequences
  *    fit.
@@ -32,31 +40,35 @@ enum { ON_CPU, ON_LOOP_LIMITED_CPU, ON_GPU };
  *    kernel keeps a query row and an output row of d floats per work-item, which past d = 64 do
  *    not fit a GPU's registers; the tuner prefers these tiles there. */
 typedef struct attention_default {
-    int device;      /* ON_CPU, ON_LOOP_LIMITED_CPU or ON_GPU */
-    size_t max_d;    /* the widest head the row is for */
-    int rows;        /* ATT_ROWS */
-    int tiles;       /* ATT_TILES */
-    int key_block;   /* ATT_KB */
-    int vec;         /* ATT_VD; 0: from d */
-    size_t group;    /* work-items per work-group */
+    int device;        /* ON_CPU, ON_LOOP_LIMITED_CPU or ON_GPU */
+    unsigned min_vector; /* the narrowest native float vector width the row is for */
+    size_t max_d;      /* the widest head the row is for */
+    int rows;          /* ATT_ROWS */
+    int tiles;         /* ATT_TILES */
+    int key_block;     /* ATT_KB */
+    int vec;           /* ATT_VD; 0: from d */
+    size_t group;      /* work-items per work-group */
     iha_attention_variant variant;
-    int local_keys;  /* LOC_KEYS; 0: the largest that fits */
+    int local_keys;    /* LOC_KEYS; 0: the largest that fits */
 } attention_default;
 
 static const attention_default attention_defaults[] = {
-    /* device               max_d      rows tiles  KB vec group variant                        keys */
-    {ON_CPU,              128,          4,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
-    {ON_CPU,              SIZE_MAX,     2,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
-    {ON_LOOP_LIMITED_CPU, SIZE_MAX,     1,    1, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
-    {ON_GPU,              64,           1,    1, 16,  0,   64, IHA_ATTENTION_LOCAL_ROWS,        0},
-    {ON_GPU,              SIZE_MAX,     4,    1, 16,  4,  128, IHA_ATTENTION_REGISTER_TILES,   32},
+    /* device            vector  max_d      rows tiles  KB vec group variant                        keys */
+    {ON_CPU,              16,    128,          8,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
+    {ON_CPU,              16,    SIZE_MAX,     4,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
+    {ON_CPU,               1,    128,          4,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
+    {ON_CPU,               1,    SIZE_MAX,     2,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
+    {ON_LOOP_LIMITED_CPU,  1,    SIZE_MAX,     1,    1, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
+    {ON_GPU,               1,    64,           1,    1, 16,  0,   64, IHA_ATTENTION_LOCAL_ROWS,        0},
+    {ON_GPU,               1,    SIZE_MAX,     4,    1, 16,  4,  128, IHA_ATTENTION_REGISTER_TILES,   32},
 };
 
 void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg)
 {
     const int device = ctx->info.is_gpu ? ON_GPU : ctx->loop_flag != NULL ? ON_LOOP_LIMITED_CPU : ON_CPU;
     const attention_default *row = &attention_defaults[0];
-    while (row->device != device || row->max_d < head_dim) ++row; /* every kind ends with max_d SIZE_MAX */
+    /* every kind ends with min_vector 1 and max_d SIZE_MAX */
+    while (row->device != device || row->min_vector > ctx->vector_floats || row->max_d < head_dim) ++row;
     cfg->rows = row->rows;
     cfg->tiles = row->tiles;
     cfg->key_block = row->key_block;

@@ -114,6 +114,10 @@ iha_status iha__runtime_setup(iha_context *ctx, const iha_runtime_options *o)
         IHA_FORWARD_IF_ERROR(check_address_space(ctx, IHA_ROOM_TO_LOAD_DRIVER, "loading the OpenCL driver and compiling kernels"));
     IHA_FORWARD_IF_ERROR(borrow_ctx ? borrow(ctx, o) : own(ctx, o));
     IHA_FORWARD_IF_ERROR(check_address_space(ctx, IHA_ROOM_TO_COMPILE, "compiling kernels"));
+    cl_uint floats = 0;
+    if (clGetDeviceInfo(ctx->device, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof floats, &floats, NULL) != CL_SUCCESS)
+        floats = 0;
+    ctx->vector_floats = floats > 0 ? floats : 1;
     IHA_RETURN_ERROR_IF(iha__device_identity(ctx->platform, ctx->device, &ctx->identity) != IHA_OK, ctx,
                         IHA_ERROR_HOST_MEMORY, "out of host memory for the device's description");
     ctx->cache_dir = o->cache_dir ? strdup(o->cache_dir) : NULL;
@@ -160,7 +164,7 @@ iha_status iha_context_finish(iha_context *ctx)
     if (ctx == NULL) return IHA_ERROR_INVALID_ARGUMENT;
     iha__message_clear(&ctx->message);
     IHA_CL_CHECK(ctx, clFinish(ctx->queue), "clFinish");
-    iha__program_cache_flush(ctx);
+    iha__program_cache_end_loads(ctx);
     return IHA_OK;
 }
 
@@ -168,6 +172,7 @@ void iha_context_trim(iha_context *ctx)
 {
     if (ctx == NULL) return;
     clFinish(ctx->queue);
+    iha__program_cache_flush(ctx);
     iha__workspace_release(ctx);
 }
 

@@ -16,6 +16,10 @@ struct iha_context {
     cl_command_queue queue;
     iha_device_info info;
     iha_device_identity identity;
+    /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT: the floats of the device's widest vector registers
+     * (PoCL on a CPU: 16 with AVX-512, 8 with AVX2, 4 with SSE), which the built-in tile shapes
+     * follow; 1 where the driver does not say. */
+    unsigned vector_floats;
 
     iha_message message;
     cl_int cl_error;
