@@ -232,7 +232,8 @@ IHA_API void iha_context_options_init(iha_context_options *options);
 IHA_API iha_status iha_context_create(iha_context **out, const iha_context_options *options, char *message,
                                       size_t message_size);
 
-/* Waits for queued work, releases everything the context owns and frees it. NULL is allowed.
+/* Waits for queued work, writes the programs the context built to the disk cache (as
+ * iha_context_trim), releases everything the context owns and frees it. NULL is allowed.
  * Borrowed OpenCL objects and application buffers stay valid. */
 IHA_API void iha_context_free(iha_context *ctx);
 
@@ -256,7 +257,12 @@ IHA_API iha_status iha_context_finish(iha_context *ctx);
 
 /* Releases internal workspace buffers (they are grown on demand and reused between calls).
  * Blocks first until the context's queue has finished, as iha_context_finish (on a borrowed
- * queue that includes the application's own work on it). */
+ * queue that includes the application's own work on it), then writes the programs built since
+ * the last trim to the disk cache, so that later processes load them instead of compiling.
+ * Calls never write them themselves: on PoCL saving a program costs about what compiling it
+ * did, and the first call would pay twice. A long-running process that wants its programs on
+ * disk before it ends calls this once its first calls have run; iha_context_free writes the
+ * rest. */
 IHA_API void iha_context_trim(iha_context *ctx);
 
 /* Wall-clock seconds per stage of the last layer call, when options.time_stages was set

@@ -97,7 +97,7 @@ iha_status iha__call_end(iha_context *ctx, iha_status st)
             (void)iha__loop_probe_take(ctx, &raised);
         }
     }
-    if (st == IHA_OK) iha__program_cache_flush(ctx);
+    if (st == IHA_OK) iha__program_cache_end_loads(ctx);
     return st;
 }
 

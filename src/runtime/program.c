@@ -208,20 +208,29 @@ static void write_binary(iha_context *ctx, iha_program_entry *e)
 /* Launched (so compiled to machine code), not on disk yet, and not a tuning candidate. */
 static int worth_writing(const iha_program_entry *e) { return e->launched && !e->on_disk && !e->candidate; }
 
-void iha__program_cache_flush(iha_context *ctx)
+void iha__program_cache_end_loads(iha_context *ctx)
 {
-    if (ctx->cache_dir == NULL) return;
     int pending = 0;
-    for (size_t i = 0; i < ctx->programs.count; ++i)
-        pending |= worth_writing(&ctx->programs.entries[i]) || ctx->programs.entries[i].marker != NULL;
+    for (size_t i = 0; i < ctx->programs.count; ++i) pending |= ctx->programs.entries[i].marker != NULL;
     if (!pending || clFinish(ctx->queue) != CL_SUCCESS) return;
     for (size_t i = 0; i < ctx->programs.count; ++i) {
         iha_program_entry *e = &ctx->programs.entries[i];
-        if (e->marker != NULL) {
-            iha__disk_cache_load_end(e->marker);
-            free(e->marker);
-            e->marker = NULL;
-        }
+        if (e->marker == NULL) continue;
+        iha__disk_cache_load_end(e->marker);
+        free(e->marker);
+        e->marker = NULL;
+    }
+}
+
+void iha__program_cache_flush(iha_context *ctx)
+{
+    if (ctx->cache_dir == NULL) return;
+    iha__program_cache_end_loads(ctx);
+    int pending = 0;
+    for (size_t i = 0; i < ctx->programs.count; ++i) pending |= worth_writing(&ctx->programs.entries[i]);
+    if (!pending || clFinish(ctx->queue) != CL_SUCCESS) return;
+    for (size_t i = 0; i < ctx->programs.count; ++i) {
+        iha_program_entry *e = &ctx->programs.entries[i];
         if (worth_writing(e)) {
             write_binary(ctx, e);
             e->on_disk = 1; /* one attempt per process: a failing disk must not cost every call */

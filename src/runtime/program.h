@@ -44,13 +44,19 @@ struct iha_context;
  * on first use. The kernel is owned by the context; do not release it. */
 iha_status iha__kernel_get(struct iha_context *ctx, const char *file, const char *options, const char *name,
                            cl_kernel *out);
-/* Writes the binaries of launched programs that are not on disk yet, and removes the load
- * markers of programs loaded from disk. It first waits for the queue: PoCL compiles machine code
- * at the first launch, and a binary taken earlier would have to be compiled again by the next
- * process; and PoCL opens a loaded binary's kernel objects only at their first launch, where a
- * damaged one aborts the process, so a load is proven only by a finished queue. No-op when the
- * disk cache is off; binaries are not fetched where the process's limits leave no room
- * (headroom.h). Failures to write are ignored: the cache is an optimisation. */
+/* Removes the load markers of programs loaded from disk, after waiting for the queue: PoCL
+ * opens a loaded binary's kernel objects only at their first launch, where a damaged one aborts
+ * the process, so a load is proven only by a finished queue. Every call ends with it; it waits
+ * only when a marker is pending. */
+void iha__program_cache_end_loads(struct iha_context *ctx);
+/* iha__program_cache_end_loads, then writes the binaries of launched programs that are not on
+ * disk yet. It waits for the queue: PoCL compiles machine code at the first launch, and a binary
+ * taken earlier would have to be compiled again by the next process. Not at the end of a call:
+ * PoCL serialises a program by compiling every kernel in it once more for any work-group size,
+ * which costs about as much as the first launch did, so the call that built a program would pay
+ * for it twice. iha_context_trim and iha_context_free write them. No-op when the disk cache is
+ * off; binaries are not fetched where the process's limits leave no room (headroom.h). Failures
+ * to write are ignored: the cache is an optimisation. */
 void iha__program_cache_flush(struct iha_context *ctx);
 /* Releases the programs; load markers not yet removed stay on disk (a queue that never finished
  * proves nothing) for the next context's tidy-up. */
