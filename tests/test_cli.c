@@ -490,6 +490,11 @@ static void usage_and_range_errors_exit_2(void **state)
         {"soak", "--d", "300", NULL},
         {"soak", "--seconds", "2", NULL},
         {"tune", "--budget-s", "0", NULL},
+        {"tune", "--widths", "0", NULL},
+        {"tune", "--widths", "64,64", NULL},
+        {"tune", "--widths", "257", NULL},
+        {"tune", "--widths", "64,", NULL},
+        {"tune", "--widths", "1,2,3,4,5,6,7,8,9", NULL},
     };
     run_result r;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -502,6 +507,34 @@ static void usage_and_range_errors_exit_2(void **state)
         expect_status(&r, 2, what);
         expect_stderr(&r, "iha", what);
     }
+}
+
+/* ---- iha tune --------------------------------------------------------------------------- */
+
+/* --widths tunes the shape at each head width: the table has a bucket of each width, and the
+ * GEMM shapes and the model width scale with it. */
+static void tune_widths_covers_each(void **state)
+{
+    (void)state;
+    char out_path[512];
+    tf_path(out_path, sizeof out_path, "tune.txt");
+    int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *args[] = {"tune", "--shapes", "1,32,32,2,16,2", "--widths", "16,24", "--kernels", "attention",
+                          "--layers", "global", "--budget-s", "20", "--reps", "1", "--dry-run", NULL};
+    run_result r;
+    run_iha(args, out_path, 300, &r);
+    expect_status(&r, 0, "iha tune --widths 16,24");
+    FILE *f = fopen(out_path, "r");
+    assert_non_null(f);
+    char text[16384];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    if (!strstr(text, "D=32,48 H=2 d=16,24") || !strstr(text, "attention mask=0 windowed=0 elem_bytes=4 d=16 ") ||
+        !strstr(text, "attention mask=0 windowed=0 elem_bytes=4 d=24 "))
+        fail_msg("iha tune --widths 16,24: a width is missing from its output:\n%s", text);
 }
 
 /* ---- A tight address-space limit --------------------------------------------------------- */
@@ -575,6 +608,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(input_fifo_refused_at_once),
         cmocka_unit_test(stdout_write_failure_exits_1),
         cmocka_unit_test(usage_and_range_errors_exit_2),
+        cmocka_unit_test(tune_widths_covers_each),
         cmocka_unit_test_teardown(tight_address_space_exits, unlimited_children),
         cmocka_unit_test(forward_reads_seq_lens),
     };

@@ -260,6 +260,37 @@ def decode_row(iha, reps, log):
     return row
 
 
+SGEMM_N = 2048  # the host's SGEMM ceiling: one n x n x n product in float32
+
+
+def blas_name():
+    """NumPy's BLAS as its build reports it ("scipy-openblas 0.3.31.188.0")."""
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:  # noqa: BLE001 - an older NumPy without mode="dicts": the name is only a label
+        return "its BLAS"
+
+
+def sgemm_ceilings(reps, log):
+    """The host's SGEMM in GFLOP/s through the BLAS libraries PyPI brings, which know the CPU:
+    PyTorch's (MKL where torch.backends.mkl says so) and NumPy's (OpenBLAS). The core's
+    roofline ceiling: attention is two products per key block, so a fused kernel near their
+    rate is as fast as its arithmetic allows. Debian's OpenBLAS, which `iha bench` opens, may not
+    know the CPU (doc/benchmarking.md)."""
+    n = SGEMM_N
+    gen = torch.Generator().manual_seed(11)
+    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    an, bn = a.numpy(), b.numpy()
+    torch_blas = "MKL" if torch.backends.mkl.is_available() else "its BLAS"
+    out = {}
+    for name, fn in ((f"PyTorch torch.matmul ({torch_blas})", lambda: torch.matmul(a, b)),
+                     (f"NumPy matmul ({blas_name()})", lambda: an @ bn)):
+        out[name] = 2.0 * n ** 3 / median_seconds(fn, reps, warmup=2) * 1e-9
+        log(f"  SGEMM {n}: {name} {out[name]:.4g} GFLOP/s")
+    return out
+
+
 def sh(*cmd):
     try:
         return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
@@ -288,6 +319,27 @@ def fmt(value, unit):
 
 def ratio_text(ratio):
     return f"{ratio:.2f}" if ratio is not None else "-"
+
+
+def ceilings_table(rows, sgemm):
+    """The SGEMM ceilings and each core rate's fraction of them (built-in, and tuned where run)."""
+    out = ["", f"SGEMM {SGEMM_N}³ on the host, {THREADS} threads, the better of the rounds:", "",
+           "| SGEMM | GFLOP/s |", "| --- | --- |"]
+    out += [f"| {name} | {value:.1f} |" for name, value in sgemm.items()]
+    best_name = max(sgemm, key=sgemm.get)
+    mkl = next((name for name in sgemm if "MKL" in name), None)
+    out += ["", "| core (GFLOP/s rows) | iha / best SGEMM (" + best_name + ") |"
+            + (" iha / MKL's SGEMM |" if mkl and mkl != best_name else ""),
+            "| --- | --- |" + (" --- |" if mkl and mkl != best_name else "")]
+    for r in rows:
+        if r.unit != "GFLOP/s":
+            continue
+        def frac(ceiling):
+            text = f"{r.iha / ceiling:.2f}"
+            return text + (f" (tuned {r.iha_tuned / ceiling:.2f})" if r.iha_tuned is not None else "")
+        out.append(f"| {r.problem} | {frac(sgemm[best_name])} |"
+                   + (f" {frac(sgemm[mkl])} |" if mkl and mkl != best_name else ""))
+    return "\n".join(out) + "\n"
 
 
 def table(rows, header, tuned):
@@ -356,8 +408,11 @@ def main():
             log(f"iha tune {','.join(str(x) for x in shape)} ({args.tune_budget:g} s)")
             tuned_iha.tune(shape, args.tune_budget)
     rows = None
+    sgemm = {}
     for r in range(args.rounds):
         log(f"round {r + 1} of {args.rounds}")
+        for name, value in sgemm_ceilings(args.reps, log).items():
+            sgemm[name] = max(value, sgemm.get(name, 0.0))
         this = core_rows(iha, args.reps, log, not args.no_flex, not args.no_openvino)
         this += layer_rows(iha, args.reps, log, not args.no_openvino)
         this.append(decode_row(iha, args.reps, log))
@@ -389,7 +444,7 @@ def main():
         f"{args.reps} after a warm-up, {args.reps * DECODE_REPS_FACTOR} for the decoding step; the better of "
         f"{args.rounds} rounds)",
     ]
-    text = table(rows, header, f"{args.tune_budget:g}" if tuned_iha else None)
+    text = table(rows, header, f"{args.tune_budget:g}" if tuned_iha else None) + ceilings_table(rows, sgemm)
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)

@@ -19,6 +19,8 @@ static cli_option options[] = {
     CLI_OPTION_DEVICE,
     {"budget-s", "S", "wall-clock budget in seconds for the whole run (default 40)", NULL},
     {"shapes", "demo|B,N,D,H,d,P", "layer shape (default demo: 1,1024,512,8,64,4)", NULL},
+    {"widths", "LIST", "comma-separated head widths to tune the shape at, each with D scaled by width/d (default: d)",
+     NULL},
     {"layers", "both|global|sliding", "causal layers to tune: global, sliding window N/(2P^2), both (default)", NULL},
     {"kernels", "LIST", "comma-separated attention,rows,gemm,decode,backward (default all)", NULL},
     {"reps", "R", "timed runs per candidate, median taken (default 5)", NULL},
@@ -52,6 +54,42 @@ static int parse_shape(const char *text, iha_shape *s)
                &s->pseudo, &tail) != 6)
         return -1;
     return 0;
+}
+
+#define MAX_WIDTHS 8
+
+/* --widths: up to MAX_WIDTHS distinct head widths of 1 to 256; the shape's own d when absent. */
+static int parse_widths(const char *text, const iha_shape *shape, size_t *widths, size_t *count)
+{
+    *count = 0;
+    if (text == NULL) {
+        widths[(*count)++] = shape->head_dim;
+        return 0;
+    }
+    char buf[128];
+    const size_t len = strlen(text);
+    /* strtok would skip the empty items of "64,", ",64" and "64,,96" */
+    if (len == 0 || len >= sizeof buf || text[0] == ',' || text[len - 1] == ',' || strstr(text, ",,")) return -1;
+    memcpy(buf, text, len + 1);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *end;
+        unsigned long w = strtoul(tok, &end, 10);
+        if (*tok < '0' || *tok > '9' || *end != '\0' || w < 1 || w > 256 || *count == MAX_WIDTHS) return -1;
+        for (size_t i = 0; i < *count; ++i)
+            if (widths[i] == w) return -1;
+        widths[(*count)++] = w;
+    }
+    return *count > 0 ? 0 : -1;
+}
+
+/* The shape at head width w: the model width keeps its ratio to H*d (rounded down, at least 1). */
+static iha_shape at_width(const iha_shape *s, size_t w)
+{
+    iha_shape out = *s;
+    out.head_dim = w;
+    out.model_dim = s->model_dim * w / s->head_dim;
+    if (out.model_dim == 0) out.model_dim = 1;
+    return out;
 }
 
 static int parse_kernels(const char *text, unsigned *out)
@@ -192,16 +230,17 @@ static void print_spread(const bar_state *b, const iha_tune_result *tuned, const
                    strcmp(b->seen[i].config, tuned[b->seen[i].task].tuned_config) == 0 ? "  <- budgeted choice" : "");
 }
 
-#define MAX_RESULTS 16
+/* Results of one run: every kernel's tasks at each width and layer (tune at most 64). */
+#define MAX_RESULTS 64
 
-static int run(iha_context *ctx, const iha_shape *shape, const iha_attention_options *layers, size_t count,
+/* shapes[0..count) and layers[0..count): one per (width, layer) pair. */
+static int run(iha_context *ctx, const iha_shape *shapes, const iha_attention_options *layers, size_t count,
                iha_tune_options *to, int exhaustive)
 {
     bar_state bar = {isatty(fileno(stderr)), 0, NULL, 0, 0};
     to->progress = on_progress;
     to->user = &bar;
     iha_tune_result tuned[MAX_RESULTS], all[MAX_RESULTS];
-    iha_shape shapes[2] = {*shape, *shape};
     size_t n = 0;
     iha_status st = iha_tune(ctx, shapes, layers, count, to, tuned, MAX_RESULTS, &n);
     if (st != IHA_OK) {
@@ -245,6 +284,11 @@ int cmd_tune(int argc, char **argv)
         cli_error(&spec, "--shapes takes demo or B,N,D,H,d,P (six positive integers)");
         return CLI_EXIT_USAGE;
     }
+    size_t widths[MAX_WIDTHS], width_count = 0;
+    if (parse_widths(cli_get(&spec, "widths"), &shape, widths, &width_count)) {
+        cli_error(&spec, "--widths takes up to %d distinct head widths of 1 to 256, comma-separated", MAX_WIDTHS);
+        return CLI_EXIT_USAGE;
+    }
     if (parse_kernels(cli_get(&spec, "kernels"), &to.kernels)) {
         cli_error(&spec, "--kernels takes a comma-separated list of attention, rows, gemm, decode, backward");
         return CLI_EXIT_USAGE;
@@ -262,13 +306,25 @@ int cmd_tune(int argc, char **argv)
     to.reps = (int)reps;
     to.dry_run = cli_get(&spec, "dry-run") != NULL;
 
-    iha_attention_options layers[2];
-    iha_attention_options_init(&layers[0]);
-    layers[1] = layers[0];
+    iha_attention_options global, sliding;
+    iha_attention_options_init(&global);
+    sliding = global;
     size_t window = shape.tokens / (2 * shape.pseudo * shape.pseudo);
-    layers[1].window = (int64_t)(window ? window : 1);
-    size_t count = which == 0 ? 2 : 1;
-    if (which == 2) layers[0] = layers[1];
+    sliding.window = (int64_t)(window ? window : 1);
+    /* Every width with each layer asked for; the first width's shape gives the GEMM shapes. */
+    iha_shape shapes[2 * MAX_WIDTHS];
+    iha_attention_options layers[2 * MAX_WIDTHS];
+    size_t count = 0;
+    for (size_t i = 0; i < width_count; ++i) {
+        if (which != 2) shapes[count] = at_width(&shape, widths[i]), layers[count++] = global;
+        if (which != 1) shapes[count] = at_width(&shape, widths[i]), layers[count++] = sliding;
+    }
+    char width_text[MAX_WIDTHS * 4 + 1] = "", dim_text[MAX_WIDTHS * 21 + 1] = "";
+    for (size_t i = 0; i < width_count; ++i) {
+        size_t used = strlen(width_text), dim_used = strlen(dim_text);
+        snprintf(width_text + used, sizeof width_text - used, "%s%zu", i ? "," : "", widths[i]);
+        snprintf(dim_text + dim_used, sizeof dim_text - dim_used, "%s%zu", i ? "," : "", at_width(&shape, widths[i]).model_dim);
+    }
 
     iha_context *ctx;
     if (cli_open_context(&spec, NULL, &ctx)) return CLI_EXIT_FAILURE;
@@ -276,11 +332,11 @@ int cmd_tune(int argc, char **argv)
     if (iha_context_profile(ctx, &info) != IHA_OK || info.message[0])
         fprintf(stderr, "iha tune: note: %s\n", info.message);
     printf("iha tune (library %s) on %s\n", iha_version_string(), iha_context_device_name(ctx));
-    printf("  shape B=%zu N=%zu D=%zu H=%zu d=%zu P=%zu, causal, %s; budget %.0f s, median of %d runs\n",
-           shape.batch, shape.tokens, shape.model_dim, shape.heads, shape.head_dim, shape.pseudo,
+    printf("  shape B=%zu N=%zu D=%s H=%zu d=%s P=%zu, causal, %s; budget %.0f s, median of %d runs\n",
+           shape.batch, shape.tokens, dim_text, shape.heads, width_text, shape.pseudo,
            which == 0 ? "global and sliding window" : which == 1 ? "global" : "sliding window", to.budget_s, to.reps);
     fflush(stdout);
-    code = run(ctx, &shape, layers, count, &to, cli_get(&spec, "exhaustive") != NULL);
+    code = run(ctx, shapes, layers, count, &to, cli_get(&spec, "exhaustive") != NULL);
     iha_context_free(ctx);
     return code;
 }
