@@ -279,26 +279,40 @@ static inline void tile_init(tile_state *ts, const __global float *rows, int pos
 /* a[r] += P V[:, chunk cv] over the ATT_KB value rows from j0; tail (a constant at each call):
  * cv is the last chunk of a head width that ATT_VD does not divide. The choice is made once per
  * chunk, outside the key loop: a per-key branch between the whole and the tail load would make
- * the compiler route every value chunk through the stack, for every head width. masked (a
- * constant at each call): the block is not visible to every row, so rows are clamped to `last`
- * (padding keys past T) and each product is selected by row r's interval [lo[r], hi[r]]: a
- * masked key's probability is 0, but 0 times an infinite or NaN value is NaN, and doc/spec.md's
- * masked keys contribute nothing. Only a tile's partial blocks pay for the select. */
+ * the compiler route every value chunk through the stack, for every head width. */
 static inline __attribute__((always_inline)) void pv_keys(floatV *a, const float *pc, const __global kv_t *vb,
-                                                         int j0, int last, int masked, int cv, int tail,
-                                                         const int *lo, const int *hi)
+                                                         int j0, int cv, int tail)
 {
     /* Unclamped, row j is at a constant offset from the block's first row, which folds into the
      * load's address; int row numbers instead kept 16 row registers live (and spilled). */
     const __global kv_t *v0 = vb + (size_t)j0 * HEAD_DIM;
     #pragma unroll
     for (int j = 0; j < ATT_KB; ++j) {
-        const __global kv_t *row = masked ? vb + (size_t)min(j0 + j, last) * HEAD_DIM : v0 + j * HEAD_DIM;
+        const __global kv_t *row = v0 + j * HEAD_DIM;
+        const floatV vv = tail ? load_tail(row) : LOAD_V(row + cv * ATT_VD);
+        #pragma unroll
+        for (int r = 0; r < ATT_ROWS; ++r) a[r] = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
+    }
+}
+
+/* pv_keys for a block that some row does not see whole: rows are clamped to `last` (padding keys
+ * past T) and each product is selected by row r's interval [lo[r], hi[r]]: a masked key's
+ * probability is 0, but 0 times an infinite or NaN value is NaN, and doc/spec.md's masked keys
+ * contribute nothing. Only a tile's partial blocks (the diagonal, a window's edges, the last
+ * block) come here, so its key loop stays rolled: unrolled, its selects made it the larger part of
+ * the kernel's machine code and of PoCL's compile time at the first launch. */
+static inline __attribute__((always_inline)) void pv_keys_masked(floatV *a, const float *pc,
+                                                                const __global kv_t *vb, int j0, int last,
+                                                                int cv, int tail, const int *lo, const int *hi)
+{
+    #pragma unroll 1
+    for (int j = 0; j < ATT_KB; ++j) {
+        const __global kv_t *row = vb + (size_t)min(j0 + j, last) * HEAD_DIM;
         const floatV vv = tail ? load_tail(row) : LOAD_V(row + cv * ATT_VD);
         #pragma unroll
         for (int r = 0; r < ATT_ROWS; ++r) {
             const floatV f = fma((floatV)(pc[r * ATT_KB + j]), vv, a[r]);
-            a[r] = masked && (j0 + j < lo[r] || j0 + j > hi[r]) ? a[r] : f;
+            a[r] = j0 + j < lo[r] || j0 + j > hi[r] ? a[r] : f;
         }
     }
 }
@@ -317,12 +331,21 @@ static inline __attribute__((always_inline)) void tile_pv_chunk(tile_state *ts, 
     floatV a[ATT_ROWS];
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) a[r] = ts->acc[r][cv];
+    if (masked) {
 #if VTAIL
-    if (cv == VCHUNKS - 1)
-        pv_keys(a, pc, vb, j0, last, masked, cv, 1, ts->lo, ts->hi);
-    else
+        if (cv == VCHUNKS - 1)
+            pv_keys_masked(a, pc, vb, j0, last, cv, 1, ts->lo, ts->hi);
+        else
 #endif
-        pv_keys(a, pc, vb, j0, last, masked, cv, 0, ts->lo, ts->hi);
+            pv_keys_masked(a, pc, vb, j0, last, cv, 0, ts->lo, ts->hi);
+    } else {
+#if VTAIL
+        if (cv == VCHUNKS - 1)
+            pv_keys(a, pc, vb, j0, cv, 1);
+        else
+#endif
+            pv_keys(a, pc, vb, j0, cv, 0);
+    }
     #pragma unroll
     for (int r = 0; r < ATT_ROWS; ++r) ts->acc[r][cv] = a[r];
 }

@@ -21,7 +21,7 @@ static inline __attribute__((always_inline)) void tile_pv(tile_state *ts, const 
 }
 
 /* One register tile against the key block starting at key j0 (decoding's single tile). A block
- * some row does not wholly see takes pv_keys' masked path: its masked keys, and the padding past
+ * some row does not wholly see takes pv_keys_masked: its masked keys, and the padding past
  * T (whose rows are clamped to the last key, keeping the reads in bounds), add nothing. */
 static inline void tile_step(tile_state *ts, const __global kv_t *kblk, const __global kv_t *vb, int j0, int T)
 {
