@@ -266,3 +266,19 @@ foreach(arguments "--half" "--half-weights;--no-layer" "--cache-tokens;64" "--ri
                         "got ${status}")
   endif()
 endforeach()
+
+# The cold start: two child processes (empty, then warm program caches), each with its context,
+# first and second forward of the layer shape.
+execute_process(
+  COMMAND "${IHA}" bench --n 16 --d 16 --heads 2 --p 2 --layer-n 32 --model-dim 32 --reps 1 --no-baseline --no-layer
+          --no-ceilings --json
+  RESULT_VARIABLE status OUTPUT_VARIABLE report ERROR_VARIABLE errors)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "iha bench (cold start) exited with ${status}:\n${errors}")
+endif()
+expect_equal(ran cold_start state)
+foreach(run empty_cache warm_cache)
+  foreach(key context_seconds first_forward_seconds second_forward_seconds process_seconds)
+    expect_positive(cold_start ${run} ${key})
+  endforeach()
+endforeach()

@@ -147,9 +147,10 @@ typedef struct bench_layer {
     double forward_save_wall, backward_saved_wall, saved_bytes;
 } bench_layer;
 
-/* One child process: context creation, then the first iha_forward of the layer shape. */
+/* One child process: context creation, then the first iha_forward of the layer shape, then a
+ * second one, whose time is the layer's own: the first's excess over it is the start-up cost. */
 typedef struct bench_cold_run {
-    double context_seconds, forward_seconds;
+    double context_seconds, forward_seconds, second_forward_seconds;
     double process_seconds; /* spawn to exit, seen by the parent: adds process start and teardown */
 } bench_cold_run;
 

@@ -228,6 +228,7 @@ static void json_cold_run(json_writer *w, const char *key, const bench_cold_run 
     json_begin_object(w, key);
     json_number(w, "context_seconds", c->context_seconds);
     json_number(w, "first_forward_seconds", c->forward_seconds);
+    json_number(w, "second_forward_seconds", c->second_forward_seconds);
     json_number(w, "process_seconds", c->process_seconds);
     json_end_object(w);
 }
