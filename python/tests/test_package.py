@@ -29,3 +29,18 @@ def test_library_dependencies_resolve():
 def test_devices():
     found = iha.devices()
     assert found and all(d.selector.count(":") == 1 and d.name for d in found)
+
+
+def test_default_context_saves_its_programs_at_exit(tmp_path):
+    """The default context is freed at exit, which writes the programs it built to the disk
+    cache: the next process loads them instead of compiling."""
+    import sys
+
+    code = ("import numpy as np, iha\n"
+            "q = np.linspace(-1, 1, 2 * 8 * 4, dtype=np.float32).reshape(1, 2, 8, 4)\n"
+            "o, lse = iha.attention(q, q, q, pseudo=2)\n"
+            "assert np.isfinite(o).all()\n")
+    env = dict(os.environ, IHA_CACHE_DIR=str(tmp_path / "cache"), IHA_PROFILE="off")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600)
+    written = [p.name for p in (tmp_path / "cache").iterdir() if p.name.endswith(".clbin")]
+    assert written, "no program binary in the cache after the process ended"

@@ -1,6 +1,7 @@
 """Devices and contexts: iha.devices() lists what iha_devices_list sees, iha.Context owns one
 iha_context (device, queue, compiled kernels, workspace)."""
 
+import atexit
 import ctypes
 import os
 import threading
@@ -145,7 +146,8 @@ class Context:
         self.check(lib.iha_context_finish(self.handle))
 
     def trim(self):
-        """Releases the context's workspace buffers (they grow on demand)."""
+        """Releases the context's workspace buffers (they grow on demand) and writes the programs it
+        built so far to the disk cache, for later processes (closing the context does too)."""
         with self.lock:
             lib.iha_context_trim(self.handle)
 
@@ -173,10 +175,22 @@ _default = None
 _default_lock = threading.Lock()
 
 
+def _close_default():
+    """At exit: frees the default context, which writes the programs it built to the disk cache
+    (iha_context_free), so the next process loads them instead of compiling."""
+    global _default
+    with _default_lock:
+        if _default is not None:
+            _default.close()
+            _default = None
+
+
 def default_context():
-    """The context calls use when given none: created on first use with Context()."""
+    """The context calls use when given none: created on first use with Context(), freed at
+    exit."""
     global _default
     with _default_lock:
         if _default is None:
             _default = Context()
+            atexit.register(_close_default)
         return _default
