@@ -49,8 +49,10 @@ class IhaTool:
                           "--layer-n", str(n), "--model-dim", str(dim), "--backward", "--reps", str(reps), *QUIET)
 
     def decode(self, heads, dim, p, d, cached, reps):
-        return self.bench("--decode", "--batch", "1", "--heads", str(heads), "--p", str(p), "--d", str(d),
-                          "--model-dim", str(dim), "--cache-tokens", str(cached), "--reps", str(reps),
+        """The decoding step on both cache layouts in one run: the pseudo-token cache, and the
+        compact one (the heads' own keys and values) under `decode.compact`."""
+        return self.bench("--decode", "--compact", "--batch", "1", "--heads", str(heads), "--p", str(p), "--d",
+                          str(d), "--model-dim", str(dim), "--cache-tokens", str(cached), "--reps", str(reps),
                           "--no-ceilings")
 
     def forward(self, directory):

@@ -163,19 +163,20 @@ def layer_values(iha, reps):
     return report["seconds"] * 1e3, (saved["forward_save_seconds"] + saved["backward_saved_seconds"]) * 1e3
 
 
-def decode_value(iha, reps):
-    """iha's decoding step against CACHED_TOKENS cached tokens of the demo layer, in ms."""
+def decode_values(iha, reps):
+    """iha's decoding step against CACHED_TOKENS cached tokens of the demo layer, in ms, on the
+    pseudo-token cache and on the compact cache, measured in one run."""
     report = iha.decode(HEADS, DEMO["dim"], PSEUDO, DEMO["d"], CACHED_TOKENS, reps * DECODE_REPS_FACTOR)["decode"]
-    return report["step_seconds"] * 1e3
+    return report["step_seconds"] * 1e3, report["compact"]["step_seconds"] * 1e3
 
 
 def iha_values(iha, reps, log):
-    """iha's value for every row, in the table's order (core_rows, layer_rows, decode_row)."""
+    """iha's value for every row, in the table's order (core_rows, layer_rows, decode_rows)."""
     values = []
     for t, d, window_keys, unit in CORE_PROBLEMS:
         values.append(core_value(iha, t, d, window_keys, unit, reps, core_what(t, d, window_keys)))
     values.extend(layer_values(iha, reps))
-    values.append(decode_value(iha, reps))
+    values.extend(decode_values(iha, reps))
     log("  iha tuned: " + ", ".join(f"{v:.4g}" for v in values))
     return values
 
@@ -224,14 +225,18 @@ def layer_rows(iha, reps, log, openvino):
     return [forward, training]
 
 
-def decode_row(iha, reps, log):
-    """One generated token per sequence against CACHED_TOKENS cached tokens of the demo layer.
-    A step takes milliseconds, so both sides take DECODE_REPS_FACTOR times the repeats."""
+def decode_rows(iha, reps, log):
+    """One generated token per sequence against CACHED_TOKENS cached tokens of the demo layer,
+    iha on its pseudo-token cache and on its compact cache (1/P of the bytes), against the
+    PyTorch layer's step on its cache of pseudo-tokens. A step takes milliseconds, so both sides
+    take DECODE_REPS_FACTOR times the repeats."""
     log("decoding step")
     dim, d = DEMO["dim"], DEMO["d"]
-    row = Row(f"decoding step, {CACHED_TOKENS} cached tokens (demo layer)", "ms", decode_value(iha, reps))
+    pseudo_ms, compact_ms = decode_values(iha, reps)
+    row = Row(f"decoding step, {CACHED_TOKENS} cached tokens (demo layer)", "ms", pseudo_ms)
+    compact = Row(f"decoding step, {CACHED_TOKENS} cached tokens, iha's compact cache (demo layer)", "ms", compact_ms)
     reps *= DECODE_REPS_FACTOR
-    log(f"  iha: {row.iha:.4g} ms")
+    log(f"  iha: {row.iha:.4g} ms, compact cache {compact.iha:.4g} ms")
 
     # The step must give the last row of a full forward pass over the same tokens.
     xs, ws = layer.random_layer(1, 65, dim, HEADS, d, PSEUDO, seed=7)
@@ -257,7 +262,8 @@ def decode_row(iha, reps, log):
                   check_target)
 
     measure_peer(row, "PyTorch", lambda: run, verify, reps, lambda s: s * 1e3, log, warmup=3)
-    return row
+    compact.cells["PyTorch"] = row.cells["PyTorch"]
+    return [row, compact]
 
 
 SGEMM_N = 2048  # the host's SGEMM ceiling: one n x n x n product in float32
@@ -415,7 +421,7 @@ def main():
             sgemm[name] = max(value, sgemm.get(name, 0.0))
         this = core_rows(iha, args.reps, log, not args.no_flex, not args.no_openvino)
         this += layer_rows(iha, args.reps, log, not args.no_openvino)
-        this.append(decode_row(iha, args.reps, log))
+        this.extend(decode_rows(iha, args.reps, log))
         if tuned_iha:
             for row, value in zip(this, iha_values(tuned_iha, args.reps, log)):
                 row.iha_tuned = value
