@@ -8,10 +8,6 @@
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
-/* Splits a row may have: DEC_MAX_SPLITS of cl/decode_combine.clh. */
-#define COMPACT_MAX_SPLITS 64
-/* Floats of query rows and accumulators a work-item keeps (DEC_HEADS * DEC_ROWS * d each). */
-#define COMPACT_PRIVATE_FLOATS 4096
 /* cl/attention_decode_compact_lanes.cl: lanes per vector, tokens per block at most, and the
  * private floats a work-item may keep (its stack), beyond which the per-head kernel runs. */
 #define LANES_WIDTH 8
@@ -49,7 +45,7 @@ static void config_of(const iha_context *ctx, const iha_decode_compact *dc, iha_
     if ((size_t)cfg->rows > rows) cfg->rows = (int)rows;
     if (cfg->rows < 1) cfg->rows = 1;
     const size_t pad = (dc->dd.d + vec - 1) / vec * vec;
-    size_t heads = COMPACT_PRIVATE_FLOATS / ((size_t)cfg->rows * pad);
+    size_t heads = IHA_DECODE_COMPACT_PRIVATE_FLOATS / ((size_t)cfg->rows * pad);
     if (heads < 1) heads = 1;
     if (heads > (size_t)cfg->heads) heads = (size_t)cfg->heads;
     if (heads > dc->dd.H) heads = dc->dd.H;
@@ -78,11 +74,11 @@ static void splits_of(const iha_context *ctx, const iha_decode_compact *dc, cons
     size_t n = (want + groups - 1) / groups;
     const size_t by_length = (tokens + (size_t)cfg->min_split_tokens - 1) / (size_t)cfg->min_split_tokens;
     if (n > by_length) n = by_length;
-    if (n > COMPACT_MAX_SPLITS) n = COMPACT_MAX_SPLITS;
+    if (n > IHA_DECODE_COMPACT_MAX_SPLITS) n = IHA_DECODE_COMPACT_MAX_SPLITS;
     if (n < 1) n = 1;
     /* A CPU runtime deals work-items to its cores: a total that is not a multiple of the cores
      * leaves one idle while the last ones run. */
-    while (!ctx->info.is_gpu && (groups * n) % cus != 0 && n < COMPACT_MAX_SPLITS && n < tokens) ++n;
+    while (!ctx->info.is_gpu && (groups * n) % cus != 0 && n < IHA_DECODE_COMPACT_MAX_SPLITS && n < tokens) ++n;
     *per_split = (tokens + n - 1) / n;
     *splits = (tokens + *per_split - 1) / *per_split;
 }

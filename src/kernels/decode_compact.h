@@ -12,6 +12,11 @@
  * least min_split_tokens tokens. lanes 1: steps with mixing run
  * cl/attention_decode_compact_lanes.cl (the rows across vector lanes, for CPUs) where its
  * private arrays fit, the others cl/attention_decode_compact.cl. */
+/* Splits a row may have (DEC_MAX_SPLITS of cl/decode_combine.clh), and the floats of query rows
+ * and accumulators a work-item keeps (heads * rows * d, the heads cut to fit). */
+#define IHA_DECODE_COMPACT_MAX_SPLITS 64
+#define IHA_DECODE_COMPACT_PRIVATE_FLOATS 4096
+
 typedef struct iha_decode_compact_config {
     int rows;
     int heads;

@@ -103,6 +103,7 @@ static iha_status plan_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *
     if (c->compact) {
         s->dc.dd = s->dd;
         s->dc.slots = c->slots;
+        IHA_FORWARD_IF_ERROR(iha__tune_choose_decode_compact(ctx, &s->dc, p->mask, p->window, p->rope));
     } else {
         IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &s->dd, p->mask, p->window));
     }
