@@ -116,7 +116,7 @@ static int bucket_of(const iha_context *ctx, const iha_shape *s, const iha_atten
 }
 
 /* The kernel module's default, with rows and heads no more than the step has (the kernel cuts
- * them the same way, so the behaviour is the default's). */
+ * them the same way) and vectors no wider than the head. */
 static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *c)
 {
     iha_decode_compact_config cfg;
@@ -125,7 +125,8 @@ static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_co
     memset(c, 0, sizeof *c);
     c->v[P_ROWS] = cfg.rows < rows ? cfg.rows : rows;
     c->v[P_HEADS] = cfg.heads < heads ? cfg.heads : heads;
-    c->v[P_VD] = cfg.vec;
+    const long widest = iha__pow2_ceil(b->values[K_D]) > 4 ? iha__pow2_ceil(b->values[K_D]) : 4;
+    c->v[P_VD] = cfg.vec < widest ? cfg.vec : widest;
     c->v[P_MIN_TOKENS] = cfg.min_split_tokens;
     c->v[P_PER_CU] = cfg.per_cu;
     c->v[P_LANES] = cfg.lanes;
