@@ -417,7 +417,11 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
     float qs[HEAD_DIM * QN * LANES];
 #endif
     int lo_s[QG * LANES], hi_s[QG * LANES], valid_s[QG * LANES];
-    float ak_s[QG * DEC_H * DEC_P * LANES], av_s[QG * DEC_H * DEC_P * LANES];
+    /* Each lane's alpha_V and, without rotary (whose keys are mixed across other lanes), alpha_K. */
+#if !DEC_ROPE
+    float ak_s[QG * DEC_H * DEC_P * LANES];
+#endif
+    float av_s[QG * DEC_H * DEC_P * LANES];
 #if DEC_RAW_Q
     /* The step token's raw query rows across the lanes, and each lane's row of alpha_Q. */
     float aq_s[QG * DEC_H * LANES];
@@ -455,7 +459,9 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
             for (int p = 0; p < P; ++p) {
                 const int i = ((g * DEC_H + m) * P + p) * LANES + lane;
                 const int known = l < TILE && h < DEC_H;
+#if !DEC_ROPE
                 ak_s[i] = known ? alpha_k[((size_t)m * DEC_H + h) * P + p] : 0.0f;
+#endif
                 av_s[i] = known ? alpha_v[((size_t)m * DEC_H + h) * P + p] : 0.0f;
             }
     }
@@ -493,11 +499,12 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
 #else
     (void)angles;
 #endif
-    floatL ak[QG * DEC_H * DEC_P], av[QG * DEC_H * DEC_P];
-    for (int i = 0; i < QG * DEC_H * DEC_P; ++i) {
-        ak[i] = vloadL(i, ak_s);
-        av[i] = vloadL(i, av_s);
-    }
+#if !DEC_ROPE
+    floatL ak[QG * DEC_H * DEC_P];
+    for (int i = 0; i < QG * DEC_H * DEC_P; ++i) ak[i] = vloadL(i, ak_s);
+#endif
+    floatL av[QG * DEC_H * DEC_P];
+    for (int i = 0; i < QG * DEC_H * DEC_P; ++i) av[i] = vloadL(i, av_s);
 #if DEC_RAW_Q
     floatL aq[QG * DEC_H];
     for (int i = 0; i < QG * DEC_H; ++i) aq[i] = vloadL(i, aq_s);

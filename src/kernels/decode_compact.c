@@ -171,9 +171,11 @@ static size_t lanes_block(const iha_decode_compact *dc, const iha_decode_compact
     const size_t H = dc->dd.H, P = dc->dd.P, d = dc->dd.d, L = LANES_WIDTH, rows = (size_t)cfg->rows;
     const size_t groups = (rows * (size_t)cfg->heads + L - 1) / L, raw = (H + L - 1) / L;
     const size_t keys = ((size_t)cfg->heads * P + L - 1) / L;
-    const size_t queries = rope ? (rows + 1) * d * keys * L + rows * keys * L + P * groups * L + 2 * keys * H * L
-                                : d * (raw > groups ? raw : groups) * L;
-    const size_t fixed = queries + d * groups * L + 4 * groups * H * P * L + 2 * groups * H * L + 6 * groups * L;
+    /* The scores' inputs: with rotary the rotated query rows, the pseudo-keys, the scores' two
+     * layouts and alpha_K by key lane; without, the query rows and alpha_K by row lane. */
+    const size_t scores = rope ? (rows + 1) * d * keys * L + rows * keys * L + P * groups * L + 2 * keys * H * L
+                               : d * (raw > groups ? raw : groups) * L + 2 * groups * H * P * L;
+    const size_t fixed = scores + d * groups * L + 2 * groups * H * P * L + 2 * groups * H * L + 6 * groups * L;
     for (size_t tb = LANES_MAX_BLOCK; tb >= 1; tb /= 2)
         if (fixed + tb * (2 * H * d + groups * H * L + groups * P * L) <= LANES_PRIVATE_FLOATS) return tb;
     return 0;
