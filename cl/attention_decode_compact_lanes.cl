@@ -251,9 +251,40 @@ TILE_FN void rope_dots(const float *qv, const floatL *km, int r0, int rw, float 
 
 /* token_scores with rotary: the token's pseudo-keys before R(p), km[j][lane hh·P + p] = sum over
  * m of alpha_K[m][h0 + hh][p] · K'[m][j] (akk: [KG][DEC_H] lane vectors), dotted with the rows in
- * qv; the scores move from lanes (head, p) to lanes (head, row) through private memory. */
+ * qv; the scores move from lanes (head, p) to lanes (head, row) through private memory. A tile of
+ * at most DEC_MB rows (a generated token's) dots each column of km as it is mixed, and keeps no
+ * pseudo-keys in memory. */
 TILE_FN void rope_scores(const float *k, const float *qv, const floatL *akk, float scale_log2, floatL sc[DEC_P][QG])
 {
+    float s[DEC_ROWS * KG * LANES];
+#if DEC_ROWS <= DEC_MB
+    floatL acc[DEC_ROWS][KG];
+#pragma unroll
+    for (int rr = 0; rr < DEC_ROWS; ++rr)
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) acc[rr][gk] = (floatL)(0.0f);
+#pragma unroll 2
+    for (int j = 0; j < HEAD_DIM; ++j) {
+        floatL a[KG];
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) a[gk] = (floatL)(0.0f);
+#pragma unroll
+        for (int m = 0; m < DEC_H; ++m) {
+            const floatL x = (floatL)(k[m * HEAD_DIM + j]);
+#pragma unroll
+            for (int gk = 0; gk < KG; ++gk) a[gk] = fma(akk[gk * DEC_H + m], x, a[gk]);
+        }
+#pragma unroll
+        for (int rr = 0; rr < DEC_ROWS; ++rr)
+#pragma unroll
+            for (int gk = 0; gk < KG; ++gk)
+                acc[rr][gk] = fma(vloadL((rr * HEAD_DIM + j) * KG + gk, qv), a[gk], acc[rr][gk]);
+    }
+#pragma unroll
+    for (int rr = 0; rr < DEC_ROWS; ++rr)
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) vstoreL(acc[rr][gk], rr * KG + gk, s);
+#else
     floatL km[HEAD_DIM * KG];
 #pragma unroll 2
     for (int j = 0; j < HEAD_DIM; ++j) {
@@ -269,10 +300,10 @@ TILE_FN void rope_scores(const float *k, const float *qv, const floatL *akk, flo
 #pragma unroll
         for (int gk = 0; gk < KG; ++gk) km[j * KG + gk] = a[gk];
     }
-    float s[DEC_ROWS * KG * LANES];
     int r0 = 0;
     for (; r0 + DEC_MB <= DEC_ROWS; r0 += DEC_MB) rope_dots(qv, km, r0, DEC_MB, s);
     if (DEC_ROWS % DEC_MB) rope_dots(qv, km, r0, DEC_ROWS % DEC_MB, s);
+#endif
     float t[DEC_P * QG * LANES];
 #pragma unroll
     for (int p = 0; p < DEC_P; ++p)

@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "test_layer.h"
-#include "test_util.h"
 #include "test_profiles.h"
+#include "test_util.h"
 
 #define TOL_F16 2e-3 /* doc/spec.md's half-storage contract */
 
@@ -74,19 +74,22 @@ static decoded decode_layer(iha_context *ctx, const tu_layer *l, const double *z
     decoded out;
     iha_shape step = shape;
     step.tokens = N - 1;
-    tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
-                     IHA_OK);
+    tu_assert_status(
+        ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+        IHA_OK);
     out.prefill = tp_choice_of(ctx, "decode_compact");
     float *z = tu_malloc(D * sizeof *z);
     tu_fill_nan(z, D);
     tu_buffer_write(ctx, zs, 0, z, D);
     tu_buffer_write(ctx, xs, 0, l->x + (N - 1) * D, D);
     step.tokens = 1;
-    tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
-                     IHA_OK);
+    tu_assert_status(
+        ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+        IHA_OK);
     out.step = tp_choice_of(ctx, "decode_compact");
     tu_buffer_read(ctx, zs, 0, z, D);
-    tu_assert_close("the last token's output", z, zref + (N - 1) * D, D, storage == IHA_STORAGE_F16 ? TOL_F16 : TU_TOL_F32);
+    tu_assert_close("the last token's output", z, zref + (N - 1) * D, D,
+                    storage == IHA_STORAGE_F16 ? TOL_F16 : TU_TOL_F32);
     free(z);
     tu_buffer_release(xs), tu_buffer_release(zs);
     iha_kv_cache_free(cache);

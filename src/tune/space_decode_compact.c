@@ -318,8 +318,7 @@ static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, i
     return iha__decode_compact_attention_enqueue(
         ctx, &dc, (iha_buffer){pr->q, 0}, (iha_buffer){pr->q_raw, 0}, pr->keys[copy], pr->values[copy],
         (iha_buffer){pr->alphas, 0}, (iha_buffer){pr->alphas, na}, (iha_buffer){pr->alphas, 2 * na},
-        pr->rope ? pr->angles : NULL, pr->partial, (iha_buffer){pr->o, 0}, pr->steps, pr->mask, pr->window,
-        pr->scale);
+        pr->rope ? pr->angles : NULL, pr->partial, (iha_buffer){pr->o, 0}, pr->steps, pr->mask, pr->window, pr->scale);
 }
 
 /* One launch builds the program and, on PoCL, the machine code for this work-group size. */
@@ -393,8 +392,7 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
 {
     problem *pr = p;
     const iha_decode_dims *dd = &pr->dc.dd;
-    return iha__tune_check_output(ctx, pr, c, enqueue, pr->o, dd->B * dd->H * dd->k * dd->P * dd->d, reference,
-                                  error);
+    return iha__tune_check_output(ctx, pr, c, enqueue, pr->o, dd->B * dd->H * dd->k * dd->P * dd->d, reference, error);
 }
 
 /* Weight 0.5: a layer shape makes two tasks (float and half cache), together one share. */
