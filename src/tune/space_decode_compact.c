@@ -244,8 +244,10 @@ static float *mix_queries(const float *raw, const float *aq, size_t B, size_t k,
 }
 
 /* Timing: the bucket's k new tokens per sequence against a full compact cache of the shape's B,
- * H and N tokens. Verification: 2 sequences of 3 heads, one with about 600 tokens cached (splits
- * at every min_split_tokens), one with 5, and with a chunk, 2 tokens of 3 in the second. */
+ * H and N tokens. Verification: 2 sequences of 3 heads, one with about 2400 virtual keys cached
+ * (600 tokens at P = 4: splits at every min_split_tokens; at least 40 tokens, so that a large P
+ * keeps the float64 reference quick), one with 5, and with a chunk, 2 tokens of 3 in the
+ * second. */
 static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha_attention_options *o,
                                  const iha_tune_bucket *b, iha_tune_purpose purpose, int copies, void **out)
 {
@@ -253,7 +255,8 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     IHA_RETURN_ERROR_IF(pr == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     const int verify = purpose == IHA_TUNE_PROBLEM_VERIFY;
     const size_t P = s->pseudo, d = s->head_dim, k = verify ? (b->values[K_K] > 1 ? 3 : 1) : (size_t)b->values[K_K];
-    const size_t n0 = verify ? 600 : s->tokens, n1 = verify ? 5 : n0;
+    const size_t long_tokens = (2400 + P - 1) / P > 40 ? (2400 + P - 1) / P : 40;
+    const size_t n0 = verify ? long_tokens : s->tokens, n1 = verify ? 5 : n0;
     iha_decode_dims *dd = &pr->dc.dd;
     dd->B = verify ? 2 : s->batch, dd->k = k, dd->H = verify ? VERIFY_HEADS : s->heads, dd->d = d, dd->P = P;
     dd->t_max = dd->t_cur = (n0 + k) * P;
