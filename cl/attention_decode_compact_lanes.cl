@@ -448,7 +448,8 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
     float qs[HEAD_DIM * QN * LANES];
 #endif
     int lo_s[QG * LANES], hi_s[QG * LANES], valid_s[QG * LANES];
-    /* Each lane's alpha_V and, without rotary (whose keys are mixed across other lanes), alpha_K. */
+    /* Each lane's alpha_V and, without rotary, alpha_K (with rotary the keys are mixed across the
+     * key lanes, by akk). */
 #if !DEC_ROPE
     float ak_s[QG * DEC_H * DEC_P * LANES];
 #endif

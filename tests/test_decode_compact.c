@@ -1,8 +1,8 @@
 /* The compact KV cache (iha_kv_cache_options.compact): every decoding step's outputs equal the
  * rows of the float64 reference forward over the sequence so far, under every mask, windows,
- * rotary, float, half and bfloat16 storage, ragged batches, chunked and packed prefill, identity
- * mixing, a ring many laps long, truncation and reset, with and without rotary (keys cached
- * rotated by their token's position); its bytes are 1/P of the pseudo-token cache's; and the
+ * rotary (keys cached rotated by their token's position), float, half and bfloat16 storage,
+ * ragged batches, chunked and packed prefill, identity mixing, a ring many laps long, truncation
+ * and reset; its bytes are 1/P of the pseudo-token cache's; and the
  * refusals its rotation on read brings. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /* Decoding from a compact KV cache: the new tokens' own keys and values into the cache
  * (cl/decode_mix.cl, decode_store_compact) and split-token attention that forms the pseudo-keys
- * and -values on read (cl/attention_decode_compact.cl; without rotary on CPUs
+ * and -values on read (cl/attention_decode_compact.cl; on CPUs
  * cl/attention_decode_compact_lanes.cl). */
 #ifndef IHA_KERNELS_DECODE_COMPACT_H
 #define IHA_KERNELS_DECODE_COMPACT_H
