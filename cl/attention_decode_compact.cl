@@ -1,7 +1,8 @@
 /* Decoding from a compact KV cache (doc/spec.md, "The compact cache"): the cache holds each
- * token's own keys and values, [B][slots][H][HEAD_DIM] each, and a work-item forms the P
- * pseudo-keys of every token it reads on the fly (mixing with alpha_K, then rotary at virtual
- * position n*P + p) and folds alpha_V into the probabilities. It reads the H·d elements of a token
+ * token's own keys and values, [B][slots][H][HEAD_DIM] each (keys rotated by their token's
+ * position n*P when rotary is on), and a work-item forms the P pseudo-keys of every token it
+ * reads on the fly (mixing with alpha_K, then the rotation by the pseudo index p that completes
+ * rotary at virtual position n*P + p) and folds alpha_V into the probabilities. It reads the H·d elements of a token
  * once for DEC_HEADS target heads, P times fewer bytes than the pseudo-token cache, and writes
  * the partial softmax states of cl/decode_combine.clh, which merges the splits. */
 #include "loop_probe.clh"
@@ -157,19 +158,16 @@ static inline void rotate(floatV *x, const float *cs, const float *sn)
 #endif
 }
 
-/* The angles of virtual positions n*P + p, p < P, by angle addition from the row of position
- * n*P (`at`) and those of positions 0 .. P-1 (`offsets`), each [2][HEAD_DIM/2] (cos, then sin). */
-static inline void token_angles(const __global float *at, const __global float *offsets, float cs[DEC_P][HALF_DIM + 1],
-                                float sn[DEC_P][HALF_DIM + 1])
+/* The angles of positions 0 .. P-1 from their rotary rows `angles`, [P][2][HEAD_DIM/2] (cos,
+ * then sin). */
+static inline void pseudo_angles(const __global float *angles, float cs[DEC_P][HALF_DIM + 1],
+                                 float sn[DEC_P][HALF_DIM + 1])
 {
-    for (int p = 0; p < DEC_P; ++p) {
-        const __global float *o = offsets + (size_t)p * HEAD_DIM;
+    for (int p = 0; p < DEC_P; ++p)
         for (int i = 0; i < HALF_DIM; ++i) {
-            const float c0 = at[i], s0 = at[HALF_DIM + i], c1 = o[i], s1 = o[HALF_DIM + i];
-            cs[p][i] = c0 * c1 - s0 * s1;
-            sn[p][i] = s0 * c1 + c0 * s1;
+            cs[p][i] = angles[(size_t)p * HEAD_DIM + i];
+            sn[p][i] = angles[(size_t)p * HEAD_DIM + HALF_DIM + i];
         }
-    }
 }
 
 static inline float lane_sum(floatV acc)
@@ -203,13 +201,13 @@ static inline float compact_score(const floatV *q, const floatV *k, float scale_
 /* Work-item (row tile, split, (b, head group)): rows r0 .. r0+DEC_ROWS-1 of heads h0 .. h0+DEC_HEADS-1
  * of sequence b against the tokens of split s. q rows [B*H][rows][HEAD_DIM], virtual position
  * n0*P + row, rows past count*P inactive. Splits cut the tokens from the oldest the cache holds
- * into ranges of split_tokens. rope_mode 0: no rotary; 1: rope is the table of virtual positions
- * [T][2][d/2]; 2: rope is a ring's rows, the P rows of positions 0 .. P-1 then [B][slots] rows
- * of each held token's position n*P. */
+ * into ranges of split_tokens. use_rope: the cached keys are rotated by their tokens' positions
+ * n*P (cl/decode_mix.cl, decode_store_compact) and angles holds the rotary rows of positions
+ * 0 .. P-1, [P][2][d/2]. */
 __kernel void attention_decode_compact_f32(__global const float *q, ulong q_off, __global const kv_t *kc,
                                            __global const kv_t *vc, __global const float *alpha_k, ulong ak_off,
                                            __global const float *alpha_v, ulong av_off, int identity,
-                                           __global const float *rope, int rope_mode, __global float *part,
+                                           __global const float *angles, int use_rope, __global float *part,
                                            __global const int *step, int rows, int slots, int splits,
                                            int split_tokens, int mask, int window, float scale_log2 IHA_PROBE_PARAMS)
 {
@@ -253,19 +251,19 @@ __kernel void attention_decode_compact_f32(__global const float *q, ulong q_off,
                 load_query(q + q_off + ((size_t)(b * DEC_H + h0 + hh) * rows + r0 + r) * HEAD_DIM, qv[hh][r]);
         }
 
+    float cs[DEC_P][HALF_DIM + 1], sn[DEC_P][HALF_DIM + 1];
+    if (use_rope) pseudo_angles(angles, cs, sn);
+
     int n = first;
     for (; n <= last + IHA_PROBE_PAST; ++n) {
         IHA_PROBE_SKIP_PAST(n > last);
         const int slot = KV_RING ? n % slots : n;
         const __global kv_t *kt = kc + ((size_t)b * slots + slot) * DEC_H * HEAD_DIM;
         const __global kv_t *vt = vc + ((size_t)b * slots + slot) * DEC_H * HEAD_DIM;
-        float cs[DEC_P][HALF_DIM + 1], sn[DEC_P][HALF_DIM + 1];
-        if (rope_mode == 1) token_angles(rope + (size_t)n * P * HEAD_DIM, rope, cs, sn);
-        if (rope_mode == 2) token_angles(rope + ((size_t)P + (size_t)b * slots + slot) * HEAD_DIM, rope, cs, sn);
         for (int hh = 0; hh < DEC_HEADS && h0 + hh < DEC_H; ++hh) {
             floatV mixed[DEC_P][VCH];
             mix_token(kt, alpha_k, identity, h0 + hh, mixed);
-            if (rope_mode)
+            if (use_rope)
                 for (int p = 0; p < DEC_P; ++p) rotate(mixed[p], cs[p], sn[p]);
             float pr[DEC_ROWS][DEC_P];
             for (int r = 0; r < DEC_ROWS; ++r) {

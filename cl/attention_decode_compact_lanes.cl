@@ -1,11 +1,15 @@
-/* Decoding from a compact KV cache without rotary, for CPUs (doc/spec.md, "The compact cache"):
- * a work-item's query rows lie across the lanes of its vectors, so nearly every FMA is a vector
- * FMA with one broadcast element, in register tiles. Without rotary a score needs no pseudo-key:
+/* Decoding from a compact KV cache, for CPUs (doc/spec.md, "The compact cache"): a work-item's
+ * query rows lie across the lanes of its vectors, so nearly every FMA is a vector FMA with one
+ * broadcast element, in register tiles. Without rotary a score needs no pseudo-key:
  * q·Kt[n·P + p] = sum over m of alpha_K[m][h][p] · q·K[n][m]. A step of one token goes further:
  * its P pseudo-queries of head h mix its H rows Q[m'] by alpha_Q, so q·K[n][m] = sum over m' of
- * alpha_Q[m'][h][i] · Q[m']·K[n][m], and a cached token costs H·H dots, not H·P·H. alpha_V is
- * folded into the probabilities; the online softmax rescales once per block of tokens. Writes
- * the partial softmax states of cl/decode_combine.clh. */
+ * alpha_Q[m'][h][i] · Q[m']·K[n][m], and a cached token costs H·H dots, not H·P·H. With rotary
+ * (DEC_ROPE) the cache holds keys rotated by their token's position n·P, so the pseudo-key is
+ * R(p) · sum over m of alpha_K[m][h][p] · K'[n][m]: the token's P pseudo-keys of each head are
+ * mixed across lanes (head, p) and dotted with the query rows rotated back by p once per step,
+ * and no rotation is left per token. alpha_V is folded into the probabilities; the online
+ * softmax rescales once per block of tokens. Writes the partial softmax states of
+ * cl/decode_combine.clh. */
 #include "loop_probe.clh"
 #include "masks.clh"
 
@@ -47,6 +51,13 @@
 #ifndef DEC_RAW_Q
 #define DEC_RAW_Q 0
 #endif
+/* 1: rotary; the keys are cached rotated by their tokens' positions n·P (cl/decode_mix.cl). */
+#ifndef DEC_ROPE
+#define DEC_ROPE 0
+#endif
+#if DEC_ROPE && DEC_RAW_Q
+#error "DEC_RAW_Q serves steps without rotary"
+#endif
 #include "kv_compact.clh"
 
 /* Lanes per vector: AVX2's 8 floats. */
@@ -58,6 +69,9 @@
 #define TILE (DEC_ROWS * DEC_HEADS)
 #define QG ((TILE + LANES - 1) / LANES)
 #define TOKEN_ELEMS (DEC_H * HEAD_DIM)
+/* With rotary: lane vectors of the pseudo-keys, lane hh·P + p holding head h0 + hh's p-th. */
+#define KG ((DEC_HEADS * DEC_P + LANES - 1) / LANES)
+#define HALF_DIM (HEAD_DIM / 2)
 /* The dot rows: the step token's H raw query rows (DEC_RAW_Q) or the lanes' query rows. */
 #if DEC_RAW_Q
 #define QN ((DEC_H + LANES - 1) / LANES)
@@ -208,6 +222,125 @@ static inline intL overflowed(const float *k, const float *qs, const floatL *aq,
     return isfinite(t);
 }
 
+#if DEC_ROPE
+/* s[r][gk] = dot of query row r0 + r, rotated back by each lane's p (qv: [DEC_ROWS][HEAD_DIM][KG]
+ * lane vectors), with the lanes' pseudo-keys km ([HEAD_DIM][KG]), for rows r0 .. r0+rw-1 (rw a
+ * constant at each call). */
+TILE_FN void rope_dots(const float *qv, const floatL *km, int r0, int rw, float *s)
+{
+    floatL a[DEC_MB][KG];
+#pragma unroll
+    for (int rr = 0; rr < DEC_MB; ++rr)
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) a[rr][gk] = (floatL)(0.0f);
+#pragma unroll 4
+    for (int j = 0; j < HEAD_DIM; ++j)
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) {
+            const floatL kv = km[j * KG + gk];
+#pragma unroll
+            for (int rr = 0; rr < DEC_MB; ++rr)
+                if (rr < rw) a[rr][gk] = fma(vloadL(((r0 + rr) * HEAD_DIM + j) * KG + gk, qv), kv, a[rr][gk]);
+        }
+#pragma unroll
+    for (int rr = 0; rr < DEC_MB; ++rr)
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk)
+            if (rr < rw) vstoreL(a[rr][gk], (r0 + rr) * KG + gk, s);
+}
+
+/* token_scores with rotary: the token's pseudo-keys before R(p), km[j][lane hh·P + p] = sum over
+ * m of alpha_K[m][h0 + hh][p] · K'[m][j] (akk: [KG][DEC_H] lane vectors), dotted with the rows in
+ * qv; the scores move from lanes (head, p) to lanes (head, row) through private memory. A tile of
+ * at most DEC_MB rows (a generated token's) dots each column of km as it is mixed, and keeps no
+ * pseudo-keys in memory. */
+TILE_FN void rope_scores(const float *k, const float *qv, const floatL *akk, float scale_log2, floatL sc[DEC_P][QG])
+{
+    float s[DEC_ROWS * KG * LANES];
+#if DEC_ROWS <= DEC_MB
+    floatL acc[DEC_ROWS][KG];
+#pragma unroll
+    for (int rr = 0; rr < DEC_ROWS; ++rr)
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) acc[rr][gk] = (floatL)(0.0f);
+#pragma unroll 2
+    for (int j = 0; j < HEAD_DIM; ++j) {
+        floatL a[KG];
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) a[gk] = (floatL)(0.0f);
+#pragma unroll
+        for (int m = 0; m < DEC_H; ++m) {
+            const floatL x = (floatL)(k[m * HEAD_DIM + j]);
+#pragma unroll
+            for (int gk = 0; gk < KG; ++gk) a[gk] = fma(akk[gk * DEC_H + m], x, a[gk]);
+        }
+#pragma unroll
+        for (int rr = 0; rr < DEC_ROWS; ++rr)
+#pragma unroll
+            for (int gk = 0; gk < KG; ++gk)
+                acc[rr][gk] = fma(vloadL((rr * HEAD_DIM + j) * KG + gk, qv), a[gk], acc[rr][gk]);
+    }
+#pragma unroll
+    for (int rr = 0; rr < DEC_ROWS; ++rr)
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) vstoreL(acc[rr][gk], rr * KG + gk, s);
+#else
+    floatL km[HEAD_DIM * KG];
+#pragma unroll 2
+    for (int j = 0; j < HEAD_DIM; ++j) {
+        floatL a[KG];
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) a[gk] = (floatL)(0.0f);
+#pragma unroll
+        for (int m = 0; m < DEC_H; ++m) {
+            const floatL x = (floatL)(k[m * HEAD_DIM + j]);
+#pragma unroll
+            for (int gk = 0; gk < KG; ++gk) a[gk] = fma(akk[gk * DEC_H + m], x, a[gk]);
+        }
+#pragma unroll
+        for (int gk = 0; gk < KG; ++gk) km[j * KG + gk] = a[gk];
+    }
+    int r0 = 0;
+    for (; r0 + DEC_MB <= DEC_ROWS; r0 += DEC_MB) rope_dots(qv, km, r0, DEC_MB, s);
+    if (DEC_ROWS % DEC_MB) rope_dots(qv, km, r0, DEC_ROWS % DEC_MB, s);
+#endif
+    float t[DEC_P * QG * LANES];
+#pragma unroll
+    for (int p = 0; p < DEC_P; ++p)
+        for (int l = 0; l < QG * LANES; ++l)
+            t[p * QG * LANES + l] = l < TILE ? s[(l % DEC_ROWS) * KG * LANES + l / DEC_ROWS * DEC_P + p] : 0.0f;
+#pragma unroll
+    for (int p = 0; p < DEC_P; ++p)
+#pragma unroll
+        for (int g = 0; g < QG; ++g) sc[p][g] = vloadL(p * QG + g, t) * scale_log2;
+}
+
+/* overflowed with rotary: the lanes of vector g whose score against pseudo-key p, from operands
+ * scaled by SCORE_SHRINK, is finite (akk_s: akk's floats). */
+static inline intL rope_overflowed(const float *k, const float *qv, const float *akk_s, int g, int p)
+{
+    int finite[LANES];
+    for (int lane = 0; lane < LANES; ++lane) {
+        const int l = g * LANES + lane, lk = l / DEC_ROWS * DEC_P + p, r = l % DEC_ROWS;
+        float t = 0.0f;
+        for (int m = 0; l < TILE && m < DEC_H; ++m) {
+            float dot = 0.0f;
+            for (int j = 0; j < HEAD_DIM; ++j)
+                dot = fma(qv[((r * HEAD_DIM + j) * KG + lk / LANES) * LANES + lk % LANES] * SCORE_SHRINK,
+                          k[m * HEAD_DIM + j] * SCORE_SHRINK, dot);
+            t = fma(akk_s[(lk / LANES * DEC_H + m) * LANES + lk % LANES], dot, t);
+        }
+        finite[lane] = isfinite(t) ? -1 : 0;
+    }
+    return vload8(0, finite);
+}
+#define SCORES(k, out) rope_scores((k), qv, akk, scale_log2, (out))
+#define OVERFLOWED(k, g, p) rope_overflowed((k), qv, akk_s, (g), (p))
+#else
+#define SCORES(k, out) token_scores((k), qs, aq, ak, scale_log2, (out))
+#define OVERFLOWED(k, g, p) overflowed((k), qs, aq, ak, (g), (p))
+#endif
+
 /* acc[j][g] += sum over the block's tokens t and rows m of w[t][m][g] * V[t][m][j], for columns
  * j0 .. j0+jw-1 and lane vectors g0 .. g0+gw-1 (jw, gw, masked constants at each call). masked:
  * a lane of seen[t][g] 0 (a row that sees none of token t's keys) adds nothing, not 0 times
@@ -285,13 +418,14 @@ TILE_FN void add_values(const float *v, int cnt, const floatL *w, const intL *se
 
 /* Work-item (row tile, split, (b, head group)): rows r0 .. r0+DEC_ROWS-1 of heads h0 ..
  * h0+DEC_HEADS-1 of sequence b against the tokens of split s; arguments as
- * attention_decode_compact_f32's (cl/attention_decode_compact.cl), without rotary and identity
- * mixing, which that kernel takes. */
+ * attention_decode_compact_f32's (cl/attention_decode_compact.cl), without identity mixing,
+ * which that kernel takes; angles: with rotary, the rotary rows of positions 0 .. P-1. */
 __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong q_off, __global const kv_t *kc,
                                                  __global const kv_t *vc, __global const float *alpha_k, ulong ak_off,
                                                  __global const float *alpha_v, ulong av_off,
                                                  __global const float *q_raw, ulong qr_off,
                                                  __global const float *alpha_q, ulong aq_off, int k_step,
+                                                 __global const float *angles,
                                                  __global float *part, __global const int *step, int rows, int slots,
                                                  int splits, int split_tokens, int mask, int window,
                                                  float scale_log2 IHA_PROBE_PARAMS)
@@ -310,9 +444,16 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
 
     /* Per lane: its query row (0 where inactive), its visible virtual keys [lo, hi] (empty where
      * inactive) and its head's mixing weights; the tokens the tile reads, [first, last]. */
+#if !DEC_ROPE
     float qs[HEAD_DIM * QN * LANES];
+#endif
     int lo_s[QG * LANES], hi_s[QG * LANES], valid_s[QG * LANES];
-    float ak_s[QG * DEC_H * DEC_P * LANES], av_s[QG * DEC_H * DEC_P * LANES];
+    /* Each lane's alpha_V and, without rotary, alpha_K (with rotary the keys are mixed across the
+     * key lanes, by akk). */
+#if !DEC_ROPE
+    float ak_s[QG * DEC_H * DEC_P * LANES];
+#endif
+    float av_s[QG * DEC_H * DEC_P * LANES];
 #if DEC_RAW_Q
     /* The step token's raw query rows across the lanes, and each lane's row of alpha_Q. */
     float aq_s[QG * DEC_H * LANES];
@@ -336,11 +477,11 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
             first = min(first, v.x / P);
             last = max(last, v.y / P);
         }
-#if !DEC_RAW_Q
+#if !DEC_RAW_Q && !DEC_ROPE
         for (int j = 0; j < HEAD_DIM; ++j)
             qs[(j * QG + g) * LANES + lane] =
                 on ? q[q_off + ((size_t)(b * DEC_H + h) * rows + r) * HEAD_DIM + j] : 0.0f;
-#else
+#elif DEC_RAW_Q
         for (int m = 0; m < DEC_H; ++m)
             aq_s[(g * DEC_H + m) * LANES + lane] =
                 l < TILE && h < DEC_H ? alpha_q[((size_t)m * DEC_H + h) * P + r % P] : 0.0f;
@@ -350,7 +491,9 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
             for (int p = 0; p < P; ++p) {
                 const int i = ((g * DEC_H + m) * P + p) * LANES + lane;
                 const int known = l < TILE && h < DEC_H;
+#if !DEC_ROPE
                 ak_s[i] = known ? alpha_k[((size_t)m * DEC_H + h) * P + p] : 0.0f;
+#endif
                 av_s[i] = known ? alpha_v[((size_t)m * DEC_H + h) * P + p] : 0.0f;
             }
     }
@@ -358,17 +501,48 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
     first = max(first, held + s * split_tokens);
     last = min(last, min(end - 1, held + (s + 1) * split_tokens - 1));
 
-    floatL ak[QG * DEC_H * DEC_P], av[QG * DEC_H * DEC_P];
-    for (int i = 0; i < QG * DEC_H * DEC_P; ++i) {
-        ak[i] = vloadL(i, ak_s);
-        av[i] = vloadL(i, av_s);
+#if DEC_ROPE
+    /* Per key lane (hh, p): its alpha_K column and, for each row of the tile, its head's query
+     * row rotated back by p, R(-p) q (rotate-half with the angles of position p). */
+    float qv[DEC_ROWS * HEAD_DIM * KG * LANES], akk_s[KG * DEC_H * LANES];
+    for (int lk = 0; lk < KG * LANES; ++lk) {
+        const int hh = lk / P, pk = lk % P, h = h0 + hh, gk = lk / LANES, lane = lk % LANES;
+        const int known = hh < DEC_HEADS && h < DEC_H;
+        for (int m = 0; m < DEC_H; ++m)
+            akk_s[(gk * DEC_H + m) * LANES + lane] = known ? alpha_k[((size_t)m * DEC_H + h) * P + pk] : 0.0f;
+        const __global float *cs = angles + (size_t)pk * HEAD_DIM, *sn = cs + HALF_DIM;
+        for (int r = 0; r < DEC_ROWS; ++r) {
+            const int on = known && r0 + r < active;
+            const __global float *qr = q + q_off + ((size_t)(b * DEC_H + h) * rows + r0 + r) * HEAD_DIM;
+            for (int j = 0; j < HEAD_DIM; ++j) {
+                const int i = j % HALF_DIM;
+                const float x = !on ? 0.0f
+                                : j < HALF_DIM ? qr[i] * cs[i] + qr[i + HALF_DIM] * sn[i]
+                                               : qr[j] * cs[i] - qr[i] * sn[i];
+                qv[((r * HEAD_DIM + j) * KG + gk) * LANES + lane] = x;
+            }
+        }
     }
+    floatL akk[KG * DEC_H];
+    for (int i = 0; i < KG * DEC_H; ++i) akk[i] = vloadL(i, akk_s);
+    (void)q_raw;
+    (void)qr_off;
+    (void)k_step;
+#else
+    (void)angles;
+#endif
+#if !DEC_ROPE
+    floatL ak[QG * DEC_H * DEC_P];
+    for (int i = 0; i < QG * DEC_H * DEC_P; ++i) ak[i] = vloadL(i, ak_s);
+#endif
+    floatL av[QG * DEC_H * DEC_P];
+    for (int i = 0; i < QG * DEC_H * DEC_P; ++i) av[i] = vloadL(i, av_s);
 #if DEC_RAW_Q
     floatL aq[QG * DEC_H];
     for (int i = 0; i < QG * DEC_H; ++i) aq[i] = vloadL(i, aq_s);
     (void)q;
     (void)q_off;
-#else
+#elif !DEC_ROPE
     const floatL *aq = ak; /* unread */
     (void)q_raw;
     (void)qr_off;
@@ -411,7 +585,7 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
         floatL sc[DEC_TB][DEC_P][QG];
         intL suspects = (intL)(0);
         for (int t = 0; t < cnt; ++t) {
-            token_scores(kf + t * TOKEN_ELEMS, qs, aq, ak, scale_log2, sc[t]);
+            SCORES(kf + t * TOKEN_ELEMS, sc[t]);
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 const intL u = (intL)((nb + t) * P + p);
@@ -426,7 +600,7 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
         if (any(suspects))
             for (int t = 0; t < cnt; ++t) {
                 floatL raw[DEC_P][QG];
-                token_scores(kf + t * TOKEN_ELEMS, qs, aq, ak, scale_log2, raw);
+                SCORES(kf + t * TOKEN_ELEMS, raw);
                 for (int p = 0; p < P; ++p) {
                     const intL u = (intL)((nb + t) * P + p);
                     for (int g = 0; g < QG; ++g) {
@@ -434,7 +608,7 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
                         const intL suspect = vis & (raw[p][g] == (floatL)(-INFINITY));
                         if (any(suspect))
                             sc[t][p][g] = select(sc[t][p][g], (floatL)(NAN),
-                                                 suspect & overflowed(kf + t * TOKEN_ELEMS, qs, aq, ak, g, p));
+                                                 suspect & OVERFLOWED(kf + t * TOKEN_ELEMS, g, p));
                     }
                 }
             }

@@ -132,13 +132,14 @@ __kernel void decode_mix_cache(__global const float *src, ulong src_off, /* [B][
 
 /* A compact cache (cl/attention_decode_compact.cl): the new tokens' own keys and values, [B][k][H][d]
  * each, into keys and values [B][slots][H][d] at their tokens' slots (a ring: token n at slot
- * n mod slots), no mixing. On a ring with rotary (use_rope), also each token's angles at
- * position n*P, row (b, j*P) of the step's rotary rows, into angles [P + B*slots][d] after its
- * first P rows. One (token, head) per work-item. */
+ * n mod slots), no mixing. With rotary (use_rope) each key row is stored rotated by its token's
+ * first virtual position n*P (rope: the rotary table, or a ring's rows of the step), so a read
+ * rotates by the pseudo index p alone: R(n*P + p) = R(p) R(n*P). One (token, head) per
+ * work-item. */
 __kernel void decode_store_compact(__global const float *k_src, __global const float *v_src,
                                    __global cache_t *keys, __global cache_t *values, __global const float *rope,
-                                   __global float *angles, int use_rope, __global const int *step, int k, int H,
-                                   int d, int P, int slots IHA_PROBE_PARAMS)
+                                   int use_rope, __global const int *step, int k, int H, int d, int P,
+                                   int slots IHA_PROBE_PARAMS)
 {
     const int j = get_global_id(0);
     const int bh = get_global_id(1);
@@ -152,14 +153,17 @@ __kernel void decode_store_compact(__global const float *k_src, __global const f
     const int slot = n0 + j;
 #endif
     const size_t src = (((size_t)b * k + j) * H + h) * d, dst = (((size_t)b * slots + slot) * H + h) * d;
-    for (int c = 0; c < d; ++c) {
-        CACHE_STORE(k_src[src + c], dst + c, keys);
-        CACHE_STORE(v_src[src + c], dst + c, values);
-    }
-    if (use_rope && h == 0) {
-        const __global float *from = rope + ((size_t)b * k + j) * P * d;
-        __global float *to = angles + ((size_t)P + (size_t)b * slots + slot) * d;
-        for (int c = 0; c < d; ++c) to[c] = from[c];
+    for (int c = 0; c < d; ++c) CACHE_STORE(v_src[src + c], dst + c, values);
+    if (use_rope) {
+        const __global float *cs = rope + ROPE_ROW(b, j, 0, (n0 + j) * P) * d;
+        const int pairs = d / 2;
+        for (int c = 0; c < pairs; ++c) {
+            const float x0 = k_src[src + c], x1 = k_src[src + c + pairs];
+            CACHE_STORE(x0 * cs[c] - x1 * cs[pairs + c], dst + c, keys);
+            CACHE_STORE(x1 * cs[c] + x0 * cs[pairs + c], dst + c + pairs, keys);
+        }
+    } else {
+        for (int c = 0; c < d; ++c) CACHE_STORE(k_src[src + c], dst + c, keys);
     }
     IHA_PROBE_CHECK();
 }

@@ -779,10 +779,11 @@ typedef struct iha_kv_cache_options {
     /* 1: the compact layout (doc/spec.md, "The compact cache"): the heads' own keys and values,
      * 2 * H * d elements per token (multi-head attention's size, 1/P of the pseudo-token
      * cache's), mixed into pseudo-keys and -values by each step as it reads them. Every feature
-     * above works on it; a ring also keeps the rotary angles of its tokens (d floats per token
-     * and sequence, and P rows) for rotary steps. It rotates keys on read, so its steps must keep
-     * the rotary setting (rope, rope_base) of the first step after a reset: another is
-     * IHA_ERROR_INVALID_ARGUMENT. 0: pseudo-keys and -values, 2 * H * P * d per token. */
+     * above works on it; a ring also keeps the rotary angles of positions 0 .. P-1 (P * d
+     * floats). With rotary it keeps each key rotated by its token's first virtual position and
+     * adds the rest of the rotation on read, so its steps must keep the rotary setting (rope,
+     * rope_base) of the first step after a reset: another is IHA_ERROR_INVALID_ARGUMENT.
+     * 0: pseudo-keys and -values, 2 * H * P * d per token. */
     int compact;
 } iha_kv_cache_options;
 IHA_API void iha_kv_cache_options_init(iha_kv_cache_options *options);

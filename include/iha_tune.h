@@ -118,6 +118,13 @@ IHA_API iha_status iha_profile_clear(iha_context *ctx);
  * on the forward's buckets; a backward call then reports a "backward" entry in
  * iha_context_last_choices. */
 #define IHA_TUNE_BACKWARD 16u
+/* The decode kernels of iha_decode_step on a compact cache (iha_kv_cache_options.compact:
+ * query rows and target heads per work-item, vector width, token-split policy, rows across
+ * vector lanes), for one new token per sequence against a cache of each shape's N tokens, float
+ * and half caches, with the shape's rotary setting. A step chooses them on its bucket (mask,
+ * rotary, cache element type, d, P, H, new tokens k, cached tokens read; the last two rounded up
+ * to powers of two), and iha_context_last_choices then reports a "decode_compact" entry. */
+#define IHA_TUNE_DECODE_COMPACT 32u
 
 /* Passed to the progress callback after the built-in default and after each candidate. */
 typedef struct iha_tune_progress {
@@ -223,6 +230,7 @@ typedef enum iha_check_state {
 #define IHA_CHECK_ATTENTION 1u
 #define IHA_CHECK_ROWS 2u
 #define IHA_CHECK_DECODE 4u
+#define IHA_CHECK_DECODE_COMPACT 128u /* decoding on a compact cache (iha_kv_cache_options.compact) */
 #define IHA_CHECK_GEMM 8u
 #define IHA_CHECK_BACKWARD 16u /* the attention backward and the layer, forward and backward */
 #define IHA_CHECK_HALF 32u /* the attention backward and the layer with half storage */

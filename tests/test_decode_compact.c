@@ -1,8 +1,9 @@
 /* The compact KV cache (iha_kv_cache_options.compact): every decoding step's outputs equal the
  * rows of the float64 reference forward over the sequence so far, under every mask, windows,
- * rotary, float, half and bfloat16 storage, ragged batches, chunked and packed prefill, identity
- * mixing, a ring many laps long, truncation and reset; its bytes are 1/P of the pseudo-token
- * cache's; and the refusals its rotation on read brings. */
+ * rotary (keys cached rotated by their token's position), float, half and bfloat16 storage,
+ * ragged batches, chunked and packed prefill, identity mixing, a ring many laps long, truncation
+ * and reset; its bytes are 1/P of the pseudo-token cache's; and the
+ * refusals its rotation on read brings. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -183,6 +184,12 @@ static const compact_case kCases[] = {
      {0}, 0},
     /* Nine heads: more raw rows and more query rows than one vector's lanes. */
     {"nine_heads_token_causal", 1, 6, 36, 9, 4, 2, IHA_MASK_TOKEN_CAUSAL, 0, 0, 0, IHA_STORAGE_F32, 0, 1, {0}, 0},
+    /* With rotary a CPU's steps mix each token's pseudo-keys across lanes (head, p) and dot them
+     * with the query rows rotated back by p: nine heads (lanes of several vectors), P = 5 (pseudo
+     * indices across a vector's end), half, and a ragged bfloat16 ring token at a time. */
+    {"nine_heads_rope_token_causal", 1, 6, 36, 9, 4, 2, IHA_MASK_TOKEN_CAUSAL, 0, 0, 1, IHA_STORAGE_F32, 0, 1, {0}, 0},
+    {"rope_p5_token_at_a_time_half", 2, 9, 24, 3, 16, 5, IHA_MASK_CAUSAL, 0, 0, 1, IHA_STORAGE_F16, 0, 1, {0}, 0},
+    {"ring_rope_bf16_ragged", 2, 30, 16, 2, 24, 4, IHA_MASK_CAUSAL, 3, 6, 1, IHA_STORAGE_BF16, 8, 1, {30, 17}, 0},
 };
 #define CASE_COUNT (sizeof kCases / sizeof kCases[0])
 
@@ -202,10 +209,10 @@ static void bytes_are_one_pth(void **state)
     iha_kv_cache_free(pseudo);
     iha_kv_cache_free(compact);
     iha_kv_cache_free(half);
-    /* A ring of L tokens: L + 1 tokens and their angles, whatever N is. */
+    /* A ring of L tokens: L + 1 tokens and the angles of positions 0 .. P-1, whatever N is. */
     const iha_shape longer = {2, 100000, 1, 3, 64, 4};
     tu_assert_status(tu_ctx, compact_create(&longer, IHA_STORAGE_F32, 8, 20, &compact), IHA_OK);
-    assert_int_equal(iha_kv_cache_bytes(compact), 2 * 2 * 21 * 3 * 64 * 4 + (4 + 2 * 21) * 64 * 4);
+    assert_int_equal(iha_kv_cache_bytes(compact), 2 * 2 * 21 * 3 * 64 * 4 + 4 * 64 * 4);
     iha_kv_cache_free(compact);
 }
 
@@ -276,11 +283,12 @@ static void truncate_and_reset(void **state)
 }
 
 /* The quick cases again in the other device type's launch geometry and built-in configuration:
- * a GPU's work-item per row on a CPU, and on a GPU a CPU's, whose steps without rotary put the
- * rows across vector lanes (cl/attention_decode_compact_lanes.cl). */
+ * a GPU's work-item per row on a CPU, and on a GPU a CPU's, whose steps put the rows across
+ * vector lanes (cl/attention_decode_compact_lanes.cl). */
 static const char *const kOtherGeometry[] = {"causal_rope_token_at_a_time", "token_causal_window_odd_d_chunks",
                                              "bidirectional_window",        "causal_token_at_a_time_half",
-                                             "ring_causal_bf16_ragged",     "nine_heads_token_causal"};
+                                             "ring_causal_bf16_ragged",     "nine_heads_token_causal",
+                                             "nine_heads_rope_token_causal"};
 #define OTHER_COUNT (sizeof kOtherGeometry / sizeof kOtherGeometry[0])
 
 static int native_is_gpu;

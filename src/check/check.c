@@ -76,7 +76,7 @@ void iha__check_emit(iha_check_run *run, const iha_check_row *row)
 
 #define ALL_FAMILIES \
     (IHA_CHECK_ATTENTION | IHA_CHECK_ROWS | IHA_CHECK_DECODE | IHA_CHECK_GEMM | IHA_CHECK_BACKWARD | IHA_CHECK_HALF | \
-     IHA_CHECK_BF16)
+     IHA_CHECK_BF16 | IHA_CHECK_DECODE_COMPACT)
 
 static iha_status run_families(iha_check_run *run)
 {
@@ -84,6 +84,7 @@ static iha_status run_families(iha_check_run *run)
     if (f & IHA_CHECK_ATTENTION) IHA_FORWARD_IF_ERROR(iha__check_attention(run));
     if (f & IHA_CHECK_ROWS) IHA_FORWARD_IF_ERROR(iha__check_rows(run));
     if (f & IHA_CHECK_DECODE) IHA_FORWARD_IF_ERROR(iha__check_decode(run));
+    if (f & IHA_CHECK_DECODE_COMPACT) IHA_FORWARD_IF_ERROR(iha__check_decode_compact(run));
     if (f & IHA_CHECK_GEMM) IHA_FORWARD_IF_ERROR(iha__check_gemm(run));
     if (f & IHA_CHECK_BACKWARD) {
         IHA_FORWARD_IF_ERROR(iha__check_backward(run, IHA_STORAGE_F32));

@@ -33,6 +33,7 @@ void iha__check_emit(iha_check_run *run, const iha_check_row *row);
 iha_status iha__check_attention(iha_check_run *run);
 iha_status iha__check_rows(iha_check_run *run);
 iha_status iha__check_decode(iha_check_run *run);
+iha_status iha__check_decode_compact(iha_check_run *run);
 iha_status iha__check_gemm(iha_check_run *run);
 iha_status iha__check_backward(iha_check_run *run, int storage); /* an iha_storage */
 iha_status iha__check_layer(iha_check_run *run, int storage);

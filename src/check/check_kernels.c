@@ -280,6 +280,57 @@ iha_status iha__check_decode(iha_check_run *run)
     return check_items(run, t, "decode", &items, decode_cases);
 }
 
+/* ---- decoding on a compact cache ---- */
+
+/* Rotary where the head width allows it: the odd width checks the steps without (a CPU's raw
+ * query rows), the even one those with (keys cached rotated, the rest of the rotation on read). */
+static void decode_compact_bucket(size_t d, size_t P, int half, size_t k, int mask, int windowed, iha_tune_bucket *b)
+{
+    iha_decode_compact dc;
+    memset(&dc, 0, sizeof dc);
+    dc.dd.B = 1, dc.dd.k = k, dc.dd.H = HEADS, dc.dd.d = d, dc.dd.P = P, dc.dd.half = half;
+    dc.dd.t_max = dc.dd.t_cur = (TOKENS + k) * P;
+    dc.slots = TOKENS + k;
+    iha__tune_decode_compact_bucket(&dc, mask, windowed ? WINDOW : 0, d % 2 == 0, b);
+}
+
+static int decode_compact_cases(const iha_context *ctx, const iha_tunable *t, const item *it, check_case *cases,
+                                char *shape, size_t shape_size)
+{
+    (void)ctx, (void)t; /* the buckets come from the cache's dimensions, not a layer call's */
+    int n = 0;
+    for (int k = 0; k < 2; ++k)
+        for (int mask = 0; mask < 3; ++mask)
+            for (int w = 0; w < 2; ++w, ++n) {
+                cases[n].shape = layer_shape(it->d, it->P);
+                cases[n].options = masked(mask, w);
+                cases[n].options.rope = it->d % 2 == 0;
+                decode_compact_bucket(it->d, it->P, it->half, step_tokens[k], mask, w, &cases[n].bucket);
+                snprintf(cases[n].label, sizeof cases[n].label, "k=%zu %s %s", step_tokens[k], mask_names[mask],
+                         w ? "windowed" : "global");
+            }
+    snprintf(shape, shape_size,
+             "d=%zu P=%zu %s compact cache%s, the tuner's ragged problem; k=1 and 4, 3 masks, global and windowed",
+             it->d, it->P, it->half ? "half" : "float", it->d % 2 == 0 ? " with rotary" : "");
+    return n;
+}
+
+iha_status iha__check_decode_compact(iha_check_run *run)
+{
+    const iha_tunable *t = &iha__tunable_decode_compact;
+    item_list items = {NULL, 0, 0, 0};
+    for (size_t i = 0; i < DIMS; ++i)
+        for (int half = 0; half < 2; ++half)
+            for (int k = 0; k < 2; ++k)
+                for (int mask = 0; mask < 3; ++mask)
+                    for (int w = 0; w < 2; ++w) {
+                        iha_tune_bucket b;
+                        decode_compact_bucket(dims[i][0], dims[i][1], half, step_tokens[k], mask, w, &b);
+                        add_lookup(run->ctx, t, &items, &b, dims[i][0], dims[i][1], half);
+                    }
+    return check_items(run, t, "decode_compact", &items, decode_compact_cases);
+}
+
 /* ---- GEMM ---- */
 
 /* The GEMM check of one backend with the context's parameters (ctx->gemm as set): the tuner's

@@ -8,10 +8,6 @@
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
-/* Splits a row may have: DEC_MAX_SPLITS of cl/decode_combine.clh. */
-#define COMPACT_MAX_SPLITS 64
-/* Floats of query rows and accumulators a work-item keeps (DEC_HEADS * DEC_ROWS * d each). */
-#define COMPACT_PRIVATE_FLOATS 4096
 /* cl/attention_decode_compact_lanes.cl: lanes per vector, tokens per block at most, and the
  * private floats a work-item may keep (its stack), beyond which the per-head kernel runs. */
 #define LANES_WIDTH 8
@@ -49,7 +45,7 @@ static void config_of(const iha_context *ctx, const iha_decode_compact *dc, iha_
     if ((size_t)cfg->rows > rows) cfg->rows = (int)rows;
     if (cfg->rows < 1) cfg->rows = 1;
     const size_t pad = (dc->dd.d + vec - 1) / vec * vec;
-    size_t heads = COMPACT_PRIVATE_FLOATS / ((size_t)cfg->rows * pad);
+    size_t heads = IHA_DECODE_COMPACT_PRIVATE_FLOATS / ((size_t)cfg->rows * pad);
     if (heads < 1) heads = 1;
     if (heads > (size_t)cfg->heads) heads = (size_t)cfg->heads;
     if (heads > dc->dd.H) heads = dc->dd.H;
@@ -78,11 +74,11 @@ static void splits_of(const iha_context *ctx, const iha_decode_compact *dc, cons
     size_t n = (want + groups - 1) / groups;
     const size_t by_length = (tokens + (size_t)cfg->min_split_tokens - 1) / (size_t)cfg->min_split_tokens;
     if (n > by_length) n = by_length;
-    if (n > COMPACT_MAX_SPLITS) n = COMPACT_MAX_SPLITS;
+    if (n > IHA_DECODE_COMPACT_MAX_SPLITS) n = IHA_DECODE_COMPACT_MAX_SPLITS;
     if (n < 1) n = 1;
     /* A CPU runtime deals work-items to its cores: a total that is not a multiple of the cores
      * leaves one idle while the last ones run. */
-    while (!ctx->info.is_gpu && (groups * n) % cus != 0 && n < COMPACT_MAX_SPLITS && n < tokens) ++n;
+    while (!ctx->info.is_gpu && (groups * n) % cus != 0 && n < IHA_DECODE_COMPACT_MAX_SPLITS && n < tokens) ++n;
     *per_split = (tokens + n - 1) / n;
     *splits = (tokens + *per_split - 1) / *per_split;
 }
@@ -103,7 +99,7 @@ size_t iha__decode_compact_partial_elements(const iha_context *ctx, const iha_de
 }
 
 iha_status iha__decode_store_compact_enqueue(iha_context *ctx, const iha_decode_compact *dc, cl_mem k, cl_mem v,
-                                             cl_mem keys, cl_mem values, cl_mem rope, cl_mem angles, cl_mem step)
+                                             cl_mem keys, cl_mem values, cl_mem rope, cl_mem step)
 {
     const iha_decode_dims *dd = &dc->dd;
     char options[64];
@@ -115,9 +111,8 @@ iha_status iha__decode_store_compact_enqueue(iha_context *ctx, const iha_decode_
     iha__arg_mem(&a, v);
     iha__arg_mem(&a, keys);
     iha__arg_mem(&a, values);
-    iha__arg_mem(&a, rope && angles ? rope : k);
-    iha__arg_mem(&a, angles ? angles : k);
-    iha__arg_int(&a, rope && angles);
+    iha__arg_mem(&a, rope ? rope : k);
+    iha__arg_int(&a, rope != NULL);
     iha__arg_mem(&a, step);
     iha__arg_int(&a, (cl_int)dd->k);
     iha__arg_int(&a, (cl_int)dd->H);
@@ -136,10 +131,11 @@ static iha_status launch_attention(iha_context *ctx, iha_args *a, const size_t g
     return iha__launch(ctx, a, 3, global, ctx->info.is_gpu ? NULL : single, name);
 }
 
-/* cl/attention_decode_compact.cl: rotary, identity mixing, GPUs. */
+/* cl/attention_decode_compact.cl: identity mixing, GPUs, and shapes whose lanes tiles exceed
+ * the private budget. */
 static iha_status per_head_enqueue(iha_context *ctx, const iha_decode_compact *dc, const char *options,
                                    const size_t global[3], size_t splits, size_t per_split, iha_buffer q, cl_mem keys,
-                                   cl_mem values, iha_buffer alpha_k, iha_buffer alpha_v, cl_mem rope, int rope_mode,
+                                   cl_mem values, iha_buffer alpha_k, iha_buffer alpha_v, cl_mem angles,
                                    cl_mem partial, cl_mem step, int mask, size_t window, float scale)
 {
     cl_kernel k;
@@ -152,8 +148,8 @@ static iha_status per_head_enqueue(iha_context *ctx, const iha_decode_compact *d
     iha__arg_tensor(&a, alpha_k.mem ? alpha_k.mem : q.mem, alpha_k.mem ? alpha_k.offset : 0);
     iha__arg_tensor(&a, alpha_v.mem ? alpha_v.mem : q.mem, alpha_v.mem ? alpha_v.offset : 0);
     iha__arg_int(&a, alpha_k.mem == NULL);
-    iha__arg_mem(&a, rope ? rope : q.mem);
-    iha__arg_int(&a, rope ? rope_mode : 0);
+    iha__arg_mem(&a, angles ? angles : q.mem);
+    iha__arg_int(&a, angles != NULL);
     iha__arg_mem(&a, partial);
     iha__arg_mem(&a, step);
     iha__arg_int(&a, (cl_int)(dc->dd.k * dc->dd.P));
@@ -167,33 +163,39 @@ static iha_status per_head_enqueue(iha_context *ctx, const iha_decode_compact *d
 }
 
 /* Tokens per block of cl/attention_decode_compact_lanes.cl (DEC_TB) for a step, 0 where its
- * private arrays (the kernel's qs, accs, alphas, block of K and V, weights and scores) exceed
+ * private arrays (the kernel's query rows, accs, alphas, block of K and V, weights and scores;
+ * with rotary the rotated query rows, the pseudo-keys and the scores' two layouts) exceed
  * LANES_PRIVATE_FLOATS. */
-static size_t lanes_block(const iha_decode_compact *dc, const iha_decode_compact_config *cfg)
+static size_t lanes_block(const iha_decode_compact *dc, const iha_decode_compact_config *cfg, int rope)
 {
-    const size_t H = dc->dd.H, P = dc->dd.P, d = dc->dd.d, L = LANES_WIDTH;
-    const size_t groups = ((size_t)cfg->rows * (size_t)cfg->heads + L - 1) / L, raw = (H + L - 1) / L;
-    const size_t fixed = d * (raw > groups ? raw : groups) * L + d * groups * L + 4 * groups * H * P * L +
-                         2 * groups * H * L + 6 * groups * L;
+    const size_t H = dc->dd.H, P = dc->dd.P, d = dc->dd.d, L = LANES_WIDTH, rows = (size_t)cfg->rows;
+    const size_t groups = (rows * (size_t)cfg->heads + L - 1) / L, raw = (H + L - 1) / L;
+    const size_t keys = ((size_t)cfg->heads * P + L - 1) / L;
+    /* The scores' inputs: with rotary the rotated query rows, the pseudo-keys, the scores' two
+     * layouts and alpha_K by key lane; without, the query rows and alpha_K by row lane. */
+    const size_t scores = rope ? (rows + 1) * d * keys * L + rows * keys * L + P * groups * L + 2 * keys * H * L
+                               : d * (raw > groups ? raw : groups) * L + 2 * groups * H * P * L;
+    const size_t fixed = scores + d * groups * L + 2 * groups * H * P * L + 2 * groups * H * L + 6 * groups * L;
     for (size_t tb = LANES_MAX_BLOCK; tb >= 1; tb /= 2)
         if (fixed + tb * (2 * H * d + groups * H * L + groups * P * L) <= LANES_PRIVATE_FLOATS) return tb;
     return 0;
 }
 
-/* cl/attention_decode_compact_lanes.cl: no rotary, the mixing matrices present. */
+/* cl/attention_decode_compact_lanes.cl: the mixing matrices present. */
 static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, const iha_decode_compact_config *cfg,
                                 const size_t global[3], size_t splits, size_t per_split, iha_buffer q, iha_buffer q_raw,
                                 cl_mem keys, cl_mem values, iha_buffer alpha_q, iha_buffer alpha_k, iha_buffer alpha_v,
-                                cl_mem partial, cl_mem step, int mask, size_t window, float scale, size_t block)
+                                cl_mem angles, cl_mem partial, cl_mem step, int mask, size_t window, float scale,
+                                size_t block)
 {
     const iha_decode_dims *dd = &dc->dd;
-    /* A tile of one token's P rows reads the token's H raw query rows instead. */
-    const int raw_q = (size_t)cfg->rows == dd->P;
-    char options[192];
+    /* Without rotary a tile of one token's P rows reads the token's H raw query rows instead. */
+    const int raw_q = (size_t)cfg->rows == dd->P && angles == NULL;
+    char options[224];
     snprintf(options, sizeof options,
-             "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_RAW_Q=%d -DDEC_TB=%zu "
-             "-DKV_HALF=%d -DKV_BF16=%d -DKV_RING=%d",
-             dd->d, dd->H, dd->P, cfg->rows, cfg->heads, raw_q, block, dd->half, dd->bf16, dd->ring);
+             "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_RAW_Q=%d -DDEC_ROPE=%d "
+             "-DDEC_TB=%zu -DKV_HALF=%d -DKV_BF16=%d -DKV_RING=%d",
+             dd->d, dd->H, dd->P, cfg->rows, cfg->heads, raw_q, angles != NULL, block, dd->half, dd->bf16, dd->ring);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(
         iha__kernel_get(ctx, "attention_decode_compact_lanes.cl", options, "attention_decode_compact_lanes_f32", &k));
@@ -206,6 +208,7 @@ static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, 
     iha__arg_tensor(&a, q_raw.mem, q_raw.offset);
     iha__arg_tensor(&a, alpha_q.mem, alpha_q.offset);
     iha__arg_int(&a, (cl_int)dd->k);
+    iha__arg_mem(&a, angles ? angles : q.mem);
     iha__arg_mem(&a, partial);
     iha__arg_mem(&a, step);
     iha__arg_int(&a, (cl_int)(dd->k * dd->P));
@@ -220,7 +223,7 @@ static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, 
 
 iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
                                                  iha_buffer q_raw, cl_mem keys, cl_mem values, iha_buffer alpha_q,
-                                                 iha_buffer alpha_k, iha_buffer alpha_v, cl_mem rope, int rope_mode,
+                                                 iha_buffer alpha_k, iha_buffer alpha_v, cl_mem angles,
                                                  cl_mem partial, iha_buffer o, cl_mem step, int mask, size_t window,
                                                  float scale)
 {
@@ -238,13 +241,13 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
     const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
     const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups};
     const size_t block =
-        cfg.lanes && !(rope && rope_mode) && alpha_q.mem && alpha_k.mem && alpha_v.mem ? lanes_block(dc, &cfg) : 0;
+        cfg.lanes && alpha_q.mem && alpha_k.mem && alpha_v.mem ? lanes_block(dc, &cfg, angles != NULL) : 0;
     if (block)
         IHA_FORWARD_IF_ERROR(lanes_enqueue(ctx, dc, &cfg, global, splits, per_split, q, q_raw, keys, values, alpha_q,
-                                           alpha_k, alpha_v, partial, step, mask, window, scale, block));
+                                           alpha_k, alpha_v, angles, partial, step, mask, window, scale, block));
     else
         IHA_FORWARD_IF_ERROR(per_head_enqueue(ctx, dc, options, global, splits, per_split, q, keys, values, alpha_k,
-                                              alpha_v, rope, rope_mode, partial, step, mask, window, scale));
+                                              alpha_v, angles, partial, step, mask, window, scale));
 
     return iha__decode_combine_enqueue(ctx, dd, partial, o, step, splits);
 }

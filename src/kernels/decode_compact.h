@@ -1,6 +1,6 @@
 /* Decoding from a compact KV cache: the new tokens' own keys and values into the cache
  * (cl/decode_mix.cl, decode_store_compact) and split-token attention that forms the pseudo-keys
- * and -values on read (cl/attention_decode_compact.cl; without rotary on CPUs
+ * and -values on read (cl/attention_decode_compact.cl; on CPUs
  * cl/attention_decode_compact_lanes.cl). */
 #ifndef IHA_KERNELS_DECODE_COMPACT_H
 #define IHA_KERNELS_DECODE_COMPACT_H
@@ -9,9 +9,14 @@
 /* The compact decode kernel's configuration: a work-item takes `rows` query rows (cut to the
  * step's k*P) of `heads` target heads (cut to H and to a private budget) against one split of
  * the cached tokens; enough work-items for about per_cu per compute unit, but splits of at
- * least min_split_tokens tokens. lanes 1: steps without rotary and with mixing run
- * cl/attention_decode_compact_lanes.cl (the rows across vector lanes, for CPUs), the others
- * cl/attention_decode_compact.cl. */
+ * least min_split_tokens tokens. lanes 1: steps with mixing run
+ * cl/attention_decode_compact_lanes.cl (the rows across vector lanes, for CPUs) where its
+ * private arrays fit, the others cl/attention_decode_compact.cl. */
+/* Splits a row may have (DEC_MAX_SPLITS of cl/decode_combine.clh), and the floats of query rows
+ * and accumulators a work-item keeps (heads * rows * d, the heads cut to fit). */
+#define IHA_DECODE_COMPACT_MAX_SPLITS 64
+#define IHA_DECODE_COMPACT_PRIVATE_FLOATS 4096
+
 typedef struct iha_decode_compact_config {
     int rows;
     int heads;
@@ -31,22 +36,23 @@ typedef struct iha_decode_compact {
     iha_decode_compact_config cfg; /* rows 0: iha__decode_compact_config_default */
 } iha_decode_compact;
 
-/* The new tokens' K and V [B][k][H][d] into the cache at their tokens' slots; with angles (a
- * ring's rotary rows, see cl/decode_mix.cl) also the angles of their positions from the step's
- * rotary rows `rope`. */
+/* The new tokens' K and V [B][k][H][d] into the cache at their tokens' slots; with rope (the
+ * rotary table of virtual positions, or on a ring the step's rotary rows, see cl/decode_mix.cl)
+ * each key rotated by its token's first virtual position n*P. */
 iha_status iha__decode_store_compact_enqueue(iha_context *ctx, const iha_decode_compact *dc, cl_mem k, cl_mem v,
-                                             cl_mem keys, cl_mem values, cl_mem rope, cl_mem angles, cl_mem step);
+                                             cl_mem keys, cl_mem values, cl_mem rope, cl_mem step);
 
 size_t iha__decode_compact_splits(const iha_context *ctx, const iha_decode_compact *dc);
 size_t iha__decode_compact_partial_elements(const iha_context *ctx, const iha_decode_compact *dc);
 
 /* Split-token attention of q rows [B][H][k*P][d] against the compact cache -> o rows of the same
  * shape; q_raw the step's rows before mixing, [B][k][H][d], of which q is the mixing by alpha_q
- * (and rotary); alpha_q, alpha_k and alpha_v as the layer's (mem NULL: identity). rope_mode 0:
- * none, 1: rope is the rotary table of virtual positions, 2: a ring's rotary rows. */
+ * (and rotary); alpha_q, alpha_k and alpha_v as the layer's (mem NULL: identity). angles: with
+ * rotary (keys stored by iha__decode_store_compact_enqueue with rope), the rotary rows of
+ * positions 0 .. P-1, [P][2][d/2]; NULL without. */
 iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
                                                  iha_buffer q_raw, cl_mem keys, cl_mem values, iha_buffer alpha_q,
-                                                 iha_buffer alpha_k, iha_buffer alpha_v, cl_mem rope, int rope_mode,
+                                                 iha_buffer alpha_k, iha_buffer alpha_v, cl_mem angles,
                                                  cl_mem partial, iha_buffer o, cl_mem step, int mask, size_t window,
                                                  float scale);
 #endif

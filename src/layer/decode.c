@@ -40,8 +40,9 @@ static iha_status check_step(iha_context *ctx, iha_kv_cache *c, const iha_plan *
     IHA_RETURN_ERROR_IF(c->compact && c->rope_fixed &&
                             (p->rope != c->rope || (p->rope && p->rope_base != c->rope_base)),
                         ctx, IHA_ERROR_INVALID_ARGUMENT,
-                        "a compact cache rotates its keys as it reads them: its steps keep the rotary setting of its "
-                        "first step (rope %d, base %g), not rope %d, base %g (iha_kv_cache_reset frees it)",
+                        "a compact cache completes its keys' rotation as it reads them: its steps keep the rotary "
+                        "setting of its first step (rope %d, base %g), not rope %d, base %g (iha_kv_cache_reset "
+                        "frees it)",
                         c->rope, (double)c->rope_base, p->rope, (double)p->rope_base);
     size_t longest = 0;
     for (size_t b = 0; b < c->B; ++b) {
@@ -102,6 +103,7 @@ static iha_status plan_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *
     if (c->compact) {
         s->dc.dd = s->dd;
         s->dc.slots = c->slots;
+        IHA_FORWARD_IF_ERROR(iha__tune_choose_decode_compact(ctx, &s->dc, p->mask, p->window, p->rope));
     } else {
         IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &s->dd, p->mask, p->window));
     }
@@ -164,7 +166,8 @@ static iha_status reserve_space(iha_context *ctx, const size_t need[SLOTS], size
 }
 
 /* A compact cache's first step after a reset fixes its rotary setting; a ring with rotary then
- * gets the angles of positions 0 .. P-1 that its reads add to each token's. */
+ * gets the angles of positions 0 .. P-1 that its reads add to each token's n*P (the other caches
+ * read them from the start of the rotary table). */
 static iha_status compact_fix_rope(iha_context *ctx, iha_kv_cache *c, const iha_plan *p)
 {
     if (c->rope_fixed) return IHA_OK;
@@ -229,8 +232,8 @@ static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s
         iha__decode_mix_queries_enqueue(ctx, &dd, (iha_buffer){q, 0}, mw.alpha_q, (iha_buffer){qt, 0}, rope, step));
     if (c->compact) {
         IHA_FORWARD_IF_ERROR(compact_fix_rope(ctx, c, &p));
-        IHA_FORWARD_IF_ERROR(iha__decode_store_compact_enqueue(ctx, &s->dc, k, v, c->keys, c->values, rope,
-                                                               p.rope ? c->angles : NULL, step));
+        IHA_FORWARD_IF_ERROR(iha__decode_store_compact_enqueue(ctx, &s->dc, k, v, c->keys, c->values,
+                                                               p.rope ? rope : NULL, step));
     } else {
         IHA_FORWARD_IF_ERROR(iha__decode_mix_cache_enqueue(ctx, &dd, (iha_buffer){k, 0}, mw.alpha_k, c->keys, rope,
                                                            step, c->key_block));
@@ -240,12 +243,9 @@ static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, &mark));
 
     if (c->compact) {
-        /* Rotary on read: by the table of virtual positions, or a ring's own angles. */
-        const int rope_mode = !p.rope ? 0 : c->ring_tokens ? 2 : 1;
         IHA_FORWARD_IF_ERROR(iha__decode_compact_attention_enqueue(
             ctx, &s->dc, (iha_buffer){qt, 0}, (iha_buffer){q, 0}, c->keys, c->values, mw.alpha_q, mw.alpha_k,
-            mw.alpha_v, rope_mode == 2 ? c->angles : rope, rope_mode, partial, (iha_buffer){o, 0}, step, p.mask,
-            p.window, p.scale));
+            mw.alpha_v, !p.rope ? NULL : c->angles ? c->angles : rope, partial, (iha_buffer){o, 0}, step, p.mask, p.window, p.scale));
     } else {
         IHA_FORWARD_IF_ERROR(iha__decode_attention_enqueue(ctx, &dd, (iha_buffer){qt, 0}, c->keys, c->values, partial,
                                                            (iha_buffer){o, 0}, step, p.mask, p.window, p.scale));

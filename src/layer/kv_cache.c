@@ -88,7 +88,7 @@ iha_status iha_kv_cache_create_with(iha_context *ctx, const iha_shape *shape, co
         /* L tokens and the one before them, whose last P - 1 rows the causal mask reads. */
         slots = ring ? ring + 1 : p.dims.N;
         keys = values = p.dims.B * slots * p.dims.H * p.dims.d; /* at most the pseudo-token cache's */
-        if (ring) angle_bytes = (p.dims.P + p.dims.B * slots) * p.dims.d * sizeof(float);
+        if (ring) angle_bytes = p.dims.P * p.dims.d * sizeof(float); /* the rotary rows of positions 0 .. P-1 */
     } else {
         IHA_FORWARD_IF_ERROR(iha__plan_lookup(ctx, shape, &defaults, &p)); /* the keys' block layout */
         const size_t kb = (size_t)p.attention.key_block;

@@ -16,9 +16,10 @@ struct iha_kv_cache {
     size_t bytes;
     /* A compact cache: K and V themselves, [B][slots][H][d] each (slots = max_tokens, a ring
      * ring_tokens + 1), token n at slot n (a ring: n mod slots); t_max and key_block unused.
-     * It rotates keys on read, so its steps keep the rotary setting of the first one after a
-     * reset (rope_fixed: rope and rope_base hold it). A ring's angles: [P + B*slots][d] floats,
-     * the rotary rows of positions 0 .. P-1, then each held token's at position n*P. */
+     * With rotary it keeps each key rotated by its token's position n*P and adds the rotation
+     * by the pseudo index p on read, so its steps keep the rotary setting of the first one after
+     * a reset (rope_fixed: rope and rope_base hold it). A ring's angles: [P][d] floats, the
+     * rotary rows of positions 0 .. P-1 (a table of its positions would outgrow any size). */
     int compact;
     size_t slots;
     cl_mem angles;

@@ -91,6 +91,25 @@ iha_status iha__tune_choose_decode(iha_context *ctx, iha_decode_dims *dd, int ma
     return IHA_OK;
 }
 
+iha_status iha__tune_choose_decode_compact(iha_context *ctx, iha_decode_compact *dc, int mask, size_t window, int rope)
+{
+    iha_tune_state *s = ctx->tune;
+    const iha_decode_dims *dd = &dc->dd;
+    const size_t cached_tokens = dd->t_cur / dd->P > dd->k ? dd->t_cur / dd->P - dd->k : 0;
+    iha_tune_task task = {&iha__tunable_decode_compact, {0, {0}}, {dd->B, cached_tokens, 1, dd->H, dd->d, dd->P}, {0}};
+    iha_attention_options_init(&task.options);
+    task.options.mask = mask;
+    task.options.window = (int64_t)window;
+    task.options.rope = rope;
+    iha__tune_decode_compact_bucket(dc, mask, window, rope, &task.bucket);
+    iha_tune_config c;
+    iha_kernel_choice choice;
+    IHA_FORWARD_IF_ERROR(choose_task(ctx, &task, 1, &c, &choice));
+    iha__tune_decode_compact_config(&c, &dc->cfg);
+    if (s->choice_count < IHA_TUNE_CHOICES) s->choices[s->choice_count++] = choice;
+    return IHA_OK;
+}
+
 iha_status iha__tune_choose_backward(iha_context *ctx, const iha_shape *shape, const iha_attention_options *options,
                                      int flags, iha_backward_config *out)
 {

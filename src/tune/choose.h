@@ -4,6 +4,7 @@
 #include "gemm/gemm.h"
 #include "kernels/attention_backward.h"
 #include "kernels/decode.h"
+#include "kernels/decode_compact.h"
 #include "kernels/mix.h"
 
 /* What iha__tune_choose may do beyond looking configurations up. */
@@ -34,6 +35,9 @@ void iha__tune_gemm_own_tile(iha_context *ctx, iha_gemm_config *out);
  * geometry dd holds (t_cur and the cache's key block set), by the same fallback order, and adds
  * it to the choices of the step (after iha__tune_choose's, which the step's plan made). */
 iha_status iha__tune_choose_decode(iha_context *ctx, iha_decode_dims *dd, int mask, size_t window);
+/* The same for a step on a compact cache (dc->cfg), rope its rotary setting. */
+iha_status iha__tune_choose_decode_compact(iha_context *ctx, iha_decode_compact *dc, int mask, size_t window,
+                                           int rope);
 
 /* Chooses the attention backward's configuration for a validated backward call by the same
  * fallback order, tuning it first where the context asked for that (flags as for

@@ -5,6 +5,7 @@
 #include "gemm/sgemm.h"
 #include "kernels/attention_backward.h"
 #include "kernels/decode.h"
+#include "kernels/decode_compact.h"
 #include "kernels/mix.h"
 #include "tune/profile.h"
 #include "tune/search.h"
@@ -72,10 +73,17 @@ void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *
 void iha__tune_mix_collapse_config(const iha_tune_config *c, iha_mix_collapse_config *cfg);
 void iha__tune_decode_config(const iha_tune_config *c, iha_decode_config *cfg);
 void iha__tune_backward_config(const iha_tune_config *c, iha_backward_config *cfg);
+void iha__tune_decode_compact_config(const iha_tune_config *c, iha_decode_compact_config *cfg);
 /* The decode bucket of a step (dd's geometry, its mask and window in tokens, 0: global). */
 void iha__tune_decode_bucket(const iha_decode_dims *dd, int mask, size_t window, iha_tune_bucket *b);
 /* The decode buckets a layer call stands for (bucket_of's float cache, then a half cache):
  * writes up to capacity of them and returns how many. */
 int iha__tune_decode_buckets(const iha_shape *shape, const iha_attention_options *options, iha_tune_bucket *out,
                              int capacity);
+/* The same for a step on a compact cache (rope: its rotary setting), and a layer call's compact
+ * buckets. */
+void iha__tune_decode_compact_bucket(const iha_decode_compact *dc, int mask, size_t window, int rope,
+                                     iha_tune_bucket *b);
+int iha__tune_decode_compact_buckets(const iha_shape *shape, const iha_attention_options *options,
+                                     iha_tune_bucket *out, int capacity);
 #endif

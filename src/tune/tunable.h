@@ -54,8 +54,8 @@ typedef struct iha_tunable {
 
 /* Every tunable, in tuning order. */
 extern const iha_tunable iha__tunable_mix_collapse, iha__tunable_attention, iha__tunable_gemm, iha__tunable_decode,
-    iha__tunable_backward;
-#define IHA_TUNABLE_COUNT 5
+    iha__tunable_backward, iha__tunable_decode_compact;
+#define IHA_TUNABLE_COUNT 6
 const iha_tunable *iha__tunable_at(int index);
 const iha_tunable *iha__tunable_find(const char *kernel);
 

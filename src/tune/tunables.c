@@ -5,9 +5,10 @@
 
 /* Tuning order: CLBlast's GEMM first, where PoCL spends many seconds compiling each candidate and
  * tuning wins most, then attention, then the memory-bound kernels, then decoding and the
- * backward (their own calls, not the forward layer's); time a task leaves over goes to the next. */
+ * backward (their own calls, not the forward layer's), then the compact cache's decoding; time a task leaves over goes to the next. */
 static const iha_tunable *const tunables[IHA_TUNABLE_COUNT] = {
-    &iha__tunable_gemm, &iha__tunable_attention, &iha__tunable_mix_collapse, &iha__tunable_decode, &iha__tunable_backward,
+    &iha__tunable_gemm,     &iha__tunable_attention, &iha__tunable_mix_collapse,
+    &iha__tunable_decode,   &iha__tunable_backward,  &iha__tunable_decode_compact,
 };
 
 const iha_tunable *iha__tunable_at(int index)

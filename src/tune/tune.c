@@ -197,13 +197,16 @@ static size_t collect_tasks(iha_context *ctx, const iha_shape *shapes, const iha
                              : t == &iha__tunable_attention ? IHA_TUNE_ATTENTION
                              : t == &iha__tunable_decode    ? IHA_TUNE_DECODE
                              : t == &iha__tunable_backward  ? IHA_TUNE_BACKWARD
+                             : t == &iha__tunable_decode_compact ? IHA_TUNE_DECODE_COMPACT
                                                             : IHA_TUNE_ROWS;
         if (kernels != 0 && !(kernels & bit)) continue;
         for (size_t i = 0; i < count; ++i) {
             /* A decoding shape stands for a float and a half cache. */
             iha_tune_bucket buckets[2];
             const int m = t == &iha__tunable_decode ? iha__tune_decode_buckets(&shapes[i], &options[i], buckets, 2)
-                                                    : t->bucket_of(ctx, &shapes[i], &options[i], &buckets[0]);
+                          : t == &iha__tunable_decode_compact
+                              ? iha__tune_decode_compact_buckets(&shapes[i], &options[i], buckets, 2)
+                              : t->bucket_of(ctx, &shapes[i], &options[i], &buckets[0]);
             for (int v = 0; v < m; ++v) {
                 const iha_tune_task task = {t, buckets[v], shapes[i], options[i]};
                 int dup = 0;

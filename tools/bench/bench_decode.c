@@ -179,7 +179,7 @@ int bench_decode_run(iha_context *ctx, const bench_config *c, int compact, bench
         att[r] = t.attention;
         for (size_t b = 0; b < shape.batch; ++b) iha_kv_cache_truncate(cache, b, c->decode_tokens);
     }
-    if (!compact) bench_choice_get(ctx, "decode", &out->choice); /* the compact kernel is not tuned */
+    bench_choice_get(ctx, compact ? "decode_compact" : "decode", &out->choice);
     /* Run 0 is the warm-up (kernel builds). */
     out->step_seconds = timer_median(wall + 1, c->reps);
     out->attention_seconds = timer_median(att + 1, c->reps);

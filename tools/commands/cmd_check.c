@@ -13,7 +13,7 @@
 
 static cli_option options[] = {
     CLI_OPTION_DEVICE,
-    {"family", "NAME", "only one family: attention, rows, decode, gemm, backward, half or bf16 (default all)", NULL},
+    {"family", "NAME", "only one family: attention, rows, decode, decode_compact, gemm, backward, half or bf16 (default all)", NULL},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -32,9 +32,11 @@ static cli_spec spec = {
     options,
 };
 
-static const char *const family_names[] = {"attention", "rows", "decode", "gemm", "backward", "half", "bf16", NULL};
-static const unsigned family_bits[] = {IHA_CHECK_ATTENTION, IHA_CHECK_ROWS, IHA_CHECK_DECODE, IHA_CHECK_GEMM,
-                                       IHA_CHECK_BACKWARD,  IHA_CHECK_HALF, IHA_CHECK_BF16};
+static const char *const family_names[] = {"attention", "rows", "decode", "gemm", "backward", "half", "bf16",
+                                           "decode_compact", NULL};
+static const unsigned family_bits[] = {IHA_CHECK_ATTENTION, IHA_CHECK_ROWS, IHA_CHECK_DECODE,
+                                       IHA_CHECK_GEMM,      IHA_CHECK_BACKWARD, IHA_CHECK_HALF,
+                                       IHA_CHECK_BF16,      IHA_CHECK_DECODE_COMPACT};
 
 static const char *source_words(int source)
 {

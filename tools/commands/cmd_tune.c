@@ -22,7 +22,9 @@ static cli_option options[] = {
     {"widths", "LIST", "comma-separated head widths to tune the shape at, each with D scaled by width/d (default: d)",
      NULL},
     {"layers", "both|global|sliding", "causal layers to tune: global, sliding window N/(2P^2), both (default)", NULL},
-    {"kernels", "LIST", "comma-separated attention,rows,gemm,decode,backward (default all)", NULL},
+    {"kernels", "LIST", "comma-separated attention,rows,gemm,decode,backward,decode_compact (default all)", NULL},
+    CLI_OPTION_ROPE_BASE("rotary embedding with this base in the layers (default off); of the kernels only "
+                         "decode_compact tunes per rotary setting"),
     {"reps", "R", "timed runs per candidate, median taken (default 5)", NULL},
     {"dry-run", NULL, "measure and report, but store nothing", NULL},
     {"exhaustive", NULL, "benchmark: budgeted search, then every configuration (slow); needs --kernels without gemm",
@@ -104,6 +106,7 @@ static int parse_kernels(const char *text, unsigned *out)
         else if (strcmp(tok, "gemm") == 0) *out |= IHA_TUNE_GEMM;
         else if (strcmp(tok, "decode") == 0) *out |= IHA_TUNE_DECODE;
         else if (strcmp(tok, "backward") == 0) *out |= IHA_TUNE_BACKWARD;
+        else if (strcmp(tok, "decode_compact") == 0) *out |= IHA_TUNE_DECODE_COMPACT;
         else return -1;
     }
     return 0;
@@ -290,7 +293,7 @@ int cmd_tune(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     if (parse_kernels(cli_get(&spec, "kernels"), &to.kernels)) {
-        cli_error(&spec, "--kernels takes a comma-separated list of attention, rows, gemm, decode, backward");
+        cli_error(&spec, "--kernels takes a comma-separated list of attention, rows, gemm, decode, backward, decode_compact");
         return CLI_EXIT_USAGE;
     }
     if (cli_get_positive_float(&spec, "budget-s", &budget) || cli_get_size(&spec, "reps", 1, 64, &reps))
@@ -308,6 +311,11 @@ int cmd_tune(int argc, char **argv)
 
     iha_attention_options global, sliding;
     iha_attention_options_init(&global);
+    if (cli_get_attention(&spec, 0, 0, &global)) return CLI_EXIT_USAGE;
+    for (size_t i = 0; i < width_count; ++i) {
+        const iha_shape at = at_width(&shape, widths[i]);
+        if (cli_check_layer(&spec, &at, &global, "the layer")) return CLI_EXIT_USAGE;
+    }
     sliding = global;
     size_t window = shape.tokens / (2 * shape.pseudo * shape.pseudo);
     sliding.window = (int64_t)(window ? window : 1);
@@ -332,9 +340,10 @@ int cmd_tune(int argc, char **argv)
     if (iha_context_profile(ctx, &info) != IHA_OK || info.message[0])
         fprintf(stderr, "iha tune: note: %s\n", info.message);
     printf("iha tune (library %s) on %s\n", iha_version_string(), iha_context_device_name(ctx));
-    printf("  shape B=%zu N=%zu D=%s H=%zu d=%s P=%zu, causal, %s; budget %.0f s, median of %d runs\n",
+    printf("  shape B=%zu N=%zu D=%s H=%zu d=%s P=%zu, causal, %s%s; budget %.0f s, median of %d runs\n",
            shape.batch, shape.tokens, dim_text, shape.heads, width_text, shape.pseudo,
-           which == 0 ? "global and sliding window" : which == 1 ? "global" : "sliding window", to.budget_s, to.reps);
+           which == 0 ? "global and sliding window" : which == 1 ? "global" : "sliding window",
+           global.rope ? ", rotary" : "", to.budget_s, to.reps);
     fflush(stdout);
     code = run(ctx, shapes, layers, count, &to, cli_get(&spec, "exhaustive") != NULL);
     iha_context_free(ctx);

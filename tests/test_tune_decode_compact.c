@@ -1,0 +1,243 @@
+/*
+ * test_tune_decode_compact.c - tuning of the compact cache's decode kernels
+ * (src/tune/space_decode_compact.c): iha_tune with IHA_TUNE_DECODE_COMPACT stores verified
+ * configurations for a float and a half cache with rotary, and a decoding step on a compact cache
+ * then uses the exact entry with outputs inside doc/spec.md's contract; a hand-written profile's
+ * entries are used in the fallback order (exact, nearest of the same kind, device default) and
+ * reported by iha_context_last_choices; a candidate that is fast but wrong is rejected and never
+ * stored. Shapes are tiny: every new configuration costs PoCL a compile.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_layer.h"
+#include "test_profiles.h"
+#include "test_util.h"
+
+#define TOL_F16 2e-3 /* doc/spec.md's half-storage contract */
+
+/* The layer every test here decodes with rotary: 24 tokens of 2 heads, d = 8, P = 4. The last
+ * token's step reads 23 cached tokens: bucket cached=32, as iha_tune's for N = 24. */
+static const iha_shape shape = {1, 24, 16, 2, 8, 4};
+
+/* ---- Files and profiles ---- */
+
+/* A decode_compact entry for shape's heads (H = 2, d = 8, P = 4), causal, with rotary; cfg holds
+ * rows, heads, DEC_VD, min_split_tokens, per_cu and lanes. */
+static void add_compact(cJSON *entries, const char *role, long elem_bytes, long k, long cached, const long cfg[6])
+{
+    static const char *const params[6] = {"rows", "heads", "DEC_VD", "min_split_tokens", "per_cu", "lanes"};
+    static const char *const keys[8] = {"mask", "rope", "elem_bytes", "d", "P", "H", "k", "cached"};
+    const long values[8] = {0, 1, elem_bytes, 8, 4, 2, k, cached};
+    cJSON *e = cJSON_CreateObject(), *b = cJSON_CreateObject(), *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "kernel", "decode_compact");
+    cJSON_AddStringToObject(e, "role", role);
+    for (int i = 0; i < 8; i++) cJSON_AddNumberToObject(b, keys[i], (double)values[i]);
+    for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(c, params[i], (double)cfg[i]);
+    cJSON_AddItemToObject(e, "bucket", b);
+    cJSON_AddItemToObject(e, "config", c);
+    cJSON_AddItemToArray(entries, e);
+}
+
+/* ---- Decoding ---- */
+
+typedef struct decoded {
+    iha_kernel_choice prefill, step; /* the compact choices of the prompt chunk and of the last token */
+} decoded;
+
+/* Decodes the layer's tokens into a fresh compact cache of `storage`, with rotary: the first N-1
+ * as one chunk, then the last one alone, whose output must equal the reference's last row
+ * within the contract. */
+static decoded decode_layer(iha_context *ctx, const tu_layer *l, const double *zref, iha_storage storage)
+{
+    const size_t N = shape.tokens, D = shape.model_dim;
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
+    tu_device_layer dev;
+    tu_device_layer_upload(ctx, l, 0, &dev);
+    iha_kv_cache_options co;
+    iha_kv_cache_options_init(&co);
+    co.storage = (int)storage;
+    co.compact = 1;
+    iha_kv_cache *cache = NULL;
+    tu_assert_status(ctx, iha_kv_cache_create_with(ctx, &shape, &co, &cache), IHA_OK);
+    cl_mem xs = tu_buffer_new(ctx, N * D), zs = tu_buffer_new(ctx, N * D);
+    tu_buffer_write(ctx, xs, 0, l->x, (N - 1) * D);
+    decoded out;
+    iha_shape step = shape;
+    step.tokens = N - 1;
+    tu_assert_status(
+        ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+        IHA_OK);
+    out.prefill = tp_choice_of(ctx, "decode_compact");
+    float *z = tu_malloc(D * sizeof *z);
+    tu_fill_nan(z, D);
+    tu_buffer_write(ctx, zs, 0, z, D);
+    tu_buffer_write(ctx, xs, 0, l->x + (N - 1) * D, D);
+    step.tokens = 1;
+    tu_assert_status(
+        ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
+        IHA_OK);
+    out.step = tp_choice_of(ctx, "decode_compact");
+    tu_buffer_read(ctx, zs, 0, z, D);
+    tu_assert_close("the last token's output", z, zref + (N - 1) * D, D,
+                    storage == IHA_STORAGE_F16 ? TOL_F16 : TU_TOL_F32);
+    free(z);
+    tu_buffer_release(xs), tu_buffer_release(zs);
+    iha_kv_cache_free(cache);
+    tu_device_layer_release(&dev);
+    return out;
+}
+
+static void tune_compact(iha_context *ctx, double budget, iha_tune_result *results, size_t capacity, size_t *count)
+{
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = IHA_TUNE_DECODE_COMPACT;
+    to.budget_s = budget;
+    to.reps = 3;
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
+    tu_assert_status(ctx, iha_tune(ctx, &shape, &o, 1, &to, results, capacity, count), IHA_OK);
+}
+
+/* ---- Tests ---- */
+
+static void tune_stores_verified_configs_that_steps_use(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/verified.json", tp_dir);
+    iha_context *ctx = tp_open_with_kernels(path, NULL);
+    iha_tune_result r[4];
+    size_t n = 0;
+    tune_compact(ctx, 30, r, 4, &n);
+    assert_int_equal(n, 2); /* float and half cache */
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(r[i].kernel, "decode_compact");
+        assert_non_null(strstr(r[i].bucket, i == 0 ? "rope=1 elem_bytes=4" : "rope=1 elem_bytes=2"));
+        assert_non_null(strstr(r[i].bucket, "H=2 k=1 cached=32"));
+        assert_true(r[i].stored);
+        assert_true(r[i].error <= TU_TOL_F32);
+        assert_true(r[i].tuned_s > 0 && r[i].default_s > 0);
+    }
+    assert_int_equal(tp_count_verified(path, "decode_compact"), 3); /* two buckets and the device default */
+    iha_context_free(ctx);
+
+    /* A new context loads it: the last token's step uses the exact entry, the prompt chunk (k = 23
+     * tokens, bucket k=32) the nearest; with profiles off, the built-in. Outputs stay inside the
+     * contract either way. */
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
+    tu_layer l;
+    double *zref = tu_layer_with_reference(&l, &shape, 23, &o);
+    const char *profiles[2] = {path, "off"};
+    for (int i = 0; i < 2; i++) {
+        ctx = tp_open_with_kernels(profiles[i], NULL);
+        for (int half = 0; half < 2; half++) {
+            const decoded d = decode_layer(ctx, &l, zref, half ? IHA_STORAGE_F16 : IHA_STORAGE_F32);
+            assert_int_equal(d.step.source, i == 0 ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE);
+            assert_int_equal(d.prefill.source, i == 0 ? IHA_CONFIG_PROFILE_NEAREST : IHA_CONFIG_BUILTIN_TYPE);
+            assert_string_equal(d.step.bucket, r[half].bucket);
+            assert_string_equal(d.step.config, i == 0 ? r[half].tuned_config : r[half].default_config);
+        }
+        iha_context_free(ctx);
+    }
+    free(zref);
+    tu_layer_free(&l);
+}
+
+static void profile_entries_are_used_from_specific_to_general(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/fallback.json", tp_dir);
+    static const long exact[6] = {2, 1, 8, 16, 4, 1}, device[6] = {1, 2, 4, 32, 2, 0};
+    cJSON *root = tp_profile_new();
+    cJSON *entries = cJSON_GetObjectItem(root, "entries");
+    add_compact(entries, "bucket", 4, 1, 32, exact);
+    add_compact(entries, "device_default", 4, 1, 32, device);
+    tp_write_json(root, path);
+    cJSON_Delete(root);
+
+    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
+    tu_layer l;
+    double *zref = tu_layer_with_reference(&l, &shape, 29, &o);
+    iha_context *ctx = tp_open_with_kernels(path, NULL);
+    iha_profile_info info;
+    assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
+    assert_int_equal(info.state, IHA_PROFILE_LOADED);
+    /* 1. The last token's step is in the entry's bucket; 2. the prompt chunk is nearest to it. */
+    decoded d = decode_layer(ctx, &l, zref, IHA_STORAGE_F32);
+    assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_EXACT);
+    assert_string_equal(d.step.config, "rows=2 heads=1 DEC_VD=8 min_split_tokens=16 per_cu=4 lanes=1");
+    assert_int_equal(d.prefill.source, IHA_CONFIG_PROFILE_NEAREST);
+    assert_string_equal(d.prefill.config, "rows=2 heads=1 DEC_VD=8 min_split_tokens=16 per_cu=4 lanes=1");
+    assert_non_null(strstr(d.prefill.source_bucket, "k=1 cached=32"));
+    assert_non_null(strstr(d.prefill.bucket, "k=32 cached=1"));
+    /* 3. A half cache is another kind: the device default. */
+    d = decode_layer(ctx, &l, zref, IHA_STORAGE_F16);
+    assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_DEVICE);
+    assert_string_equal(d.step.config, "rows=1 heads=2 DEC_VD=4 min_split_tokens=32 per_cu=2 lanes=0");
+    /* The step reports the layer's other kernels too: attention, rows, decode_compact and gemm. */
+    size_t count = 0;
+    assert_int_equal(iha_context_last_choices(ctx, NULL, 0, &count), IHA_OK);
+    assert_int_equal(count, 4);
+    iha_context_free(ctx);
+    free(zref);
+    tu_layer_free(&l);
+}
+
+/* Both compact kernels made wrong for tiles of 2 rows. */
+static const char *compact_fault(const char *name)
+{
+    return strcmp(name, "attention_decode_compact.cl") == 0 || strcmp(name, "attention_decode_compact_lanes.cl") == 0
+               ? "#if DEC_ROWS == 2\n#define fma(a, b, c) ((a) * (b) + (c) + 0.01f)\n#endif\n"
+               : NULL;
+}
+
+static void wrong_candidate_is_never_stored(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    char dir[1024], path[1100];
+    tu_temp_dir(dir, sizeof dir);
+    tp_copy_kernels(dir, compact_fault);
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    iha_context *ctx = tp_open_with_kernels(path, dir);
+    iha_tune_result r[4];
+    size_t n = 0;
+    tune_compact(ctx, 30, r, 4, &n);
+    assert_int_equal(n, 2);
+    /* The first sweep tries rows 1 and 2 around the built-in's 4 (the step's P rows): 2 fails. */
+    assert_true(r[0].rejected >= 1);
+    assert_true(r[0].stored);
+    assert_null(strstr(r[0].tuned_config, "rows=2 "));
+    tp_assert_no_entry_with(path, "rows", 2);
+    iha_context_free(ctx);
+    tu_remove_tree(dir);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return tp_group_setup(&shape);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tune_stores_verified_configs_that_steps_use),
+        cmocka_unit_test(profile_entries_are_used_from_specific_to_general),
+        cmocka_unit_test(wrong_candidate_is_never_stored),
+    };
+    return tu_main(argc, argv, tests, sizeof tests / sizeof tests[0], group_setup, tp_group_teardown);
+}
