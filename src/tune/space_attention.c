@@ -76,7 +76,8 @@ static const iha_tune_constraint constraints[] = {
     {vector_fits_head, {"ATT_VD", "d", NULL, NULL}, "ATT_VD is wider than the head"},
     {local_tile_whole_blocks, {"variant", "LOC_KEYS", "ATT_KB", NULL}, "LOC_KEYS is not a multiple of ATT_KB"},
     {tiles_group_fits, {"variant", "group", "LOC_KEYS", "TILE_RY", "TILE_RX", "max_group"},
-     "the local tiles' group/TILE_RY x LOC_KEYS/TILE_RX work-items exceed the device's work-group"},
+     "the local tiles' group is not a multiple of TILE_RY, or their group/TILE_RY x LOC_KEYS/TILE_RX work-items "
+     "exceed the device's work-group"},
     {tiles_registers_fit, {"variant", "group", "LOC_KEYS", "TILE_RY", "TILE_RX", "d"},
      "the local tiles' sub-tile, output columns and row state exceed the register budget"},
 };
