@@ -22,9 +22,10 @@
 #      kernel (cl/attention_decode_groups.cl), whose barriers test_decode_groups' small case and
 #      its case of key groups that do not divide the tile check with --data-races;
 #   3. tests/test_attention_variants with --data-races: every attention variant (register
-#      tiles, local memory, local tiles with register sub-tiles) in several tile
-#      configurations, forced whatever the simulator's built-in (those larger than its local
-#      memory are skipped);
+#      tiles, local memory, local tiles with register sub-tiles of 4 x 4, 8 x 8, 8 x 4 and 4 x 8)
+#      in several tile configurations, forced whatever the simulator's built-in (those larger
+#      than its local memory are skipped); the simulator's own built-in at d <= 72 is the local
+#      tiles, so every GPU forward of the other runs goes through them as well;
 #   4. tests/test_gemm with --data-races: the library's SGEMM kernel in every tile of its tuning
 #      space on ragged shapes, with buffers that end where their matrices do;
 #   5. tests/test_backward with --data-races: the attention backward kernels on ragged shapes

@@ -10,7 +10,8 @@
 # CI's time budget; IHA_RUSTICL_ALL=1 runs both:
 #   - test_loop_limit: 2048 virtual tokens right, a longer sequence refused;
 #   - test_attention_variants: every attention variant forced (register tiles, local memory,
-#     local tiles);
+#     local tiles), and the local tiles' 8 x 8, 8 x 4 and 4 x 8 register sub-tiles on a shorter
+#     shape set with packed sequences (those over 32 KiB of local memory skipped);
 #   - test_mha: multi-head attention (P = 1, the identity shortcut);
 #   - test_backward without its tiles_ cases: the row kernels, which the library uses there;
 #   - test_partial's invisible block (the partial attention kernels and their merge).

@@ -30,7 +30,8 @@ iha_tune_config ac_tune_config(const iha_attention_config *cfg)
         long value;
     } v[] = {{"ATT_ROWS", cfg->rows},     {"ATT_TILES", cfg->tiles},   {"ATT_KB", cfg->key_block},
              {"ATT_VD", cfg->vec},        {"group", (long)cfg->group}, {"variant", cfg->variant},
-             {"LOC_KEYS", cfg->local_keys}, {"ATT_PREFETCH", cfg->prefetch}};
+             {"LOC_KEYS", cfg->local_keys}, {"ATT_PREFETCH", cfg->prefetch}, {"TILE_RY", cfg->tile_ry},
+             {"TILE_RX", cfg->tile_rx}};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         const int k = iha__space_param_index(s, v[i].name);
         assert_true(k >= 0);
@@ -42,7 +43,10 @@ iha_tune_config ac_tune_config(const iha_attention_config *cfg)
 int ac_fits(iha_context *ctx, const iha_attention_config *cfg, size_t d)
 {
     if (cfg->variant == 1) return iha__attention_local_fits(ctx, d, (int)cfg->group, cfg->local_keys, cfg->key_block);
-    if (cfg->variant == 2) return iha__attention_tiles_fits(ctx, d, (int)cfg->group, cfg->local_keys, cfg->key_block);
+    if (cfg->variant == 2) {
+        const iha_attention_tiles t = {(int)cfg->group, cfg->local_keys, cfg->tile_ry, cfg->tile_rx};
+        return iha__attention_tiles_fits(ctx, d, &t, cfg->key_block);
+    }
     return cfg->group <= ctx->info.max_work_group_size;
 }
 

@@ -15,7 +15,7 @@
 /* A named configuration: a test case's name and what it forces. */
 typedef struct ac_variant {
     const char *name;
-    iha_attention_config cfg; /* rows, tiles, key_block, vec, group, variant, local_keys, prefetch */
+    iha_attention_config cfg; /* rows, tiles, key_block, vec, group, variant, local_keys, prefetch, tile_ry, tile_rx */
 } ac_variant;
 
 /* The tuning space's form of cfg. */

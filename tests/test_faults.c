@@ -50,10 +50,10 @@ static void one_kernel_fails_to_build(void **state)
     tu_temp_dir(cache, sizeof cache);
     tu_copy_job job = {kdir, NULL};
     assert_true(tu_for_each_file(IHA_TEST_SOURCE_DIR "/cl", tu_copy_into, &job) > 0);
-    /* Both attention kernels are broken; the message must name the one this device builds
-     * (the register-tile kernel on CPUs, the local-memory one on GPUs). */
-    static const char *const broken[2] = {"attention.cl", "attention_local.cl"};
-    for (int i = 0; i < 2; i++) {
+    /* The three attention kernels are broken; the message must name the one this device builds
+     * (the register-tile kernel on CPUs, a local-memory one on GPUs), indexed by variant. */
+    static const char *const broken[3] = {"attention.cl", "attention_local.cl", "attention_local_tiles.cl"};
+    for (int i = 0; i < 3; i++) {
         snprintf(from, sizeof from, "%s/cl/%s", IHA_TEST_SOURCE_DIR, broken[i]);
         snprintf(to, sizeof to, "%s/%s", kdir, broken[i]);
         tu_copy_file(from, to, BROKEN_TEXT);
@@ -71,7 +71,7 @@ static void one_kernel_fails_to_build(void **state)
 
     /* The other stages build and are enqueued first; the attention kernel does not build. */
     tu_assert_status(ctx, iha_forward(ctx, &rel_small, &o, &d.weights, d.x, d.z), IHA_ERROR_BUILD);
-    rel_expect_message(ctx, broken[builtin.variant == 1]);
+    rel_expect_message(ctx, broken[builtin.variant]);
     rel_expect_message(ctx, "build log");
     rel_expect_message(ctx, "deliberately broken by test_faults"); /* the compiler's own words */
     assert_int_equal(iha_context_cl_error(ctx), CL_BUILD_PROGRAM_FAILURE);
@@ -107,7 +107,7 @@ static void one_kernel_fails_to_build(void **state)
     tu_buffer_release(out);
 
     /* Repaired, the same context builds it on the next call and computes the right z. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         snprintf(from, sizeof from, "%s/cl/%s", IHA_TEST_SOURCE_DIR, broken[i]);
         snprintf(to, sizeof to, "%s/%s", kdir, broken[i]);
         tu_copy_file(from, to, NULL);

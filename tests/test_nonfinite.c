@@ -420,12 +420,13 @@ static void attention_and_backward(void **state)
 }
 
 /* The forward's variants on any device: register tiles with GPU geometry, local memory with a
- * row per work-item, local memory with register sub-tiles. */
+ * row per work-item, local memory with register sub-tiles of 4 x 4 and 8 x 8. */
 static const ac_variant kVariants[] = {
-    {"register tiles 4x1, KB 8", {4, 1, 8, 4, 128, 0, 32, 0}},
-    {"local, 16 rows, 16 keys, KB 8", {1, 1, 8, 4, 16, 1, 16, 0}},
-    {"local tiles, 16 rows, 16 keys, KB 4", {1, 1, 4, 4, 16, 2, 16, 0}},
-    {"local tiles, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 2, 32, 0}},
+    {"register tiles 4x1, KB 8", {4, 1, 8, 4, 128, 0, 32, 0, 4, 4}},
+    {"local, 16 rows, 16 keys, KB 8", {1, 1, 8, 4, 16, 1, 16, 0, 4, 4}},
+    {"local tiles, 16 rows, 16 keys, KB 4", {1, 1, 4, 4, 16, 2, 16, 0, 4, 4}},
+    {"local tiles, 64 rows, 32 keys, KB 16", {1, 1, 16, 4, 64, 2, 32, 0, 4, 4}},
+    {"local tiles 8x8, 64 rows, 64 keys, KB 16", {1, 1, 16, 4, 64, 2, 64, 0, 8, 8}},
 };
 
 static void attention_variants(void **state)

@@ -254,10 +254,11 @@ static void attention_backward_case(void **state)
 
 /* Every forward attention variant, forced as test_attention_variants does. */
 static const ac_variant kVariants[] = {
-    {"register tiles 4x1, 128 work-items", {4, 1, 16, 4, 128, 0, 32, 0}},
-    {"register tiles 4x8", {4, 8, 16, 16, 1, 0, 32, 0}},
-    {"local, 16 rows, 16 keys, KB 8", {1, 1, 8, 4, 16, 1, 16, 0}},
-    {"local tiles, 16 rows, 16 keys, KB 4", {1, 1, 4, 4, 16, 2, 16, 0}},
+    {"register tiles 4x1, 128 work-items", {4, 1, 16, 4, 128, 0, 32, 0, 4, 4}},
+    {"register tiles 4x8", {4, 8, 16, 16, 1, 0, 32, 0, 4, 4}},
+    {"local, 16 rows, 16 keys, KB 8", {1, 1, 8, 4, 16, 1, 16, 0, 4, 4}},
+    {"local tiles, 16 rows, 16 keys, KB 4", {1, 1, 4, 4, 16, 2, 16, 0, 4, 4}},
+    {"local tiles 8x4, 64 rows, 32 keys, KB 8", {1, 1, 8, 4, 64, 2, 32, 0, 8, 4}},
 };
 
 static void attention_variants(void **state)

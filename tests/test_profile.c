@@ -55,19 +55,19 @@ static void fallback_goes_from_specific_to_general(void **state)
     tp_check_attention(ctx, &tp_small_shape, &global);
     iha_kernel_choice c = tp_choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_EXACT);
-    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=2 ATT_KB=8 ATT_VD=4 group=16 variant=0 LOC_KEYS=32 ATT_PREFETCH=0");
+    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=2 ATT_KB=8 ATT_VD=4 group=16 variant=0 LOC_KEYS=32 ATT_PREFETCH=0 TILE_RY=4 TILE_RX=4");
     /* 2. T = 2000 (bucket 2048) is nearest to the T = 4096 entry of the same kind. */
     const iha_shape longer = {1, 1000, 16, 1, 8, 2};
     tp_check_attention(ctx, &longer, &global);
     c = tp_choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_NEAREST);
-    assert_string_equal(c.config, "ATT_ROWS=2 ATT_TILES=1 ATT_KB=8 ATT_VD=8 group=1 variant=0 LOC_KEYS=32 ATT_PREFETCH=0");
+    assert_string_equal(c.config, "ATT_ROWS=2 ATT_TILES=1 ATT_KB=8 ATT_VD=8 group=1 variant=0 LOC_KEYS=32 ATT_PREFETCH=0 TILE_RY=4 TILE_RX=4");
     assert_non_null(strstr(c.source_bucket, "T=4096"));
     /* 3. Another mask is another kind: the device default. */
     tp_check_attention(ctx, &tp_small_shape, &none);
     c = tp_choice_of(ctx, "attention");
     assert_int_equal(c.source, IHA_CONFIG_PROFILE_DEVICE);
-    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=1 ATT_KB=16 ATT_VD=8 group=1 variant=0 LOC_KEYS=32 ATT_PREFETCH=0");
+    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=1 ATT_KB=16 ATT_VD=8 group=1 variant=0 LOC_KEYS=32 ATT_PREFETCH=0 TILE_RY=4 TILE_RX=4");
     /* The mixing kernels have no entry at all: 4. the built-in default of the device type. */
     assert_int_equal(tp_choice_of(ctx, "rows").source, IHA_CONFIG_BUILTIN_TYPE);
     iha_context_free(ctx);
@@ -418,18 +418,86 @@ static void newer_format_is_not_overwritten(void **state)
     char path[1100];
     iha_context *ctx = open_on_two_buckets(path, sizeof path, "newer.json");
     cJSON *root = tp_profile_new();
-    cJSON_ReplaceItemInObject(root, "format_version", cJSON_CreateNumber(2));
+    cJSON_ReplaceItemInObject(root, "format_version", cJSON_CreateNumber(TP_FORMAT_VERSION + 1));
     tp_write_json(root, path);
     cJSON_Delete(root);
     iha_profile *p = &ctx->tune->profile;
     iha_profile_entry e = p->entries[0];
     assert_true(iha__profile_put(p, &e));
     tu_assert_status(ctx, iha__profile_save(ctx, p), IHA_ERROR_IO);
-    assert_non_null(strstr(iha_context_message(ctx), "format_version 2"));
+    char newer[32];
+    snprintf(newer, sizeof newer, "format_version %d", TP_FORMAT_VERSION + 1);
+    assert_non_null(strstr(iha_context_message(ctx), newer));
     iha_context_free(ctx);
     root = tp_parse_file(path);
-    assert_int_equal((int)cJSON_GetObjectItem(root, "format_version")->valuedouble, 2);
+    assert_int_equal((int)cJSON_GetObjectItem(root, "format_version")->valuedouble, TP_FORMAT_VERSION + 1);
     cJSON_Delete(root);
+}
+
+/* The config of an attention entry as a profile of format_version 1 wrote it: the local tiles
+ * (variant 2), 64 query rows and 32 keys, without TILE_RY and TILE_RX, which that format
+ * predates; the kernel then had 4 x 4 sub-tiles only. */
+static cJSON *format_1_local_tiles(void)
+{
+    cJSON *root = tp_profile_new();
+    cJSON_ReplaceItemInObject(root, "format_version", cJSON_CreateNumber(1));
+    static const long cfg[5] = {1, 1, 16, 4, 64};
+    tp_add_attention(root, "device_default", 0, 0, 64, 64, cfg);
+    cJSON *config = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "entries"), 0), "config");
+    cJSON_ReplaceItemInObject(config, "variant", cJSON_CreateNumber(2));
+    cJSON_DeleteItemFromObject(config, "TILE_RY");
+    cJSON_DeleteItemFromObject(config, "TILE_RX");
+    return root;
+}
+
+/* doc/tuning.md, "The profile file": a file of format_version 1 is read, its local-tile entries
+ * as the 4 x 4 sub-tiles they ran, and a writer rewrites its entries with TILE_RY and TILE_RX; the
+ * same entry in a file of format_version 2 lacks them, so that file is reported and ignored,
+ * never read as some other shape. */
+static void format_1_local_tiles_read_as_4x4(void **state)
+{
+    (void)state;
+    char path[1100];
+    tp_fresh_path(path, sizeof path, "format1.json");
+    cJSON *root = format_1_local_tiles();
+    tp_write_json(root, path);
+    iha_context *ctx = tp_open_with_profile(path, 0);
+    iha_profile_info info;
+    assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
+    assert_int_equal(info.state, IHA_PROFILE_LOADED);
+    assert_int_equal(info.entries, 1);
+    tp_check_small(ctx);
+    iha_kernel_choice c = tp_choice_of(ctx, "attention");
+    assert_int_equal(c.source, IHA_CONFIG_PROFILE_DEVICE);
+    assert_string_equal(c.config, "ATT_ROWS=1 ATT_TILES=1 ATT_KB=16 ATT_VD=4 group=64 variant=2 LOC_KEYS=32 "
+                                  "ATT_PREFETCH=0 TILE_RY=4 TILE_RX=4");
+
+    /* A tune's result for the call's bucket, saved: the version 1 entry stays, rewritten. */
+    iha_profile *p = &ctx->tune->profile;
+    iha_profile_entry e = p->entries[0];
+    e.is_default = 0;
+    const iha_attention_options o = tp_causal(0);
+    assert_true(iha__tunable_attention.bucket_of(ctx, &tp_small_shape, &o, &e.bucket));
+    assert_true(iha__profile_put(p, &e));
+    tu_assert_status(ctx, iha__profile_save(ctx, p), IHA_OK);
+    iha_context_free(ctx);
+    cJSON *written = tp_parse_file(path);
+    assert_int_equal((int)cJSON_GetObjectItem(written, "format_version")->valuedouble, TP_FORMAT_VERSION);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(written, "entries")), 2);
+    const cJSON *entry;
+    cJSON_ArrayForEach(entry, cJSON_GetObjectItem(written, "entries"))
+    {
+        const cJSON *config = cJSON_GetObjectItem(entry, "config");
+        assert_int_equal(cJSON_GetObjectItem(config, "variant")->valueint, 2);
+        assert_int_equal(cJSON_GetObjectItem(config, "TILE_RY")->valueint, 4);
+        assert_int_equal(cJSON_GetObjectItem(config, "TILE_RX")->valueint, 4);
+    }
+    cJSON_Delete(written);
+
+    cJSON_ReplaceItemInObject(root, "format_version", cJSON_CreateNumber(TP_FORMAT_VERSION));
+    tp_write_json(root, path);
+    cJSON_Delete(root);
+    expect_ignored(path, "TILE_RY");
 }
 
 /* The profile's key holds the driver's strings whole (a 64-character version string came out
@@ -507,6 +575,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(a_clear_in_between_stays),
         cmocka_unit_test(unknown_entries_are_kept),
         cmocka_unit_test(newer_format_is_not_overwritten),
+        cmocka_unit_test(format_1_local_tiles_read_as_4x4),
         cmocka_unit_test(key_holds_whole_device_strings),
         cmocka_unit_test(long_cache_dirs),
     };

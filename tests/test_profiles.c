@@ -67,7 +67,7 @@ cJSON *tp_profile_new(void)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "iha-tuning-profile");
-    cJSON_AddNumberToObject(root, "format_version", 1);
+    cJSON_AddNumberToObject(root, "format_version", TP_FORMAT_VERSION);
     cJSON_AddItemToObject(root, "key", cJSON_Duplicate(tp_key, 1));
     cJSON_AddItemToObject(root, "entries", cJSON_CreateArray());
     return root;
@@ -211,8 +211,8 @@ int tp_file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-/* An attention entry of the register-tile variant (variant 0, LOC_KEYS at its canonical 32);
- * role "bucket" or "device_default". */
+/* An attention entry of the register-tile variant (variant 0, LOC_KEYS at its canonical 32,
+ * TILE_RY and TILE_RX at their canonical 4); role "bucket" or "device_default". */
 void tp_add_attention(cJSON *root, const char *role, long mask, long windowed, long T, long span, const long cfg[5])
 {
     static const char *const params[5] = {"ATT_ROWS", "ATT_TILES", "ATT_KB", "ATT_VD", "group"};
@@ -231,6 +231,8 @@ void tp_add_attention(cJSON *root, const char *role, long mask, long windowed, l
     cJSON_AddNumberToObject(c, "variant", 0);
     cJSON_AddNumberToObject(c, "LOC_KEYS", 32);
     cJSON_AddNumberToObject(c, "ATT_PREFETCH", 0);
+    cJSON_AddNumberToObject(c, "TILE_RY", 4);
+    cJSON_AddNumberToObject(c, "TILE_RX", 4);
     cJSON_AddItemToObject(e, "bucket", b);
     cJSON_AddItemToObject(e, "config", c);
     cJSON_AddItemToArray(cJSON_GetObjectItem(root, "entries"), e);

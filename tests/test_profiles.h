@@ -22,7 +22,10 @@ void tp_write_text(const char *path, const char *text, size_t n);
 /* The JSON in a file; fails the test when it cannot be read or parsed. */
 cJSON *tp_parse_file(const char *path);
 void tp_write_json(cJSON *root, const char *path);
-/* An empty profile (format, version, tp_key, no entries): add to its "entries" array. */
+/* The format_version the library writes (src/tune/profile.c); tests that read an older or a
+ * newer one say so. */
+#define TP_FORMAT_VERSION 2
+/* An empty profile (format, TP_FORMAT_VERSION, tp_key, no entries): add to its "entries" array. */
 cJSON *tp_profile_new(void);
 /* The entries of the profile at path; fails the test unless each records a verification error
  * inside the float32 contract and, when `kernel` is not NULL, is that kernel's. */
@@ -44,8 +47,8 @@ void tp_fresh_path(char *out, size_t size, const char *name);
 iha_context *tp_open_fresh(char *path, size_t size, const char *name, int first_use);
 int tp_file_exists(const char *path);
 /* Adds an attention entry of the register-tile variant (variant 0, LOC_KEYS at its canonical
- * 32) to a profile's "entries"; role "bucket" or "device_default"; cfg holds ATT_ROWS,
- * ATT_TILES, ATT_KB, ATT_VD and group. */
+ * 32, TILE_RY and TILE_RX at 4) to a profile's "entries"; role "bucket" or "device_default"; cfg
+ * holds ATT_ROWS, ATT_TILES, ATT_KB, ATT_VD and group. */
 void tp_add_attention(cJSON *root, const char *role, long mask, long windowed, long T, long span, const long cfg[5]);
 /* A context on the profile file `profile` whose kernels come from kernel_dir (NULL: the
  * embedded ones; a directory also turns the program cache off, so planted faults are compiled);

@@ -2,12 +2,14 @@
 targets, each met or not, from `iha bench --json` reports and cuda_sdpa.py's JSON.
 
     python gpu_report.py --peers peers.json --table table.md --targets targets.txt \
-        --ceilings CEILINGS_JSON [--core16 IHA_JSON] IHA_JSON...
+        --ceilings CEILINGS_JSON [--core16 IHA_JSON] [--forced IHA_JSON... --] IHA_JSON...
 
 The ceilings (peak FMA, copy bandwidth) are those of the --ceilings report's run (its
 `ceilings` section), used for every fraction, so that all rows divide by the same ceiling.
 --core16 names a report of iha's attention core with 16-bit inputs, for the target that a
 16-bit path be at least twice the float32 forward; without it that target is "not measured".
+--forced names forward runs in configurations forced through a profile (gpu-check.sh's local
+tiles): a row each, with the configuration that ran and the model's fraction, no peers or targets.
 Standard library only: it runs wherever the iha reports are.
 """
 
@@ -46,8 +48,10 @@ def model_forward(config, d):
     variant = param(config, "variant")
     if variant == 1:  # a row per work-item: every FMA reads its key or value word from local memory
         return bound([(1.0, 1.0)])
-    if variant == 2:  # 4 x 4 sub-tiles: scores 16 FMAs per 8 words, P.V 4 FMAs per value word
-        return bound([(0.5, 2.0), (0.5, 4.0)])
+    if variant == 2:  # TILE_RY x TILE_RX sub-tiles: each column of the scores and each key of P.V
+        ry, rx = param(config, "TILE_RY") or 4, param(config, "TILE_RX") or 4
+        cw = -(-d // ((param(config, "LOC_KEYS") or 32) // rx))  # output columns per work-item
+        return bound([(0.5, ry * rx / (ry + rx)), (0.5, ry * cw / (ry + cw))])
     if variant == 0:
         rows = param(config, "ATT_ROWS") or 1
         if 2 * rows * d > 255:  # the rows' queries and accumulators exceed 255 registers and spill
@@ -98,6 +102,7 @@ def main():
     ap.add_argument("--peers", help="cuda_sdpa.py's JSON (absent or unreadable: iha's columns only)")
     ap.add_argument("--ceilings", required=True)
     ap.add_argument("--core16", help="an `iha bench --json` report of a 16-bit attention core")
+    ap.add_argument("--forced", nargs="+", default=[], help="forward runs in forced configurations")
     ap.add_argument("--table", required=True)
     ap.add_argument("--targets", required=True)
     args = ap.parse_args()
@@ -169,6 +174,17 @@ def main():
             if dec["batch"] == 1:
                 target(f"decode B=1 {storage} cache d={dec['d']} L={dec['cached_tokens']} >= fraction of copy bandwidth",
                        of_copy, DECODE_OF_COPY)
+    for path in args.forced:
+        a = load(path).get("attention", {})
+        if a.get("state") != "ran":
+            continue
+        forced = a.get("config_source") == "profile_device_default"
+        of_peak = a["flops"] / a["seconds"] / 1e9 / peak if peak else None
+        rows.append([f"{a['mask']} forward, B·H = {a['batch'] * a['heads']}, T = {a['t']}, d = {a['d']}, "
+                     f"{'forced' if forced else 'NOT the forced configuration, the library passed over it:'} "
+                     f"`{a.get('config')}`", "TFLOP/s", fmt(a["flops"] / a["seconds"] / 1e12),
+                     fmt(of_peak, 2) + " of peak FMA", fmt(model_forward(a.get("config"), a["d"]), 2),
+                     "-", "-", "-", "-"])
     if args.core16 and os.path.exists(args.core16):
         a16 = load(args.core16).get("attention", {})
         base = f32_forward.get((a16.get("d"), a16.get("t"), a16.get("mask")))

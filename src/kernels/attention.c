@@ -33,10 +33,14 @@ enum { ON_CPU, ON_LOOP_LIMITED_CPU, ON_GPU };
  *  - A driver that ends loops after a budget of iterations per work-item (runtime/loop_limit.h):
  *    one row per work-item spends the fewest iterations per key block, so the longest sequences
  *    fit.
- *  - GPUs up to d = 64: the local-memory rows, 64 per group. The local tiles with register
- *    sub-tiles (cl/attention_local_tiles.cl) are in the tuning space only, chosen where the
- *    tuner measures them faster.
- *  - GPUs past d = 64: register tiles of 4 rows, 128 work-items per group. The local-memory
+ *  - GPUs: the local tiles with register sub-tiles (cl/attention_local_tiles.cl), the first of
+ *    their rows that fits the device's local memory and work-group and keeps a work-item's live
+ *    state within IHA_ATTENTION_TILES_REGISTER_FLOATS (the tuning space's register budget), from
+ *    the most FMAs per local-memory word down: 8 x 8 sub-tiles in 128 x 64 and 64 x 64 tiles,
+ *    8 x 4 in 64 x 32, 4 x 4 in 64 x 32 and 32 x 32. Every row gives a group of at least 64
+ *    work-items (two warps of 32), below which a GPU's FMA pipes wait on latency.
+ *  - GPUs up to d = 64 where no sub-tile row fits: the local-memory rows, 64 per group.
+ *  - GPUs past that: register tiles of 4 rows, 128 work-items per group. The local-memory
  *    kernel keeps a query row and an output row of d floats per work-item, which past d = 64 do
  *    not fit a GPU's registers; the tuner prefers these tiles there. */
 typedef struct attention_default {
@@ -50,32 +54,53 @@ typedef struct attention_default {
     size_t group;      /* work-items per work-group */
     iha_attention_variant variant;
     int local_keys;    /* LOC_KEYS; 0: the largest that fits */
+    int tile_ry;       /* TILE_RY of the local tiles */
+    int tile_rx;       /* TILE_RX of the local tiles */
 } attention_default;
 
 static const attention_default attention_defaults[] = {
-    /* device            vector  max_d      rows tiles  KB vec group variant                        keys */
-    {ON_CPU,              16,    128,          8,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
-    {ON_CPU,              16,    SIZE_MAX,     4,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
-    {ON_CPU,               1,    128,          4,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
-    {ON_CPU,               1,    SIZE_MAX,     2,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
-    {ON_LOOP_LIMITED_CPU,  1,    SIZE_MAX,     1,    1, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32},
-    {ON_GPU,               1,    64,           1,    1, 16,  0,   64, IHA_ATTENTION_LOCAL_ROWS,        0},
-    {ON_GPU,               1,    SIZE_MAX,     4,    1, 16,  4,  128, IHA_ATTENTION_REGISTER_TILES,   32},
+    /* device            vector  max_d      rows tiles  KB vec group variant                        keys  RY  RX */
+    {ON_CPU,              16,    128,          8,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32,  4,  4},
+    {ON_CPU,              16,    SIZE_MAX,     4,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32,  4,  4},
+    {ON_CPU,               1,    128,          4,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32,  4,  4},
+    {ON_CPU,               1,    SIZE_MAX,     2,    4, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32,  4,  4},
+    {ON_LOOP_LIMITED_CPU,  1,    SIZE_MAX,     1,    1, 16,  0,    1, IHA_ATTENTION_REGISTER_TILES,   32,  4,  4},
+    {ON_GPU,               1,    SIZE_MAX,     1,    1, 16,  4,  128, IHA_ATTENTION_LOCAL_TILES,      64,  8,  8},
+    {ON_GPU,               1,    SIZE_MAX,     1,    1, 16,  4,   64, IHA_ATTENTION_LOCAL_TILES,      64,  8,  8},
+    {ON_GPU,               1,    SIZE_MAX,     1,    1, 16,  4,   64, IHA_ATTENTION_LOCAL_TILES,      32,  8,  4},
+    {ON_GPU,               1,    SIZE_MAX,     1,    1, 16,  4,   64, IHA_ATTENTION_LOCAL_TILES,      32,  4,  4},
+    {ON_GPU,               1,    SIZE_MAX,     1,    1, 16,  4,   32, IHA_ATTENTION_LOCAL_TILES,      32,  4,  4},
+    {ON_GPU,               1,    64,           1,    1, 16,  0,   64, IHA_ATTENTION_LOCAL_ROWS,        0,  4,  4},
+    {ON_GPU,               1,    SIZE_MAX,     4,    1, 16,  4,  128, IHA_ATTENTION_REGISTER_TILES,   32,  4,  4},
 };
+
+/* Whether the built-in row applies to this device and head width: the local variants' rows only
+ * where they fit (the local rows' search for a key tile follows in the caller). */
+static int row_fits(const iha_context *ctx, const attention_default *row, size_t head_dim)
+{
+    if (row->variant != IHA_ATTENTION_LOCAL_TILES) return 1;
+    const iha_attention_tiles t = {(int)row->group, row->local_keys, row->tile_ry, row->tile_rx};
+    return iha__attention_tiles_fits(ctx, head_dim, &t, row->key_block) &&
+           iha__attention_tiles_live_floats(head_dim, &t) <= IHA_ATTENTION_TILES_REGISTER_FLOATS;
+}
 
 void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg)
 {
     const int device = ctx->info.is_gpu ? ON_GPU : ctx->loop_flag != NULL ? ON_LOOP_LIMITED_CPU : ON_CPU;
     const attention_default *row = &attention_defaults[0];
     /* every kind ends with min_vector 1 and max_d SIZE_MAX */
-    while (row->device != device || row->min_vector > ctx->vector_floats || row->max_d < head_dim) ++row;
+    while (row->device != device || row->min_vector > ctx->vector_floats || row->max_d < head_dim ||
+           !row_fits(ctx, row, head_dim))
+        ++row;
     cfg->rows = row->rows;
     cfg->tiles = row->tiles;
     cfg->key_block = row->key_block;
     cfg->vec = row->vec ? row->vec : head_dim >= 16 ? 16 : (head_dim >= 8 ? 8 : 4);
     cfg->group = row->group;
-    cfg->variant = IHA_ATTENTION_REGISTER_TILES;
+    cfg->variant = row->variant == IHA_ATTENTION_LOCAL_TILES ? row->variant : IHA_ATTENTION_REGISTER_TILES;
     cfg->local_keys = row->local_keys ? row->local_keys : 32;
+    cfg->tile_ry = row->tile_ry;
+    cfg->tile_rx = row->tile_rx;
     if (row->variant == IHA_ATTENTION_LOCAL_ROWS)
         for (int keys = 64; keys >= 16 && cfg->variant == IHA_ATTENTION_REGISTER_TILES; keys /= 2) {
             if (!iha__attention_local_fits(ctx, head_dim, (int)cfg->group, keys, cfg->key_block)) continue;
@@ -130,9 +155,11 @@ iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *
                                   iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
                                   size_t window, float scale)
 {
-    if (cfg->variant == IHA_ATTENTION_LOCAL_TILES)
-        return iha__attention_tiles_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
-                                            kt_packed, vt, o, lse, mask, window, scale);
+    if (cfg->variant == IHA_ATTENTION_LOCAL_TILES) {
+        const iha_attention_tiles t = {(int)cfg->group, cfg->local_keys, cfg->tile_ry, cfg->tile_rx};
+        return iha__attention_tiles_enqueue(ctx, &t, cfg->key_block, dims, qt, kt_packed, vt, o, lse, mask, window,
+                                            scale);
+    }
     if (cfg->variant == IHA_ATTENTION_LOCAL_ROWS)
         return iha__attention_local_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,
                                             kt_packed, vt, o, lse, mask, window, scale);

@@ -15,8 +15,8 @@ typedef enum iha_attention_variant {
      * stream tiles of local_keys keys through local memory */
     IHA_ATTENTION_LOCAL_ROWS = 1,
     /* cl/attention_local_tiles.cl (GPUs): `group` query rows and tiles of local_keys keys in local
-     * memory, each work-item a 4 x 4 register sub-tile of the scores (group/4 * local_keys/4
-     * work-items) */
+     * memory, each work-item a tile_ry x tile_rx register sub-tile of the scores
+     * (group/tile_ry * local_keys/tile_rx work-items) */
     IHA_ATTENTION_LOCAL_TILES = 2
 } iha_attention_variant;
 
@@ -27,10 +27,13 @@ typedef struct iha_attention_config {
     int tiles;      /* ATT_TILES: register tiles per work-item, sharing each key block */
     int key_block;  /* ATT_KB: keys per block, 4, 8 or 16 */
     int vec;        /* ATT_VD: vector width over d in P.V, 4, 8 or 16 */
-    size_t group;   /* work-items per work-group (local rows: LOC_ROWS; local tiles: TILE_ROWS, query rows) */
+    size_t group;   /* register tiles: work-items per work-group; local variants: query rows per
+                     * work-group (LOC_ROWS), which is also the work-items of the local rows */
     iha_attention_variant variant;
-    int local_keys; /* local variants: keys per local tile (LOC_KEYS, TILE_KEYS), a multiple of key_block */
+    int local_keys; /* local variants: keys per local tile (LOC_KEYS), a multiple of key_block */
     int prefetch;   /* ATT_PREFETCH of the register tiles: 1 prefetches the next key block's values */
+    int tile_ry;    /* local tiles: TILE_RY, query rows of a work-item's score sub-tile, 4 or 8 */
+    int tile_rx;    /* local tiles: TILE_RX, keys of a work-item's score sub-tile, 4 or 8 */
 } iha_attention_config;
 
 void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_attention_config *cfg);
@@ -57,14 +60,24 @@ iha_status iha__attention_local_enqueue(iha_context *ctx, int rows, int keys, in
                                         iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
                                         size_t window, float scale);
 /* The local tiles with register sub-tiles (cl/attention_local_tiles.cl, for GPUs): `rows` query
- * rows per group (a multiple of 4), tiles of `keys` keys (a multiple of 4 and of key_block),
- * rows/4 * keys/4 work-items. Same inputs and outputs as iha__attention_enqueue;
- * IHA_ERROR_UNSUPPORTED when the group or its local memory does not fit the device. */
-size_t iha__attention_tiles_bytes(size_t head_dim, int rows, int keys);
-int iha__attention_tiles_fits(const iha_context *ctx, size_t head_dim, int rows, int keys, int key_block);
-iha_status iha__attention_tiles_enqueue(iha_context *ctx, int rows, int keys, int key_block, const iha_dims *dims,
-                                        iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o, iha_buffer lse, int mask,
-                                        size_t window, float scale);
+ * rows per group and tiles of `keys` keys, each work-item a tile_ry x tile_rx sub-tile of the
+ * scores (4 or 8 each; rows a multiple of tile_ry, keys of tile_rx and of key_block), so
+ * rows/tile_ry * keys/tile_rx work-items. Same inputs and outputs as iha__attention_enqueue;
+ * IHA_ERROR_UNSUPPORTED when the shape is not one of those or the group or its local memory does
+ * not fit the device. iha__attention_tiles_live_floats is a work-item's live private state (score
+ * sub-tile, output columns, row state), which the tuning space and the built-in keep within
+ * IHA_ATTENTION_TILES_REGISTER_FLOATS. */
+typedef struct iha_attention_tiles {
+    int rows, keys, tile_ry, tile_rx; /* LOC_ROWS (the configuration's group), LOC_KEYS, TILE_RY, TILE_RX */
+} iha_attention_tiles;
+#define IHA_ATTENTION_TILES_REGISTER_FLOATS 160
+size_t iha__attention_tiles_bytes(size_t head_dim, const iha_attention_tiles *t);
+size_t iha__attention_tiles_threads(const iha_attention_tiles *t);
+long iha__attention_tiles_live_floats(size_t head_dim, const iha_attention_tiles *t);
+int iha__attention_tiles_fits(const iha_context *ctx, size_t head_dim, const iha_attention_tiles *t, int key_block);
+iha_status iha__attention_tiles_enqueue(iha_context *ctx, const iha_attention_tiles *t, int key_block,
+                                        const iha_dims *dims, iha_buffer qt, iha_buffer kt_packed, iha_buffer vt,
+                                        iha_buffer o, iha_buffer lse, int mask, size_t window, float scale);
 /* The packed sequences' arguments of cl/masks.clh (IHA_SEQ_PARAMS): dims->seq_bounds and H, or
  * `unread` (any buffer) and 0 when each batch row is one sequence. */
 void iha__attention_seq_args(struct iha_args *a, const iha_dims *dims, cl_mem unread);

@@ -21,7 +21,11 @@
 #include "runtime/disk_cache.h"
 #include "runtime/kernel_sources.h"
 
-#define FORMAT_VERSION 1
+/* 2: the attention kernel's TILE_RY and TILE_RX. Files of version 1 are read, their entries
+ * taking each added parameter's earlier value (iha_tune_param_added); files of a newer version
+ * are reported, never read or written over. */
+#define FORMAT_VERSION 2
+#define OLDEST_FORMAT_VERSION 1
 
 /* ---- Key ---- */
 
@@ -124,9 +128,23 @@ static double read_double(const cJSON *obj, const char *name)
     return cJSON_IsNumber(item) ? item->valuedouble : 0.0;
 }
 
-/* Parses and validates one entry: 1 when it is valid, -1 when it names a kernel or role this
- * library does not know (kept, not used), 0 when it is invalid (why says how). */
-static int parse_entry(const iha_context *ctx, const cJSON *e, iha_profile_entry *out, char *why, size_t cap)
+/* The value of parameter `name` that an entry of a file of format_version `version` lacks
+ * because the parameter is younger than the file; 0 when it is not such a parameter. */
+static int added_after(const iha_tune_space *s, const char *name, long version, long *value)
+{
+    for (int i = 0; i < s->added_count; ++i)
+        if (strcmp(s->added[i].name, name) == 0 && version < s->added[i].since) {
+            *value = s->added[i].before;
+            return 1;
+        }
+    return 0;
+}
+
+/* Parses and validates one entry of a file of format_version `version`: 1 when it is valid, -1
+ * when it names a kernel or role this library does not know (kept, not used), 0 when it is
+ * invalid (why says how). */
+static int parse_entry(const iha_context *ctx, const cJSON *e, long version, iha_profile_entry *out, char *why,
+                       size_t cap)
 {
     memset(out, 0, sizeof *out);
     const cJSON *kernel = cJSON_GetObjectItemCaseSensitive(e, "kernel");
@@ -144,9 +162,14 @@ static int parse_entry(const iha_context *ctx, const cJSON *e, iha_profile_entry
     for (int i = 0; i < s->key_count; ++i)
         if (!read_long(bucket, s->keys[i].name, &out->bucket.values[i]) || out->bucket.values[i] < 0)
             return snprintf(why, cap, "a %s bucket lacks a valid \"%s\"", s->kernel, s->keys[i].name), 0;
-    for (int i = 0; i < s->param_count; ++i)
-        if (!read_long(config, s->params[i].name, &out->config.v[i]))
-            return snprintf(why, cap, "a %s configuration lacks a valid \"%s\"", s->kernel, s->params[i].name), 0;
+    for (int i = 0; i < s->param_count; ++i) {
+        const char *name = s->params[i].name;
+        if (cJSON_GetObjectItemCaseSensitive(config, name) == NULL &&
+            added_after(s, name, version, &out->config.v[i]))
+            continue;
+        if (!read_long(config, name, &out->config.v[i]))
+            return snprintf(why, cap, "a %s configuration lacks a valid \"%s\"", s->kernel, name), 0;
+    }
     iha_tune_limits limits;
     iha__tune_limits(ctx, &limits);
     const char *rule = NULL;
@@ -204,22 +227,23 @@ static const iha_profile_entry *pending_in_slot(const iha_profile *p, const iha_
 /* What a parsed file is to this context. */
 typedef enum file_kind { FILE_OURS, FILE_NEWER, FILE_FOREIGN } file_kind;
 
-/* Whether root is a profile of this format and key (FILE_OURS), of a newer format_version
- * (FILE_NEWER), or anything else (why says what). */
-static file_kind classify(const iha_context *ctx, const cJSON *root, char *why, size_t cap)
+/* Whether root is a profile of this format and key (FILE_OURS, *version its format_version,
+ * which may be older than this library's), of a newer format_version (FILE_NEWER), or anything
+ * else (why says what). */
+static file_kind classify(const iha_context *ctx, const cJSON *root, long *version, char *why, size_t cap)
 {
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "entries");
-    long version = 0;
+    *version = 0;
     if (root == NULL) return snprintf(why, cap, "it is not valid JSON (truncated or corrupt)"), FILE_FOREIGN;
     if (cJSON_IsString(format) && strcmp(format->valuestring, FORMAT_NAME) == 0 &&
-        read_long(root, "format_version", &version) && version > FORMAT_VERSION)
-        return snprintf(why, cap, "it has format_version %ld, newer than this library's %d", version, FORMAT_VERSION),
+        read_long(root, "format_version", version) && *version > FORMAT_VERSION)
+        return snprintf(why, cap, "it has format_version %ld, newer than this library's %d", *version, FORMAT_VERSION),
                FILE_NEWER;
-    if (!cJSON_IsString(format) || strcmp(format->valuestring, FORMAT_NAME) != 0 || version != FORMAT_VERSION ||
-        !cJSON_IsArray(entries))
-        return snprintf(why, cap, "it is not an %s of format_version %d with an entries array", FORMAT_NAME,
-                        FORMAT_VERSION),
+    if (!cJSON_IsString(format) || strcmp(format->valuestring, FORMAT_NAME) != 0 ||
+        *version < OLDEST_FORMAT_VERSION || !cJSON_IsArray(entries))
+        return snprintf(why, cap, "it is not an %s of format_version %d to %d with an entries array", FORMAT_NAME,
+                        OLDEST_FORMAT_VERSION, FORMAT_VERSION),
                FILE_FOREIGN;
     profile_key key;
     make_key(ctx, &key);
@@ -232,12 +256,13 @@ static file_kind classify(const iha_context *ctx, const cJSON *root, char *why, 
 static int collect(const iha_context *ctx, const cJSON *root, const iha_profile *p, iha_profile *loaded,
                    size_t *unknown, char *why, size_t cap)
 {
-    if (classify(ctx, root, why, cap) != FILE_OURS) return 0;
+    long version = 0;
+    if (classify(ctx, root, &version, why, cap) != FILE_OURS) return 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(root, "entries"))
     {
         iha_profile_entry entry;
-        const int r = parse_entry(ctx, e, &entry, why, cap);
+        const int r = parse_entry(ctx, e, version, &entry, why, cap);
         if (r == 0) return 0;
         if (r < 0) ++*unknown;
         else if (!pending_in_slot(p, &entry) && !put(loaded, &entry)) return -1;
@@ -420,7 +445,8 @@ static cJSON *entries_to_keep(const iha_context *ctx, const iha_profile *p, char
     cJSON *kept = cJSON_CreateArray();
     cJSON *root = code == 0 ? cJSON_ParseWithLength(text, length) : NULL;
     free(text);
-    const file_kind kind = code == 0 ? classify(ctx, root, why, sizeof why) : FILE_FOREIGN;
+    long version = 0;
+    const file_kind kind = code == 0 ? classify(ctx, root, &version, why, sizeof why) : FILE_FOREIGN;
     if (kind == FILE_NEWER) {
         snprintf(refusal, cap, "not overwritten: %s", why);
         cJSON_Delete(root);
@@ -431,9 +457,11 @@ static cJSON *entries_to_keep(const iha_context *ctx, const iha_profile *p, char
     cJSON_ArrayForEach(e, list)
     {
         iha_profile_entry entry;
-        const int r = parse_entry(ctx, e, &entry, why, sizeof why);
+        const int r = parse_entry(ctx, e, version, &entry, why, sizeof why);
         if (r == 0 || (r > 0 && pending_in_slot(p, &entry))) continue;
-        cJSON *copy = cJSON_Duplicate(e, 1);
+        /* A known entry is written as this format_version spells it (an older file's gains the
+         * parameters added since); an unknown one as it came. */
+        cJSON *copy = r > 0 ? entry_to_json(&entry) : cJSON_Duplicate(e, 1);
         if (copy == NULL) {
             cJSON_Delete(kept);
             kept = NULL;

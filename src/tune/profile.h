@@ -10,7 +10,7 @@
  * kernel with an incomplete bucket or a configuration outside the kernel's space. The key
  * uses the device's whole strings (context.h, iha_device_identity), however long.
  * Layout (doc/tuning.md documents it for users):
- *   {"format": "iha-tuning-profile", "format_version": 1,
+ *   {"format": "iha-tuning-profile", "format_version": 2,
  *    "key": {"vendor_id": ..., "vendor": ..., "name": ..., "driver_version": ...,
  *            "opencl_version": ..., "compute_units": ..., "local_mem_bytes": ...,
  *            "local_mem_type": "local"|"global", "library_version": ..., "kernel_sources": hex},
@@ -19,6 +19,9 @@
  *                 "seconds": ..., "default_seconds": ..., "error": ...}, ...]}
  * Entries for a kernel or role this library does not know (a newer library's) are not used,
  * reported in the message of a loaded profile, and kept in the file by every writer.
+ * format_version: files of an older version are read, an entry taking each parameter added since
+ * at the value it ran with (iha_tune_space.added), and a writer rewrites them in this version;
+ * files of a newer one are reported, never read, never overwritten.
  * Concurrency: writers and iha_profile_clear hold an advisory lock (flock on <path>.lock, a file
  * that stays). A writer re-reads the file under it and replaces only the entries this process
  * tuned since it last wrote (iha_profile_entry.pending), keeping every other entry, so it never

@@ -57,8 +57,8 @@ int iha__space_valid(const iha_tune_space *s, const iha_tune_config *c, const ih
     }
     for (int k = 0; k < s->constraint_count; ++k) {
         const iha_tune_constraint *con = &s->constraints[k];
-        long v[4] = {0, 0, 0, 0};
-        for (int n = 0; n < 4 && con->names[n] != NULL; ++n) {
+        long v[IHA_TUNE_CONSTRAINT_NAMES] = {0};
+        for (int n = 0; n < IHA_TUNE_CONSTRAINT_NAMES && con->names[n] != NULL; ++n) {
             int found;
             v[n] = named_value(s, c, b, lim, con->names[n], &found);
             if (!found) return *why = "a constraint names an unknown value", 0;

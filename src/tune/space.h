@@ -24,6 +24,15 @@ typedef struct iha_tune_param {
     const char *same_as;
 } iha_tune_param;
 
+/* A parameter added to a space after profiles were written: the profile format_version that
+ * first stores it, and the value that an entry of an earlier version ran with, so that such an
+ * entry is read as what it meant (tune/profile.c). */
+typedef struct iha_tune_param_added {
+    const char *name;
+    int since;
+    long before;
+} iha_tune_param_added;
+
 /* A bucket: the problem properties that matter for speed, as named integers (d, P, T, ...).
  * Keys marked `kind` must match for a profile entry to count as "the same kind"; the others
  * are compared on a log2 scale to find the nearest bucket. */
@@ -37,12 +46,13 @@ typedef struct iha_tune_bucket {
     long values[IHA_TUNE_MAX_KEYS]; /* in the order of the tunable's keys */
 } iha_tune_bucket;
 
-/* A constraint: holds(v) over the values of up to 4 names, looked up first among the
+/* A constraint: holds(v) over the values of up to IHA_TUNE_CONSTRAINT_NAMES names, looked up first among the
  * parameters, then among the bucket's keys, then among the device properties "max_group" and
  * "local_bytes" (so a constraint may relate a tile to the head width d). */
+#define IHA_TUNE_CONSTRAINT_NAMES 6
 typedef struct iha_tune_constraint {
     int (*holds)(const long *v);
-    const char *names[4];
+    const char *names[IHA_TUNE_CONSTRAINT_NAMES];
     const char *why;
 } iha_tune_constraint;
 
@@ -59,6 +69,9 @@ typedef struct iha_tune_space {
     const char *local_names[6];
     /* The work-group size is the product of these parameters (unused entries NULL). */
     const char *group_names[3];
+    /* Parameters added after profiles of an earlier format_version were written (NULL: none). */
+    const iha_tune_param_added *added;
+    int added_count;
 } iha_tune_space;
 
 /* A configuration: one value per parameter, in the space's order. */

@@ -11,7 +11,7 @@
 #include "tune/buffers.h"
 #include "tune/state.h"
 
-enum { P_ROWS, P_TILES, P_KB, P_VD, P_GROUP, P_VARIANT, P_LOC_KEYS, P_PREFETCH };
+enum { P_ROWS, P_TILES, P_KB, P_VD, P_GROUP, P_VARIANT, P_LOC_KEYS, P_PREFETCH, P_TILE_RY, P_TILE_RX };
 enum { K_MASK, K_WINDOWED, K_BYTES, K_D, K_P, K_T, K_SPAN, K_COUNT };
 
 static const iha_tune_param params[] = {
@@ -25,7 +25,12 @@ static const iha_tune_param params[] = {
     {"variant", 3, {0, 1, 2}, NULL},
     {"LOC_KEYS", 3, {16, 32, 64}, NULL},
     {"ATT_PREFETCH", 2, {0, 1}, NULL}, /* register tiles: prefetch the next key block's values */
+    {"TILE_RY", 2, {4, 8}, NULL}, /* local tiles: query rows of a work-item's score sub-tile */
+    {"TILE_RX", 2, {4, 8}, NULL}, /* local tiles: keys of a work-item's score sub-tile */
 };
+
+/* Profiles of format_version 1 have no sub-tile shape: every entry of theirs ran 4 x 4. */
+static const iha_tune_param_added added[] = {{"TILE_RY", 2, 4}, {"TILE_RX", 2, 4}};
 
 /* Kind keys must match; the rest are compared on a log2 scale. span is the number of keys a
  * query can see: T for global attention, W*P with a window. */
@@ -44,19 +49,37 @@ static int vector_fits_head(const long *v) { return v[0] <= (iha__pow2_ceil(v[1]
 
 /* The local tile holds whole key blocks. */
 static int local_tile_whole_blocks(const long *v) { return v[0] == IHA_ATTENTION_REGISTER_TILES || v[1] % v[2] == 0; }
-/* The local tiles: group query rows (4 per work-item row) and LOC_KEYS keys (4 per column) make
- * group/4 * LOC_KEYS/4 work-items. */
+/* The local tiles: `group` query rows (TILE_RY per work-item) and LOC_KEYS keys (TILE_RX per
+ * work-item) make group/TILE_RY x LOC_KEYS/TILE_RX work-items, at most the device's. */
+static iha_attention_tiles tiles_of(const long *v)
+{
+    return (iha_attention_tiles){(int)v[1], (int)v[2], (int)v[3], (int)v[4]};
+}
 static int tiles_group_fits(const long *v)
 {
-    return v[0] != IHA_ATTENTION_LOCAL_TILES || (v[1] >= 4 && v[1] % 4 == 0 && (v[1] / 4) * (v[2] / 4) <= v[3]);
+    if (v[0] != IHA_ATTENTION_LOCAL_TILES) return 1;
+    const iha_attention_tiles t = tiles_of(v);
+    return t.rows % t.tile_ry == 0 && t.keys % t.tile_rx == 0 && (long)iha__attention_tiles_threads(&t) <= v[5];
+}
+/* The register budget: a work-item's sub-tile scores, output columns and row state. What
+ * spills past it goes to memory that is slower than local memory, so the tiles would lose what
+ * they gain. */
+static int tiles_registers_fit(const long *v)
+{
+    if (v[0] != IHA_ATTENTION_LOCAL_TILES) return 1;
+    const iha_attention_tiles t = tiles_of(v);
+    return iha__attention_tiles_live_floats((size_t)v[5], &t) <= IHA_ATTENTION_TILES_REGISTER_FLOATS;
 }
 
 static const iha_tune_constraint constraints[] = {
     {tile_fits, {"ATT_ROWS", "ATT_TILES", "d", NULL}, "ATT_ROWS*ATT_TILES rows of d floats exceed private memory"},
     {vector_fits_head, {"ATT_VD", "d", NULL, NULL}, "ATT_VD is wider than the head"},
     {local_tile_whole_blocks, {"variant", "LOC_KEYS", "ATT_KB", NULL}, "LOC_KEYS is not a multiple of ATT_KB"},
-    {tiles_group_fits, {"variant", "group", "LOC_KEYS", "max_group"},
-     "the local tiles' group/4 x LOC_KEYS/4 work-items exceed the device's work-group"},
+    {tiles_group_fits, {"variant", "group", "LOC_KEYS", "TILE_RY", "TILE_RX", "max_group"},
+     "the local tiles' group is not a multiple of TILE_RY, or their group/TILE_RY x LOC_KEYS/TILE_RX work-items "
+     "exceed the device's work-group"},
+    {tiles_registers_fit, {"variant", "group", "LOC_KEYS", "TILE_RY", "TILE_RX", "d"},
+     "the local tiles' sub-tile, output columns and row state exceed the register budget"},
 };
 
 /* The local rows stage LOC_KEYS keys and values of d floats each; the local tiles also the query
@@ -64,13 +87,17 @@ static const iha_tune_constraint constraints[] = {
 static long local_bytes(const long *v)
 {
     if (v[0] == IHA_ATTENTION_LOCAL_ROWS) return 2 * v[1] * v[2] * (long)sizeof(float);
-    if (v[0] == IHA_ATTENTION_LOCAL_TILES) return (long)iha__attention_tiles_bytes((size_t)v[2], (int)v[3], (int)v[1]);
+    if (v[0] == IHA_ATTENTION_LOCAL_TILES) {
+        const iha_attention_tiles t = {(int)v[3], (int)v[1], (int)v[4], (int)v[5]};
+        return (long)iha__attention_tiles_bytes((size_t)v[2], &t);
+    }
     return 0;
 }
 
 static const iha_tune_space space = {
-    "attention", params, 8, keys, K_COUNT, constraints, 4, local_bytes, {"variant", "LOC_KEYS", "d", "group", NULL},
-    {"group", NULL, NULL},
+    "attention", params, 10, keys, K_COUNT, constraints, 5, local_bytes,
+    {"variant", "LOC_KEYS", "d", "group", "TILE_RY", "TILE_RX"},
+    {"group", NULL, NULL}, added, 2,
 };
 
 void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *cfg)
@@ -83,6 +110,8 @@ void iha__tune_attention_config(const iha_tune_config *c, iha_attention_config *
     cfg->variant = (iha_attention_variant)c->v[P_VARIANT];
     cfg->local_keys = (int)c->v[P_LOC_KEYS];
     cfg->prefetch = (int)c->v[P_PREFETCH];
+    cfg->tile_ry = (int)c->v[P_TILE_RY];
+    cfg->tile_rx = (int)c->v[P_TILE_RX];
 }
 
 static void from_kernel_config(const iha_attention_config *cfg, iha_tune_config *c)
@@ -96,12 +125,18 @@ static void from_kernel_config(const iha_attention_config *cfg, iha_tune_config 
     c->v[P_VARIANT] = cfg->variant;
     c->v[P_LOC_KEYS] = cfg->local_keys;
     c->v[P_PREFETCH] = cfg->prefetch;
+    c->v[P_TILE_RY] = cfg->tile_ry;
+    c->v[P_TILE_RX] = cfg->tile_rx;
 }
 
 /* Parameters a variant does not read take one value, so that equal kernels are timed once. */
 static void canonical(const void *problem, iha_tune_config *c)
 {
     (void)problem;
+    if (c->v[P_VARIANT] != IHA_ATTENTION_LOCAL_TILES) {
+        c->v[P_TILE_RY] = 4;
+        c->v[P_TILE_RX] = 4;
+    }
     if (c->v[P_VARIANT] == IHA_ATTENTION_REGISTER_TILES) {
         c->v[P_LOC_KEYS] = 32;
     } else {
@@ -146,7 +181,8 @@ static void safe(const iha_tune_bucket *b, iha_tune_config *c)
 {
     (void)b;
     const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = 4, .vec = 4, .group = 1,
-                                      .variant = IHA_ATTENTION_REGISTER_TILES, .local_keys = 32, .prefetch = 0};
+                                      .variant = IHA_ATTENTION_REGISTER_TILES, .local_keys = 32, .prefetch = 0,
+                                      .tile_ry = 4, .tile_rx = 4};
     from_kernel_config(&cfg, c);
 }
 

@@ -59,7 +59,7 @@ static long local_bytes(const long *v)
 
 static const iha_tune_space space = {
     "backward", params, 5, keys, K_COUNT, constraints, 3, local_bytes,
-    {"kv_keys", "kv_queries", "q_rows", "q_keys", "d", NULL}, {NULL, NULL, NULL},
+    {"kv_keys", "kv_queries", "q_rows", "q_keys", "d", NULL}, {NULL, NULL, NULL}, NULL, 0,
 };
 
 void iha__tune_backward_config(const iha_tune_config *c, iha_backward_config *cfg)

@@ -76,6 +76,8 @@ static const iha_tune_space space = {
     local_bytes,
     {"variant", "ATT_ROWS", "group", "keys", "d", NULL},
     {NULL, NULL, NULL},
+    NULL,
+    0,
 };
 
 void iha__tune_decode_config(const iha_tune_config *c, iha_decode_config *cfg)

@@ -107,7 +107,7 @@ static long local_bytes(const long *v)
 
 static const iha_tune_space space = {
     "gemm", params, PARAM_COUNT, keys, K_COUNT, constraints, 17,
-    local_bytes, {"SA", "KWG", "MWG", "NWG", "WGD", "PADA"}, {NULL, NULL, NULL},
+    local_bytes, {"SA", "KWG", "MWG", "NWG", "WGD", "PADA"}, {NULL, NULL, NULL}, NULL, 0,
 };
 
 /* ---- Configurations ---- */

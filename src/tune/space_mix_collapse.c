@@ -25,7 +25,7 @@ static const iha_tune_param params[] = {
 static const iha_tune_key keys[] = {{"elem_bytes", 1}, {"d", 0}, {"P", 0}, {"H", 0}, {"N", 0}};
 
 static const iha_tune_space space = {
-    "rows", params, 3, keys, K_COUNT, NULL, 0, NULL, {NULL}, {"group", NULL, NULL},
+    "rows", params, 3, keys, K_COUNT, NULL, 0, NULL, {NULL}, {"group", NULL, NULL}, NULL, 0,
 };
 
 /* The key-block layout the timing problem mixes keys into: attention's default block. */

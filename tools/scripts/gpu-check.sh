@@ -13,7 +13,8 @@
 #      passed through OCL_ICD_VENDORS;
 #   4. runs, each step with a time limit and within --total-seconds for all of them, each into a
 #      file of the output directory: `iha devices`, `iha check`, `iha bench --json` with the
-#      built-in tile sizes, `iha tune` with a short budget, then `iha bench --json` on the
+#      built-in tile sizes, `iha tune` with a short budget, the attention forward's local tiles in
+#      six register sub-tile shapes (forced through a profile, bench/peers/forced_profile.py), then `iha bench --json` on the
 #      problems of the side-by-side table (the causal and the unmasked core at d = 64 and 128
 #      with their backward, T = 8192; a decoding step, B = 1, --cache-tokens cached tokens,
 #      float and bf16 cache, d = 64 and a float cache at d = 128), PyTorch's SDPA on the same
@@ -291,9 +292,9 @@ j = json.load(open(sys.argv[1]))
 a, b, d = j["attention"], j["backward"], j["decode"]
 if a["state"] == "ran":
     f = {k[len("fraction_of_"):]: round(v, 3) for k, v in a.items() if k.startswith("fraction_of_") and v}
-    print("%s d=%s T=%s B*H=%s: %.4g s, %.1f GFLOP/s, %.3g GB/s; fractions %s" % (
+    print("%s d=%s T=%s B*H=%s: %.4g s, %.1f GFLOP/s, %.3g GB/s; fractions %s; config %s (%s)" % (
         a["mask"], a["d"], a["t"], a["batch"] * a["heads"], a["seconds"], a["gflops"],
-        a["bytes_per_second"] / 1e9, f))
+        a["bytes_per_second"] / 1e9, f, a.get("config"), a.get("config_source")))
 if b["state"] == "ran":
     print("  backward: %.4g s, %.1f GFLOP/s, %.2f x the forward's time" % (
         b["seconds"], b["gflops"], b["backward_over_forward"]))
@@ -315,6 +316,40 @@ PY
 step bench_builtin 120 "$iha" bench --json --no-cold-start --no-layer --no-baseline $bench_args || true
 note "bench_builtin: $(bench_summary "$out/bench_builtin.txt")"
 step tune $((tune_seconds + 120)) "$iha" tune --budget-s "$tune_seconds" || true
+
+# The local tiles' register sub-tiles (doc/performance.md, "A model of the GPU kernels"), each
+# forced as the attention kernel's device-wide default in a profile that carries the key of the
+# tune step's (bench/peers/forced_profile.py) and timed on the causal forward alone, B*H = 8,
+# T = 8192: the shapes that fit 48 KiB of local memory at d = 64 (8 x 4 is the built-in there),
+# 8 x 8 at d = 32, and at d = 128 the two that fit. A shape the device cannot run is passed over by
+# the library; the table then names the configuration that ran instead.
+key_profile=""
+for f in "$IHA_CACHE_DIR"/profile-*.json; do [ -e "$f" ] && key_profile=$f; done
+forced_runs=()
+forced() { # NAME D ROWS KEYS TILE_RY TILE_RX
+  local name=$1 d=$2 forced_file="$scratch/$1.json"
+  if [ $dry_run -eq 0 ] && [ -z "$key_profile" ]; then
+    note "$name: SKIPPED, the tune step wrote no profile to take the device's key from"
+    return 0
+  fi
+  if [ $dry_run -eq 0 ]; then
+    python3 "$root/bench/peers/forced_profile.py" --key-from "$key_profile" --out "$forced_file" group="$3" \
+      LOC_KEYS="$4" TILE_RY="$5" TILE_RX="$6" > /dev/null || { note "$name: FAILED to write $forced_file"; return 0; }
+  fi
+  # shellcheck disable=SC2086 # --bench-args holds several options
+  if step "$name" 45 env IHA_PROFILE="$forced_file" "$iha" bench --json --no-cold-start --no-layer --no-baseline \
+      --no-ceilings --d "$d" --mask causal $bench_args; then
+    forced_runs+=("$out/$name.txt")
+    note "$name: $(bench_summary "$out/$name.txt")"
+  fi
+  return 0
+}
+forced tiles_d64_64x32_8x4 64 64 32 8 4
+forced tiles_d64_64x32_4x4 64 64 32 4 4
+forced tiles_d64_64x32_4x8 64 64 32 4 8
+forced tiles_d32_64x64_8x8 32 64 64 8 8
+forced tiles_d128_16x32_4x4 128 16 32 4 4
+forced tiles_d128_32x16_4x4 128 32 16 4 4
 
 # The table's problems, each as one JSON report: the first one also measures the ceilings that
 # every fraction of the table divides by.
@@ -371,7 +406,8 @@ if [ $run_peers -eq 1 ]; then
 fi
 if [ $dry_run -eq 0 ] && [ ${#json_runs[@]} -gt 0 ] && [ "${json_runs[0]}" = "$out/core_d64_causal.txt" ]; then
   if python3 "$root/bench/peers/gpu_report.py" --peers "$out/peers.json" --ceilings "$out/core_d64_causal.txt" \
-      --table "$out/table.md" --targets "$out/targets.txt" ${core16:+--core16 "$core16"} "${json_runs[@]}" \
+      --table "$out/table.md" --targets "$out/targets.txt" ${core16:+--core16 "$core16"} \
+      ${forced_runs[0]:+--forced "${forced_runs[@]}" --} "${json_runs[@]}" \
       > "$out/gpu_report.txt" 2>&1; then
     sed 's/^/table: /' "$out/table.md" >> "$report"
     tee -a "$report" < "$out/targets.txt"
