@@ -50,7 +50,7 @@ static const iha_tune_constraint constraints[] = {
 };
 
 static const iha_tune_space space = {
-    "decode_compact", params, 6, keys, K_COUNT, constraints, 4, NULL, {NULL}, {NULL, NULL, NULL},
+    "decode_compact", params, 6, keys, K_COUNT, constraints, 4, NULL, {NULL}, {NULL, NULL, NULL}, NULL, 0,
 };
 
 void iha__tune_decode_compact_config(const iha_tune_config *c, iha_decode_compact_config *cfg)
