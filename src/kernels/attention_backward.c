@@ -15,22 +15,13 @@
 #include "common/checked.h"
 #include "runtime/launch.h"
 
-/* Key rows per work-item come in units of 4 (the configuration's `tiles`, BW_UNIT rows each): a
- * work-item takes 8 units (32 key rows) at d <= 64 and 16 (64 rows) above, so that it streams the
- * queries and dO it needs once for all of a group's rows: with one tile per work-item the kernels
- * would wait on that stream. The tiles' state (four arrays of d floats per row) then lives in
- * L2, read once per block. */
-#define BW_UNIT 4
+/* Rows of the tile kernel's register tiles. A work-item takes groups of 8 tiles (32 key rows)
+ * at d <= 64 and 16 (64 rows) above, so that it streams the queries and dO it needs once for all
+ * of a group's rows: with one tile per work-item the kernels would wait on that stream.
+ * The tiles' state (four arrays of 4 rows of d floats) then lives in L2, read once per block. */
+#define BW_ROWS 4
 
 int iha__backward_tiles_default(size_t head_dim) { return head_dim <= 64 ? 8 : 16; }
-
-/* Rows of the tile kernel's register tiles (BW_ROWS), a multiple of BW_UNIT. A tile row's
- * scores against a block of 16 queries are one 16-float vector, so a tile of R rows runs R
- * independent FMA chains in each of its products: with 16-float vectors (AVX-512) 8 rows, which
- * keep two 512-bit FMA pipes (Intel Xeon) or a double-pumped one (AMD Zen 4) busy through the
- * FMA's latency, as the forward's tiles do (kernels/attention.c); with narrower vectors 4 rows of
- * two or more vectors each. */
-static int tile_rows(const iha_context *ctx) { return ctx->vector_floats >= 16 ? 8 : BW_UNIT; }
 
 static int tiles_of(const iha_backward_config *cfg, size_t head_dim)
 {
@@ -59,7 +50,7 @@ int iha__attention_backward_tiled(const iha_context *ctx, size_t head_dim)
 static size_t segments(const iha_context *ctx, const iha_dims *dims, size_t key_rows, int tiles)
 {
     const size_t bh = dims->B * dims->H, cu = ctx->info.compute_units ? ctx->info.compute_units : 1;
-    const size_t per_group = (size_t)BW_UNIT * (size_t)tiles;
+    const size_t per_group = (size_t)BW_ROWS * (size_t)tiles;
     const size_t groups = (key_rows + per_group - 1) / per_group;
     size_t s = (4 * cu + bh - 1) / bh;
     if (s > MAX_PARTIALS / bh) s = MAX_PARTIALS / bh;
@@ -109,10 +100,7 @@ static iha_status tiles_begin(iha_context *ctx, const iha_dims *dims, size_t key
     for (int i = 0; i < 2; ++i)
         IHA_FORWARD_IF_ERROR(iha__pack_keys_enqueue(ctx, dims, sources[i], (iha_buffer){r->packed[i], 0}, 16));
     *segs = (cl_int)segments(ctx, dims, key_rows, tiles);
-    /* `tiles` units of BW_UNIT rows make tiles * BW_UNIT / rows register tiles (every tile
-     * count of the tuning space is even, so 8-row tiles divide it). */
-    const int rows = tiles % 2 == 0 ? tile_rows(ctx) : BW_UNIT;
-    snprintf(options, 64, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, rows, tiles * BW_UNIT / rows);
+    snprintf(options, 64, "-DHEAD_DIM=%zu -DBW_ROWS=%d -DBW_TILES=%d", dims->d, BW_ROWS, tiles);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, file, options, kernel, &k));
     *a = iha__args_begin(k);

@@ -31,8 +31,7 @@ int iha__attention_partial_backward_sums_elements(const iha_context *ctx, const 
 typedef struct iha_backward_config {
     int kv_keys, kv_queries; /* dk/dv: key rows per work-group, query rows per tile (BWL_KEYS, BWL_QUERIES) */
     int q_rows, q_keys;      /* dq: query rows per work-group, keys per tile (BWL_ROWS, BWL_TILE_KEYS) */
-    int tiles;               /* the tile kernel's key rows per work-item in units of 4: 4, 8 or 16, in register
-                              * tiles of 4 or 8 rows by the device's vector width (attention_backward.c) */
+    int tiles;               /* the tile kernel's 4-row register tiles per work-item (BW_TILES): 4, 8 or 16 */
 } iha_backward_config;
 /* The built-in for this device and head width: local tiles on GPUs whose driver runs loops to the
  * end, where they fit; 0 (the row kernels) elsewhere; the tile kernel's tiles for the width. */
