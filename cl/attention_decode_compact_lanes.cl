@@ -55,17 +55,30 @@
 #ifndef DEC_ROPE
 #define DEC_ROPE 0
 #endif
+/* 1: prefetch each next block's K and V (where the host knows the intrinsic compiles). */
+#ifndef DEC_PREFETCH
+#define DEC_PREFETCH 0
+#endif
 #if DEC_ROPE && DEC_RAW_Q
 #error "DEC_RAW_Q serves steps without rotary"
 #endif
 #include "kv_compact.clh"
 
-/* Lanes per vector: AVX2's 8 floats. */
-#define LANES 8
-#define floatL float8
-#define intL int8
-#define vloadL vload8
-#define vstoreL vstore8
+/* Lanes per vector: 8 (AVX2's floats) or 16 (AVX-512's). */
+#ifndef DEC_LANES
+#define DEC_LANES 8
+#endif
+#if DEC_LANES != 8 && DEC_LANES != 16
+#error "DEC_LANES must be 8 or 16"
+#endif
+#define LANES DEC_LANES
+#define LCAT_(a, b) a##b
+#define LCAT(a, b) LCAT_(a, b)
+#define floatL LCAT(float, LANES)
+#define intL LCAT(int, LANES)
+#define as_intL LCAT(as_int, LANES)
+#define vloadL LCAT(vload, LANES)
+#define vstoreL LCAT(vstore, LANES)
 #define TILE (DEC_ROWS * DEC_HEADS)
 #define QG ((TILE + LANES - 1) / LANES)
 #define TOKEN_ELEMS (DEC_H * HEAD_DIM)
@@ -87,16 +100,16 @@
  * separately, and the inner loops then read floats whatever the storage. */
 #if KV_HALF
 #define kv_t half
-#define LOAD_KV(i, p) vload_half8((i), (p))
+#define LOAD_KV(i, p) LCAT(vload_half, LANES)((i), (p))
 #define LOAD_ONE(i, p) vload_half((i), (p))
 #elif KV_BF16
 #include "bf16.clh"
 #define kv_t ushort
-#define LOAD_KV(i, p) bf16_vload8((i), (p))
+#define LOAD_KV(i, p) LCAT(bf16_vload, LANES)((i), (p))
 #define LOAD_ONE(i, p) bf16_load((i), (p))
 #else
 #define kv_t float
-#define LOAD_KV(i, p) vload8((i), (p))
+#define LOAD_KV(i, p) vloadL((i), (p))
 #define LOAD_ONE(i, p) ((p)[(i)])
 #endif
 
@@ -288,7 +301,7 @@ TILE_FN int values_finite(const float *v, int cnt)
     for (int t = 0; t < cnt; ++t) {
         const float *vt = v + t * TOKEN_ELEMS;
         for (int i = 0; i < TOKEN_ELEMS / LANES; ++i)
-            bad |= (as_int8(vloadL(i, vt)) & 0x7f800000) == (intL)(0x7f800000);
+            bad |= (as_intL(vloadL(i, vt)) & 0x7f800000) == (intL)(0x7f800000);
         for (int i = TOKEN_ELEMS / LANES * LANES; i < TOKEN_ELEMS; ++i) tail |= !isfinite(vt[i]);
     }
     return !any(bad) && !tail;
@@ -441,9 +454,9 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
     intL lo[QG], hi[QG], valid[QG];
     floatL mx[QG], sum[QG];
     for (int g = 0; g < QG; ++g) {
-        lo[g] = vload8(g, lo_s);
-        hi[g] = vload8(g, hi_s);
-        valid[g] = vload8(g, valid_s);
+        lo[g] = vloadL(g, lo_s);
+        hi[g] = vloadL(g, hi_s);
+        valid[g] = vloadL(g, valid_s);
         mx[g] = (floatL)(-INFINITY);
         sum[g] = (floatL)(0.0f);
     }
@@ -470,6 +483,19 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
                 vd[i] = LOAD_ONE(i, vt);
             }
         }
+#if DEC_PREFETCH
+        /* The next block's K and V are requested while this one is computed: a CPU work-item
+         * reads its split in order and would otherwise wait for each block from memory. */
+        for (int t = 0; t < DEC_TB && nb + DEC_TB + t <= last; ++t) {
+            const int slot = KV_RING ? (nb + DEC_TB + t) % slots : nb + DEC_TB + t;
+            const size_t at = ((size_t)b * slots + slot) * TOKEN_ELEMS;
+            const __global char *kt = (const __global char *)(kc + at), *vt = (const __global char *)(vc + at);
+            for (int i = 0; i < (int)(TOKEN_ELEMS * sizeof(kv_t)); i += 64) {
+                __builtin_prefetch(kt + i, 0, 3);
+                __builtin_prefetch(vt + i, 0, 3);
+            }
+        }
+#endif
         /* The block's masked scores; a visible -inf among them (rare) sends the block through
          * overflowed. */
         floatL sc[DEC_TB][DEC_P][QG];

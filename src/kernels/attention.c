@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "common/checked.h"
 #include "runtime/launch.h"
@@ -108,12 +107,9 @@ void iha__attention_config_default(const iha_context *ctx, size_t head_dim, iha_
             cfg->local_keys = keys;
         }
     /* A cache hint for CPUs, whose P.V otherwise waits on each value chunk's first row, built
-     * in only where it is known to compile and to help: PoCL's CPU device. Some clang-based
-     * implementations reject the intrinsic when the kernel is created (Oclgrind: "Undefined
-     * external function: llvm.prefetch"), so elsewhere the tuner may choose it, after
-     * verifying it. GPUs stage keys and values in local memory instead. */
-    cfg->prefetch = ctx->info.is_cpu && !ctx->info.is_gpu &&
-                    strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
+     * in only where it is known to compile and to help (ctx->cpu_prefetch); elsewhere the tuner
+     * may choose it, after verifying it. */
+    cfg->prefetch = ctx->cpu_prefetch;
 }
 
 void iha__attention_args(iha_args *a, const iha_dims *dims, iha_buffer qt, iha_buffer kt_packed, iha_buffer vt, iha_buffer o,

@@ -8,9 +8,8 @@
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
-/* cl/attention_decode_compact_lanes.cl: lanes per vector, tokens per block at most, and the
- * private floats a work-item may keep (its stack), beyond which the per-head kernel runs. */
-#define LANES_WIDTH 8
+/* cl/attention_decode_compact_lanes.cl: tokens per block at most, and the private floats a
+ * work-item may keep (its stack), beyond which the per-head kernel runs. */
 #define LANES_MAX_BLOCK 4
 #define LANES_PRIVATE_FLOATS 32768
 
@@ -162,13 +161,22 @@ static iha_status per_head_enqueue(iha_context *ctx, const iha_decode_compact *d
     return launch_attention(ctx, &a, global, "attention_decode_compact_f32");
 }
 
+/* Lanes per vector of cl/attention_decode_compact_lanes.cl: 16 where the configuration's vector
+ * width and the device's native one are 16 floats (AVX-512; half of each FMA idles at 8 lanes),
+ * else 8. */
+static size_t lanes_width(const iha_context *ctx, const iha_decode_compact_config *cfg)
+{
+    return cfg->vec >= 16 && ctx->vector_floats >= 16 ? 16 : 8;
+}
+
 /* Tokens per block of cl/attention_decode_compact_lanes.cl (DEC_TB) for a step, 0 where its
  * private arrays (the kernel's query rows, accs, alphas, block of K and V, weights and scores;
  * with rotary the rotated query rows, the pseudo-keys and the scores' two layouts) exceed
  * LANES_PRIVATE_FLOATS. */
-static size_t lanes_block(const iha_decode_compact *dc, const iha_decode_compact_config *cfg, int rope)
+static size_t lanes_block(const iha_context *ctx, const iha_decode_compact *dc, const iha_decode_compact_config *cfg,
+                          int rope)
 {
-    const size_t H = dc->dd.H, P = dc->dd.P, d = dc->dd.d, L = LANES_WIDTH, rows = (size_t)cfg->rows;
+    const size_t H = dc->dd.H, P = dc->dd.P, d = dc->dd.d, L = lanes_width(ctx, cfg), rows = (size_t)cfg->rows;
     const size_t groups = (rows * (size_t)cfg->heads + L - 1) / L, raw = (H + L - 1) / L;
     const size_t keys = ((size_t)cfg->heads * P + L - 1) / L;
     /* The scores' inputs: with rotary the rotated query rows, the pseudo-keys, the scores' two
@@ -191,11 +199,12 @@ static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, 
     const iha_decode_dims *dd = &dc->dd;
     /* Without rotary a tile of one token's P rows reads the token's H raw query rows instead. */
     const int raw_q = (size_t)cfg->rows == dd->P && angles == NULL;
-    char options[224];
+    char options[256];
     snprintf(options, sizeof options,
              "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_RAW_Q=%d -DDEC_ROPE=%d "
-             "-DDEC_TB=%zu -DKV_HALF=%d -DKV_BF16=%d -DKV_RING=%d",
-             dd->d, dd->H, dd->P, cfg->rows, cfg->heads, raw_q, angles != NULL, block, dd->half, dd->bf16, dd->ring);
+             "-DDEC_TB=%zu -DDEC_LANES=%zu -DDEC_PREFETCH=%d -DKV_HALF=%d -DKV_BF16=%d -DKV_RING=%d",
+             dd->d, dd->H, dd->P, cfg->rows, cfg->heads, raw_q, angles != NULL, block, lanes_width(ctx, cfg),
+             ctx->cpu_prefetch, dd->half, dd->bf16, dd->ring);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(
         iha__kernel_get(ctx, "attention_decode_compact_lanes.cl", options, "attention_decode_compact_lanes_f32", &k));
@@ -241,7 +250,7 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
     const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
     const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups};
     const size_t block =
-        cfg.lanes && alpha_q.mem && alpha_k.mem && alpha_v.mem ? lanes_block(dc, &cfg, angles != NULL) : 0;
+        cfg.lanes && alpha_q.mem && alpha_k.mem && alpha_v.mem ? lanes_block(ctx, dc, &cfg, angles != NULL) : 0;
     if (block)
         IHA_FORWARD_IF_ERROR(lanes_enqueue(ctx, dc, &cfg, global, splits, per_split, q, q_raw, keys, values, alpha_q,
                                            alpha_k, alpha_v, angles, partial, step, mask, window, scale, block));

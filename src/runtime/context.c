@@ -118,6 +118,8 @@ iha_status iha__runtime_setup(iha_context *ctx, const iha_runtime_options *o)
     if (clGetDeviceInfo(ctx->device, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof floats, &floats, NULL) != CL_SUCCESS)
         floats = 0;
     ctx->vector_floats = floats > 0 ? floats : 1;
+    ctx->cpu_prefetch = ctx->info.is_cpu && !ctx->info.is_gpu &&
+                        strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
     IHA_RETURN_ERROR_IF(iha__device_identity(ctx->platform, ctx->device, &ctx->identity) != IHA_OK, ctx,
                         IHA_ERROR_HOST_MEMORY, "out of host memory for the device's description");
     ctx->cache_dir = o->cache_dir ? strdup(o->cache_dir) : NULL;

@@ -20,6 +20,11 @@ struct iha_context {
      * (PoCL on a CPU: 16 with AVX-512, 8 with AVX2, 4 with SSE), which the built-in tile shapes
      * follow; 1 where the driver does not say. */
     unsigned vector_floats;
+    /* Kernels may issue cache prefetches (__builtin_prefetch): PoCL's CPU device, where a
+     * work-item reads its keys and values in order and would otherwise wait on each block. Some
+     * clang-based implementations reject the intrinsic when the kernel is created (Oclgrind:
+     * "Undefined external function: llvm.prefetch"); GPUs stage through local memory instead. */
+    int cpu_prefetch;
 
     iha_message message;
     cl_int cl_error;
