@@ -21,8 +21,8 @@
 #include "test_layer.h"
 #include "test_util.h"
 #include "test_profiles.h"
+#include "test_tune_steps.h"
 
-#define TOL_F16 2e-3 /* doc/spec.md's half-storage contract */
 
 
 /* The layer every test here decodes: 24 tokens of 2 heads, d = 8, P = 4. The last token's step
@@ -51,54 +51,10 @@ static void add_decode(cJSON *entries, const char *role, long elem_bytes, long k
 
 /* ---- Decoding ---- */
 
-typedef struct decoded {
-    iha_kernel_choice prefill, step; /* the decode choices of the prompt chunk and of the last token */
-} decoded;
-
-/* Decodes the layer's tokens into a fresh cache of `storage`: the first N-1 as one chunk, then
- * the last one alone, whose output must equal the reference's last row within the contract. */
-static decoded decode_layer(iha_context *ctx, const tu_layer *l, const double *zref, iha_storage storage)
+/* How every test here decodes: causal, through a pseudo-token cache. */
+static ts_decoding decoding(void)
 {
-    const size_t N = shape.tokens, D = shape.model_dim;
-    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
-    tu_device_layer dev;
-    tu_device_layer_upload(ctx, l, 0, &dev);
-    iha_kv_cache *cache = NULL;
-    tu_assert_status(ctx, iha_kv_cache_create(ctx, &shape, storage, &cache), IHA_OK);
-    cl_mem xs = tu_buffer_new(ctx, N * D), zs = tu_buffer_new(ctx, N * D);
-    tu_buffer_write(ctx, xs, 0, l->x, (N - 1) * D);
-    decoded out;
-    iha_shape step = shape;
-    step.tokens = N - 1;
-    tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
-                     IHA_OK);
-    out.prefill = tp_choice_of(ctx, "decode");
-    float *z = tu_malloc(D * sizeof *z);
-    tu_fill_nan(z, D);
-    tu_buffer_write(ctx, zs, 0, z, D);
-    tu_buffer_write(ctx, xs, 0, l->x + (N - 1) * D, D);
-    step.tokens = 1;
-    tu_assert_status(ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
-                     IHA_OK);
-    out.step = tp_choice_of(ctx, "decode");
-    tu_buffer_read(ctx, zs, 0, z, D);
-    tu_assert_close("the last token's output", z, zref + (N - 1) * D, D, storage == IHA_STORAGE_F16 ? TOL_F16 : TU_TOL_F32);
-    free(z);
-    tu_buffer_release(xs), tu_buffer_release(zs);
-    iha_kv_cache_free(cache);
-    tu_device_layer_release(&dev);
-    return out;
-}
-
-static void tune_decode(iha_context *ctx, double budget, iha_tune_result *results, size_t capacity, size_t *count)
-{
-    iha_tune_options to;
-    iha_tune_options_init(&to);
-    to.kernels = IHA_TUNE_DECODE;
-    to.budget_s = budget;
-    to.reps = 3;
-    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
-    tu_assert_status(ctx, iha_tune(ctx, &shape, &o, 1, &to, results, capacity, count), IHA_OK);
+    return (ts_decoding){&shape, tu_options(IHA_MASK_CAUSAL, 0, 0), 0, "decode", IHA_TUNE_DECODE};
 }
 
 /* ---- Tests ---- */
@@ -113,7 +69,8 @@ static void tune_stores_verified_configs_that_steps_use(void **state)
     iha_tune_result r[4];
     size_t n = 0;
     /* Both tasks must get their built-in and a candidate timed, also on a loaded machine. */
-    tune_decode(ctx, 30, r, 4, &n);
+    const ts_decoding how = decoding();
+    ts_tune(ctx, &how, 30, r, 4, &n);
     assert_int_equal(n, 2); /* float and half cache */
     for (size_t i = 0; i < n; i++) {
         assert_string_equal(r[i].kernel, "decode");
@@ -130,26 +87,7 @@ static void tune_stores_verified_configs_that_steps_use(void **state)
     /* A new context loads it: the last token's step uses the exact entry, the prompt chunk (k = 23
      * tokens, bucket k=32) the nearest; with profiles off, the built-in. Outputs stay inside the
      * contract either way. */
-    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
-    tu_layer l;
-    double *zref = tu_layer_with_reference(&l, &shape, 23, &o);
-    const char *profiles[2] = {path, "off"};
-    for (int i = 0; i < 2; i++) {
-        ctx = tp_open_with_kernels(profiles[i], NULL);
-        for (int half = 0; half < 2; half++) {
-            const decoded d = decode_layer(ctx, &l, zref, half ? IHA_STORAGE_F16 : IHA_STORAGE_F32);
-            assert_int_equal(d.step.source, i == 0 ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE);
-            assert_int_equal(d.prefill.source, i == 0 ? IHA_CONFIG_PROFILE_NEAREST : IHA_CONFIG_BUILTIN_TYPE);
-            assert_string_equal(d.step.bucket, r[half].bucket);
-            if (i == 0)
-                assert_string_equal(d.step.config, r[half].tuned_config);
-            else
-                assert_string_equal(d.step.config, r[half].default_config);
-        }
-        iha_context_free(ctx);
-    }
-    free(zref);
-    tu_layer_free(&l);
+    ts_check_profile_serves_steps(&how, path, r, 23);
 }
 
 static void profile_entries_are_used_from_specific_to_general(void **state)
@@ -166,15 +104,15 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
     tp_write_json(root, path);
     cJSON_Delete(root);
 
-    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 0);
+    const ts_decoding how = decoding();
     tu_layer l;
-    double *zref = tu_layer_with_reference(&l, &shape, 29, &o);
+    double *zref = tu_layer_with_reference(&l, &shape, 29, &how.options);
     iha_context *ctx = tp_open_with_kernels(path, NULL);
     iha_profile_info info;
     assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
     assert_int_equal(info.state, IHA_PROFILE_LOADED);
     /* 1. The last token's step is in the entry's bucket; 2. the prompt chunk is nearest to it. */
-    decoded d = decode_layer(ctx, &l, zref, IHA_STORAGE_F32);
+    ts_decoded d = ts_decode_layer(ctx, &how, &l, zref, IHA_STORAGE_F32);
     assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_EXACT);
     assert_string_equal(d.step.config, "ATT_ROWS=2 ATT_VD=4 group=4 min_split_keys=64 per_cu=32 variant=0 keys=1");
     assert_int_equal(d.prefill.source, IHA_CONFIG_PROFILE_NEAREST);
@@ -182,7 +120,7 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
     assert_non_null(strstr(d.prefill.source_bucket, "k=1 cached=128"));
     assert_non_null(strstr(d.prefill.bucket, "k=32 cached=1 "));
     /* 3. A half cache is another kind: the device default. */
-    d = decode_layer(ctx, &l, zref, IHA_STORAGE_F16);
+    d = ts_decode_layer(ctx, &how, &l, zref, IHA_STORAGE_F16);
     assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_DEVICE);
     assert_string_equal(d.step.config, "ATT_ROWS=1 ATT_VD=8 group=0 min_split_keys=128 per_cu=2 variant=0 keys=1");
     /* The step reports the layer's other kernels too: attention, rows, decode and gemm. */
@@ -216,7 +154,8 @@ static void wrong_candidate_is_never_stored(void **state)
     iha_context *ctx = tp_open_with_kernels(path, dir);
     iha_tune_result r[4];
     size_t n = 0;
-    tune_decode(ctx, 30, r, 4, &n);
+    const ts_decoding how = decoding();
+    ts_tune(ctx, &how, 30, r, 4, &n);
     assert_int_equal(n, 2);
     /* The first sweep tries ATT_ROWS 1 and 2 around the built-in 4: 2 fails its check. */
     assert_true(r[0].rejected >= 1);

@@ -21,9 +21,9 @@
 
 #include "test_layer.h"
 #include "test_profiles.h"
+#include "test_tune_steps.h"
 #include "test_util.h"
 
-#define TOL_F16 2e-3 /* doc/spec.md's half-storage contract */
 
 /* The layer every test here decodes with rotary: 24 tokens of 2 heads, d = 8, P = 4. The last
  * token's step reads 23 cached tokens: bucket cached=32, as iha_tune's for N = 24. */
@@ -50,62 +50,10 @@ static void add_compact(cJSON *entries, const char *role, long elem_bytes, long 
 
 /* ---- Decoding ---- */
 
-typedef struct decoded {
-    iha_kernel_choice prefill, step; /* the compact choices of the prompt chunk and of the last token */
-} decoded;
-
-/* Decodes the layer's tokens into a fresh compact cache of `storage`, with rotary: the first N-1
- * as one chunk, then the last one alone, whose output must equal the reference's last row
- * within the contract. */
-static decoded decode_layer(iha_context *ctx, const tu_layer *l, const double *zref, iha_storage storage)
+/* How every test here decodes: causal, with rotary, through a compact cache. */
+static ts_decoding decoding(void)
 {
-    const size_t N = shape.tokens, D = shape.model_dim;
-    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
-    tu_device_layer dev;
-    tu_device_layer_upload(ctx, l, 0, &dev);
-    iha_kv_cache_options co;
-    iha_kv_cache_options_init(&co);
-    co.storage = (int)storage;
-    co.compact = 1;
-    iha_kv_cache *cache = NULL;
-    tu_assert_status(ctx, iha_kv_cache_create_with(ctx, &shape, &co, &cache), IHA_OK);
-    cl_mem xs = tu_buffer_new(ctx, N * D), zs = tu_buffer_new(ctx, N * D);
-    tu_buffer_write(ctx, xs, 0, l->x, (N - 1) * D);
-    decoded out;
-    iha_shape step = shape;
-    step.tokens = N - 1;
-    tu_assert_status(
-        ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
-        IHA_OK);
-    out.prefill = tp_choice_of(ctx, "decode_compact");
-    float *z = tu_malloc(D * sizeof *z);
-    tu_fill_nan(z, D);
-    tu_buffer_write(ctx, zs, 0, z, D);
-    tu_buffer_write(ctx, xs, 0, l->x + (N - 1) * D, D);
-    step.tokens = 1;
-    tu_assert_status(
-        ctx, iha_decode_step(ctx, cache, &step, &o, &dev.weights, NULL, (iha_buffer){xs, 0}, (iha_buffer){zs, 0}),
-        IHA_OK);
-    out.step = tp_choice_of(ctx, "decode_compact");
-    tu_buffer_read(ctx, zs, 0, z, D);
-    tu_assert_close("the last token's output", z, zref + (N - 1) * D, D,
-                    storage == IHA_STORAGE_F16 ? TOL_F16 : TU_TOL_F32);
-    free(z);
-    tu_buffer_release(xs), tu_buffer_release(zs);
-    iha_kv_cache_free(cache);
-    tu_device_layer_release(&dev);
-    return out;
-}
-
-static void tune_compact(iha_context *ctx, double budget, iha_tune_result *results, size_t capacity, size_t *count)
-{
-    iha_tune_options to;
-    iha_tune_options_init(&to);
-    to.kernels = IHA_TUNE_DECODE_COMPACT;
-    to.budget_s = budget;
-    to.reps = 3;
-    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
-    tu_assert_status(ctx, iha_tune(ctx, &shape, &o, 1, &to, results, capacity, count), IHA_OK);
+    return (ts_decoding){&shape, tu_options(IHA_MASK_CAUSAL, 0, 1), 1, "decode_compact", IHA_TUNE_DECODE_COMPACT};
 }
 
 /* ---- Tests ---- */
@@ -119,7 +67,8 @@ static void tune_stores_verified_configs_that_steps_use(void **state)
     iha_context *ctx = tp_open_with_kernels(path, NULL);
     iha_tune_result r[4];
     size_t n = 0;
-    tune_compact(ctx, 30, r, 4, &n);
+    const ts_decoding how = decoding();
+    ts_tune(ctx, &how, 30, r, 4, &n);
     assert_int_equal(n, 2); /* float and half cache */
     for (size_t i = 0; i < n; i++) {
         assert_string_equal(r[i].kernel, "decode_compact");
@@ -135,23 +84,7 @@ static void tune_stores_verified_configs_that_steps_use(void **state)
     /* A new context loads it: the last token's step uses the exact entry, the prompt chunk (k = 23
      * tokens, bucket k=32) the nearest; with profiles off, the built-in. Outputs stay inside the
      * contract either way. */
-    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
-    tu_layer l;
-    double *zref = tu_layer_with_reference(&l, &shape, 23, &o);
-    const char *profiles[2] = {path, "off"};
-    for (int i = 0; i < 2; i++) {
-        ctx = tp_open_with_kernels(profiles[i], NULL);
-        for (int half = 0; half < 2; half++) {
-            const decoded d = decode_layer(ctx, &l, zref, half ? IHA_STORAGE_F16 : IHA_STORAGE_F32);
-            assert_int_equal(d.step.source, i == 0 ? IHA_CONFIG_PROFILE_EXACT : IHA_CONFIG_BUILTIN_TYPE);
-            assert_int_equal(d.prefill.source, i == 0 ? IHA_CONFIG_PROFILE_NEAREST : IHA_CONFIG_BUILTIN_TYPE);
-            assert_string_equal(d.step.bucket, r[half].bucket);
-            assert_string_equal(d.step.config, i == 0 ? r[half].tuned_config : r[half].default_config);
-        }
-        iha_context_free(ctx);
-    }
-    free(zref);
-    tu_layer_free(&l);
+    ts_check_profile_serves_steps(&how, path, r, 23);
 }
 
 static void profile_entries_are_used_from_specific_to_general(void **state)
@@ -168,15 +101,15 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
     tp_write_json(root, path);
     cJSON_Delete(root);
 
-    iha_attention_options o = tu_options(IHA_MASK_CAUSAL, 0, 1);
+    const ts_decoding how = decoding();
     tu_layer l;
-    double *zref = tu_layer_with_reference(&l, &shape, 29, &o);
+    double *zref = tu_layer_with_reference(&l, &shape, 29, &how.options);
     iha_context *ctx = tp_open_with_kernels(path, NULL);
     iha_profile_info info;
     assert_int_equal(iha_context_profile(ctx, &info), IHA_OK);
     assert_int_equal(info.state, IHA_PROFILE_LOADED);
     /* 1. The last token's step is in the entry's bucket; 2. the prompt chunk is nearest to it. */
-    decoded d = decode_layer(ctx, &l, zref, IHA_STORAGE_F32);
+    ts_decoded d = ts_decode_layer(ctx, &how, &l, zref, IHA_STORAGE_F32);
     assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_EXACT);
     assert_string_equal(d.step.config, "rows=2 heads=1 DEC_VD=8 min_split_tokens=16 per_cu=4 lanes=1");
     assert_int_equal(d.prefill.source, IHA_CONFIG_PROFILE_NEAREST);
@@ -184,7 +117,7 @@ static void profile_entries_are_used_from_specific_to_general(void **state)
     assert_non_null(strstr(d.prefill.source_bucket, "k=1 cached=32"));
     assert_non_null(strstr(d.prefill.bucket, "k=32 cached=1"));
     /* 3. A half cache is another kind: the device default. */
-    d = decode_layer(ctx, &l, zref, IHA_STORAGE_F16);
+    d = ts_decode_layer(ctx, &how, &l, zref, IHA_STORAGE_F16);
     assert_int_equal(d.step.source, IHA_CONFIG_PROFILE_DEVICE);
     assert_string_equal(d.step.config, "rows=1 heads=2 DEC_VD=4 min_split_tokens=32 per_cu=2 lanes=0");
     /* The step reports the layer's other kernels too: attention, rows, decode_compact and gemm. */
@@ -215,7 +148,8 @@ static void wrong_candidate_is_never_stored(void **state)
     iha_context *ctx = tp_open_with_kernels(path, dir);
     iha_tune_result r[4];
     size_t n = 0;
-    tune_compact(ctx, 30, r, 4, &n);
+    const ts_decoding how = decoding();
+    ts_tune(ctx, &how, 30, r, 4, &n);
     assert_int_equal(n, 2);
     /* The first sweep tries rows 1 and 2 around the built-in's 4 (the step's P rows): 2 fails. */
     assert_true(r[0].rejected >= 1);

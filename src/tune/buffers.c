@@ -32,6 +32,29 @@ iha_status iha__tune_buffer(iha_context *ctx, size_t n, const float *data, cl_me
     return IHA_OK;
 }
 
+void iha__tune_round_half(float *x, size_t n)
+{
+    uint16_t h[256];
+    for (size_t i = 0; i < n; i += 256) {
+        const size_t m = n - i < 256 ? n - i : 256;
+        iha_half_from_float(x + i, h, m);
+        iha_half_to_float(h, x + i, m);
+    }
+}
+
+iha_status iha__tune_buffer_stored(iha_context *ctx, float *x, size_t n, int half, cl_mem *out)
+{
+    if (!half) return iha__tune_buffer(ctx, n, x, out);
+    /* Whole floats of half pairs: the last one padded. */
+    uint16_t *h = calloc(n + 2, sizeof *h);
+    IHA_RETURN_ERROR_IF(h == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
+    iha_half_from_float(x, h, n);
+    iha_half_to_float(h, x, n);
+    iha_status st = iha__tune_buffer(ctx, (n + 1) / 2, (const float *)(const void *)h, out);
+    free(h);
+    return st;
+}
+
 iha_status iha__tune_poison(iha_context *ctx, cl_mem mem, size_t n)
 {
     const cl_float nan_value = NAN;

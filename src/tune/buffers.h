@@ -13,6 +13,11 @@ float *iha__tune_random(size_t n, uint64_t seed);
 
 /* A device buffer of n floats holding `data` (NULL: uninitialised). */
 iha_status iha__tune_buffer(iha_context *ctx, size_t n, const float *data, cl_mem *out);
+/* A device buffer of a cache's n elements: the floats x, or with half storage x rounded to half
+ * (x then holds the values stored, for the reference). */
+iha_status iha__tune_buffer_stored(iha_context *ctx, float *x, size_t n, int half, cl_mem *out);
+/* Rounds n floats to the values half storage keeps (round to nearest even). */
+void iha__tune_round_half(float *x, size_t n);
 /* Fills n floats with NaN (blocking). */
 iha_status iha__tune_poison(iha_context *ctx, cl_mem mem, size_t n);
 /* Blocking read of n floats from element offset 0. */

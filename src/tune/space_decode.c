@@ -218,40 +218,6 @@ static int cache_key_block(const iha_context *ctx, const iha_shape *cache_shape)
     return cfg.key_block;
 }
 
-/* IEEE half bits of f (round to nearest even; |f| < 65504), and the value of half bits. */
-static uint16_t half_bits(float f)
-{
-    const uint16_t sign = signbit(f) ? 0x8000 : 0;
-    const float a = fabsf(f);
-    if (a < 6.103515625e-05f) return sign | (uint16_t)lrintf(a * 16777216.0f); /* subnormal: units of 2^-24 */
-    int e;
-    long q = lrintf(ldexpf(frexpf(a, &e), 11)); /* a = q * 2^(e-11), q in [1024, 2048] */
-    if (q == 2048) q = 1024, ++e;
-    return sign | (uint16_t)(((e + 14) << 10) | (q - 1024));
-}
-
-static float half_value(uint16_t h)
-{
-    const int e = (h >> 10) & 31, m = h & 1023;
-    const float a = e == 0 ? ldexpf((float)m, -24) : ldexpf((float)(1024 + m), e - 25);
-    return (h & 0x8000) ? -a : a;
-}
-
-/* Uploads n elements in the cache's storage; with half storage, rounds x to what is stored. */
-static iha_status upload(iha_context *ctx, float *x, size_t n, int half, cl_mem *out)
-{
-    if (!half) return iha__tune_buffer(ctx, n, x, out);
-    uint16_t *h = calloc(n + 2, sizeof *h);
-    IHA_RETURN_ERROR_IF(h == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
-    for (size_t i = 0; i < n; ++i) {
-        h[i] = half_bits(x[i]);
-        x[i] = half_value(h[i]);
-    }
-    iha_status st = iha__tune_buffer(ctx, (n + 1) / 2, (const float *)(const void *)h, out);
-    free(h);
-    return st;
-}
-
 /* Keys as rows [BH][t_max][d] -> the key-block layout [BH][ceil(t_max/KB)][d][KB], zero padded. */
 static float *pack(const float *rows, size_t bh, size_t t_max, size_t d, size_t kb)
 {
@@ -272,13 +238,13 @@ static iha_status make_cache(iha_context *ctx, problem *pr, int copy, int verify
     float *k = iha__tune_random(n, 41 + 2 * (uint64_t)copy), *v = iha__tune_random(n, 42 + 2 * (uint64_t)copy);
     iha_status st = k && v ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     /* Rounded to half in place first, so that the packed keys and the reference agree. */
-    if (st == IHA_OK) st = upload(ctx, v, n, dd->half, &pr->values[copy]);
+    if (st == IHA_OK) st = iha__tune_buffer_stored(ctx, v, n, dd->half, &pr->values[copy]);
     if (st == IHA_OK && dd->half)
-        for (size_t i = 0; i < n; ++i) k[i] = half_value(half_bits(k[i]));
+        iha__tune_round_half(k, n);
     float *packed = st == IHA_OK ? pack(k, bh, dd->t_max, dd->d, kb) : NULL;
     if (st == IHA_OK && packed == NULL) st = iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     if (st == IHA_OK)
-        st = upload(ctx, packed, bh * ((dd->t_max + kb - 1) / kb) * kb * dd->d, dd->half, &pr->keys[copy]);
+        st = iha__tune_buffer_stored(ctx, packed, bh * ((dd->t_max + kb - 1) / kb) * kb * dd->d, dd->half, &pr->keys[copy]);
     free(packed);
     if (st == IHA_OK && verify) {
         pr->hk = k, pr->hv = v;

@@ -182,27 +182,14 @@ static size_t problem_bytes(const iha_shape *s, const iha_tune_bucket *b)
     return 2 * s->batch * s->heads * (s->tokens + (size_t)b->values[K_K]) * s->head_dim * (size_t)b->values[K_BYTES];
 }
 
-/* Uploads n elements in the cache's storage; with half storage, rounds x to what is stored. */
-static iha_status upload(iha_context *ctx, float *x, size_t n, int half, cl_mem *out)
-{
-    if (!half) return iha__tune_buffer(ctx, n, x, out);
-    uint16_t *h = calloc(n + 2, sizeof *h);
-    IHA_RETURN_ERROR_IF(h == NULL, ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
-    iha_half_from_float(x, h, n);
-    iha_half_to_float(h, x, n);
-    iha_status st = iha__tune_buffer(ctx, (n + 1) / 2, (const float *)(const void *)h, out);
-    free(h);
-    return st;
-}
-
 static iha_status make_cache(iha_context *ctx, problem *pr, int copy, int verify)
 {
     const iha_decode_dims *dd = &pr->dc.dd;
     const size_t n = dd->B * pr->dc.slots * dd->H * dd->d;
     float *k = iha__tune_random(n, 51 + 2 * (uint64_t)copy), *v = iha__tune_random(n, 52 + 2 * (uint64_t)copy);
     iha_status st = k && v ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
-    if (st == IHA_OK) st = upload(ctx, k, n, dd->half, &pr->keys[copy]);
-    if (st == IHA_OK) st = upload(ctx, v, n, dd->half, &pr->values[copy]);
+    if (st == IHA_OK) st = iha__tune_buffer_stored(ctx, k, n, dd->half, &pr->keys[copy]);
+    if (st == IHA_OK) st = iha__tune_buffer_stored(ctx, v, n, dd->half, &pr->values[copy]);
     if (st == IHA_OK && verify) {
         pr->hk = k, pr->hv = v;
     } else {
