@@ -1,0 +1,216 @@
+/*
+ * test_attention_mma.c - the tensor-core attention (cl/attention_mma_nv.cl) through its emulated
+ * path (IHA_MMA_EMULATE=1, set before the context opens), so that any OpenCL device runs the
+ * kernel's fragment indexing, tiling and 16-bit rounding: every configuration of its space
+ * (warps 1, 2, 4, 8 x key tiles 16, 32, 64 x half and bfloat16 inputs) on ragged shapes against
+ * the float64 reference, launched through the kernel module; then the tuning space's rule,
+ * through iha_attention with a forced profile: 16-bit storage runs it, float storage never.
+ *
+ * Tolerances: the kernel rounds float inputs to 16 bits (relative 2^-11 for half, 2^-8 for
+ * bfloat16, per element) and accumulates in float, which is what doc/spec.md's 16-bit storage
+ * contract allows for: 2e-3 with half inputs and 1e-2 with bfloat16. A fragment or tile
+ * mistake moves whole rows and shows as errors of order 1.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_configs.h"
+#include "reference.h"
+#include "test_layer.h"
+#include "test_util.h"
+#include "kernels/attention.h"
+#include "kernels/mix.h"
+#include "runtime/context.h"
+#include "tune/tunable.h"
+
+#define HALF_TOL 2e-3
+#define BF16_TOL 1e-2
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+typedef struct shape_case {
+    size_t B, N, H, d, P;
+    int mask;
+    long long window;
+} shape_case;
+
+/* T against the row tiles (16 to 128 rows) and key tiles (16 to 64 keys): 69, 22 and 39 leave
+ * ragged ends everywhere; d = 64 and 128 whole k steps, d = 40 a padded one; every mask, a
+ * window, B*H of 1 to 4. Few distinct d: each is a program per configuration. */
+static const shape_case kShapes[] = {
+    /* B   N  H    d  P  mask                   window */
+    {1, 23, 1, 64, 3, IHA_MASK_CAUSAL, 0},
+    {2, 11, 2, 128, 2, IHA_MASK_TOKEN_CAUSAL, 3},
+    {1, 13, 2, 40, 3, IHA_MASK_NONE, 2},
+};
+
+typedef struct mma_case {
+    const char *name;
+    int warps, keys, bf16;
+} mma_case;
+
+static const mma_case kCases[] = {
+    {"W=1 KT=16 f16", 1, 16, 0},  {"W=1 KT=32 f16", 1, 32, 0},  {"W=1 KT=64 f16", 1, 64, 0},
+    {"W=2 KT=16 f16", 2, 16, 0},  {"W=2 KT=32 f16", 2, 32, 0},  {"W=2 KT=64 f16", 2, 64, 0},
+    {"W=4 KT=16 f16", 4, 16, 0},  {"W=4 KT=32 f16", 4, 32, 0},  {"W=4 KT=64 f16", 4, 64, 0},
+    {"W=8 KT=16 f16", 8, 16, 0},  {"W=8 KT=32 f16", 8, 32, 0},  {"W=8 KT=64 f16", 8, 64, 0},
+    {"W=1 KT=16 bf16", 1, 16, 1}, {"W=1 KT=32 bf16", 1, 32, 1}, {"W=1 KT=64 bf16", 1, 64, 1},
+    {"W=2 KT=16 bf16", 2, 16, 1}, {"W=2 KT=32 bf16", 2, 32, 1}, {"W=2 KT=64 bf16", 2, 64, 1},
+    {"W=4 KT=16 bf16", 4, 16, 1}, {"W=4 KT=32 bf16", 4, 32, 1}, {"W=4 KT=64 bf16", 4, 64, 1},
+    {"W=8 KT=16 bf16", 8, 16, 1}, {"W=8 KT=32 bf16", 8, 32, 1}, {"W=8 KT=64 bf16", 8, 64, 1},
+};
+
+static void problem_of(const shape_case *c, iha_shape *s, iha_attention_options *o)
+{
+    *s = (iha_shape){c->B, c->N, 0, c->H, c->d, c->P};
+    iha_attention_options_init(o);
+    o->mask = c->mask;
+    o->window = c->window;
+}
+
+/* One shape through iha__attention_enqueue in the case's configuration (key blocks of 16, or
+ * of 8 for odd-numbered shapes), o and lse against float64. */
+static void run_kernel(iha_context *ctx, const mma_case *mc, const shape_case *c, int key_block, uint64_t seed)
+{
+    iha_shape s;
+    iha_attention_options o;
+    problem_of(c, &s, &o);
+    const iha_dims dims = {c->B, c->N, c->H, c->d, c->P, c->N * c->P, NULL};
+    tu_rng rng = tu_rng_seeded(seed);
+    const size_t n = tu_count_virtual(&s), nl = c->B * c->H * dims.T;
+    float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f);
+    float *vt = tu_random_array(&rng, n, 1.0f);
+    const ref_problem p = tu_problem(&s, &o);
+    double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(nl * sizeof *lref);
+    assert_int_equal(ref_attention(&p, qt, kt, vt, oref, lref), 0);
+
+    cl_mem q = tu_buffer_new(ctx, n), k = tu_buffer_new(ctx, n), v = tu_buffer_new(ctx, n);
+    cl_mem packed = tu_buffer_new(ctx, iha__packed_keys_elements(&dims, key_block));
+    cl_mem out = tu_buffer_new(ctx, n), lse = tu_buffer_new(ctx, nl);
+    tu_buffer_write(ctx, q, 0, qt, n);
+    tu_buffer_write(ctx, k, 0, kt, n);
+    tu_buffer_write(ctx, v, 0, vt, n);
+    float *got = tu_malloc(n * sizeof *got), *got_lse = tu_malloc(nl * sizeof *got_lse);
+    tu_fill_nan(got, n);
+    tu_buffer_write(ctx, out, 0, got, n);
+    tu_buffer_write(ctx, lse, 0, got, nl);
+    const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = key_block, .vec = 4,
+                                      .group = (size_t)(16 * mc->warps),
+                                      .variant = mc->bf16 ? IHA_ATTENTION_MMA_BF16 : IHA_ATTENTION_MMA_F16,
+                                      .local_keys = mc->keys, .tile_ry = 4, .tile_rx = 4};
+    tu_assert_status(ctx, iha__pack_keys_enqueue(ctx, &dims, (iha_buffer){k, 0}, (iha_buffer){packed, 0}, key_block),
+                     IHA_OK);
+    const size_t window = c->window > 0 && (size_t)c->window < c->N ? (size_t)c->window : 0;
+    tu_assert_status(ctx,
+                     iha__attention_enqueue(ctx, &cfg, &dims, (iha_buffer){q, 0}, (iha_buffer){packed, 0},
+                                            (iha_buffer){v, 0}, (iha_buffer){out, 0}, (iha_buffer){lse, 0}, c->mask,
+                                            window, (float)(1.0 / sqrt((double)c->d))),
+                     IHA_OK);
+    tu_buffer_read(ctx, out, 0, got, n);
+    tu_buffer_read(ctx, lse, 0, got_lse, nl);
+    const double tol = mc->bf16 ? BF16_TOL : HALF_TOL;
+    print_message("%s d=%zu T=%zu KB=%d: o %.2e, lse %.2e\n", mc->name, c->d, dims.T, key_block,
+                  tu_rel_l2(got, oref, n), tu_rel_l2(got_lse, lref, nl));
+    tu_assert_close("o", got, oref, n, tol);
+    tu_assert_close("lse", got_lse, lref, nl, tol);
+    cl_mem m[6] = {q, k, v, packed, out, lse};
+    for (int i = 0; i < 6; i++) tu_buffer_release(m[i]);
+    free(got), free(got_lse), free(oref), free(lref), free(qt), free(kt), free(vt);
+}
+
+static void configuration_test(void **state)
+{
+    const mma_case *mc = *state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    assert_int_equal(tu_ctx->mma, IHA_MMA_EMULATED);
+    for (size_t i = 0; i < COUNT(kShapes); i++) {
+        const int key_block = i % 2 ? 8 : 16;
+        if (!iha__attention_mma_fits(tu_ctx, kShapes[i].d, 16 * mc->warps, mc->keys, key_block)) {
+            print_message("%s d=%zu does not fit this device: skipped\n", mc->name, kShapes[i].d);
+            continue;
+        }
+        run_kernel(tu_ctx, mc, &kShapes[i], key_block, 5300 + 17 * (uint64_t)i);
+    }
+}
+
+/* The lookup takes a forced mma configuration for 16-bit storage, runs it (the last choice says
+ * so) within the half-storage contract, and passes over it for float storage. */
+static void storage_rule_test(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = 16, .vec = 4, .group = 32,
+                                      .variant = IHA_ATTENTION_MMA_F16, .local_keys = 32, .tile_ry = 4, .tile_rx = 4};
+    char expected[512];
+    iha_context *ctx = ac_context_forcing(&cfg, expected, sizeof expected);
+    assert_int_equal(ctx->mma, IHA_MMA_EMULATED);
+    const iha_shape s = {1, 21, 0, 2, 24, 2};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+
+    const iha_tunable *t = &iha__tunable_attention;
+    const iha_tune_config config = ac_tune_config(&cfg);
+    iha_tune_limits limits;
+    iha__tune_limits(ctx, &limits);
+    iha_tune_bucket bucket;
+    assert_true(t->bucket_of(ctx, &s, &o, &bucket));
+    assert_false(iha__space_valid(t->space, &config, &bucket, &limits, NULL));
+    o.storage = IHA_STORAGE_F16;
+    assert_true(t->bucket_of(ctx, &s, &o, &bucket));
+    assert_true(iha__space_valid(t->space, &config, &bucket, &limits, NULL));
+    limits.mma = 0;
+    assert_false(iha__space_valid(t->space, &config, &bucket, &limits, NULL));
+
+    tu_rng rng = tu_rng_seeded(77);
+    const size_t n = tu_count_virtual(&s), nl = s.batch * s.heads * s.tokens * s.pseudo;
+    float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f), *vt = tu_random_array(&rng, n, 1.0f);
+    iha_buffer qb = {tu_tensor_guarded(ctx, IHA_STORAGE_F16, qt, n, 3, TU_GUARD, TU_SENTINEL), 3};
+    iha_buffer kb = {tu_tensor_guarded(ctx, IHA_STORAGE_F16, kt, n, 1, TU_GUARD, TU_SENTINEL), 1};
+    iha_buffer vb = {tu_tensor_guarded(ctx, IHA_STORAGE_F16, vt, n, 2, TU_GUARD, TU_SENTINEL), 2};
+    iha_buffer ob = {tu_tensor_guarded(ctx, IHA_STORAGE_F16, NULL, n, 5, TU_GUARD, TU_SENTINEL), 5};
+    iha_buffer lb = {tu_buffer_guarded(ctx, NULL, nl, 4, TU_GUARD, TU_SENTINEL), 4};
+    /* The reference sees the inputs as the storage holds them. */
+    float *rounded = tu_malloc(n * sizeof *rounded);
+    float *inputs[3] = {qt, kt, vt};
+    iha_buffer bufs[3] = {qb, kb, vb};
+    for (int i = 0; i < 3; i++) {
+        tu_tensor_read_checked(ctx, IHA_STORAGE_F16, bufs[i].mem, n, bufs[i].offset, TU_GUARD, TU_SENTINEL, rounded,
+                               "input");
+        memcpy(inputs[i], rounded, n * sizeof *rounded);
+    }
+    const ref_problem p = tu_problem(&s, &o);
+    double *oref = tu_malloc(n * sizeof *oref), *lref = tu_malloc(nl * sizeof *lref);
+    assert_int_equal(ref_attention(&p, qt, kt, vt, oref, lref), 0);
+    tu_assert_status(ctx, iha_attention(ctx, &s, &o, qb, kb, vb, ob, lb), IHA_OK);
+    tu_assert_status(ctx, iha_context_finish(ctx), IHA_OK);
+    ac_assert_last_ran(ctx, expected);
+    tu_tensor_read_checked(ctx, IHA_STORAGE_F16, ob.mem, n, ob.offset, TU_GUARD, TU_SENTINEL, rounded, "o");
+    tu_assert_close("o", rounded, oref, n, HALF_TOL);
+    tu_assert_buffer_close(ctx, "lse", lb, nl, lref, HALF_TOL);
+    cl_mem m[5] = {qb.mem, kb.mem, vb.mem, ob.mem, lb.mem};
+    for (int i = 0; i < 5; i++) tu_buffer_release(m[i]);
+    free(rounded), free(oref), free(lref), free(qt), free(kt), free(vt);
+    iha_context_free(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    /* Before any context opens: every context of this process offers the emulated path. */
+    setenv("IHA_MMA_EMULATE", "1", 1);
+    struct CMUnitTest tests[COUNT(kCases) + 1];
+    for (size_t i = 0; i < COUNT(kCases); i++) {
+        struct CMUnitTest t = {kCases[i].name, configuration_test, NULL, NULL, (void *)&kCases[i]};
+        tests[i] = t;
+    }
+    struct CMUnitTest rule = {"storage rule", storage_rule_test, NULL, NULL, NULL};
+    tests[COUNT(kCases)] = rule;
+    return tu_main(argc, argv, tests, COUNT(tests), tu_group_setup, tu_group_teardown);
+}
