@@ -37,53 +37,75 @@
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 typedef struct shape_case {
-    size_t B, N, H, d, P;
+    size_t B, N, H, P;
     int mask;
     long long window;
 } shape_case;
 
-/* T against the row tiles (16 to 128 rows) and key tiles (16 to 64 keys): 69, 22 and 39 leave
- * ragged ends everywhere; d = 64 and 128 whole k steps, d = 40 a padded one; every mask, a
- * window, B*H of 1 to 4. Few distinct d: each is a program per configuration. */
+/* T against the row tiles (16 to 128 rows) and key tiles (16 to 64 keys): 69 and 22 leave
+ * ragged ends everywhere; every mask, windows, B*H of 1 and 4. */
 static const shape_case kShapes[] = {
-    /* B   N  H    d  P  mask                   window */
-    {1, 23, 1, 64, 3, IHA_MASK_CAUSAL, 0},
-    {2, 11, 2, 128, 2, IHA_MASK_TOKEN_CAUSAL, 3},
-    {1, 13, 2, 40, 3, IHA_MASK_NONE, 2},
+    /* B   N  H  P  mask                   window */
+    {1, 23, 1, 3, IHA_MASK_CAUSAL, 0},
+    {2, 11, 2, 2, IHA_MASK_TOKEN_CAUSAL, 3},
+    {1, 13, 2, 3, IHA_MASK_NONE, 2},
 };
+
+/* Head widths: whole k steps (64, 128) and a padded one (40). A configuration and d make a
+ * program, which PoCL compiles for seconds: each configuration runs every shape at one d
+ * (rotating, so that each d meets every warp count and key tile), and the full tier (cases
+ * named full_*) runs it at the other two. */
+static const size_t kWidths[] = {64, 128, 40};
 
 typedef struct mma_case {
     const char *name;
     int warps, keys, bf16;
+    int full; /* 0: the width of the rotation; 1: the other two */
 } mma_case;
 
-static const mma_case kCases[] = {
-    {"W=1 KT=16 f16", 1, 16, 0},  {"W=1 KT=32 f16", 1, 32, 0},  {"W=1 KT=64 f16", 1, 64, 0},
-    {"W=2 KT=16 f16", 2, 16, 0},  {"W=2 KT=32 f16", 2, 32, 0},  {"W=2 KT=64 f16", 2, 64, 0},
-    {"W=4 KT=16 f16", 4, 16, 0},  {"W=4 KT=32 f16", 4, 32, 0},  {"W=4 KT=64 f16", 4, 64, 0},
-    {"W=8 KT=16 f16", 8, 16, 0},  {"W=8 KT=32 f16", 8, 32, 0},  {"W=8 KT=64 f16", 8, 64, 0},
-    {"W=1 KT=16 bf16", 1, 16, 1}, {"W=1 KT=32 bf16", 1, 32, 1}, {"W=1 KT=64 bf16", 1, 64, 1},
-    {"W=2 KT=16 bf16", 2, 16, 1}, {"W=2 KT=32 bf16", 2, 32, 1}, {"W=2 KT=64 bf16", 2, 64, 1},
-    {"W=4 KT=16 bf16", 4, 16, 1}, {"W=4 KT=32 bf16", 4, 32, 1}, {"W=4 KT=64 bf16", 4, 64, 1},
-    {"W=8 KT=16 bf16", 8, 16, 1}, {"W=8 KT=32 bf16", 8, 32, 1}, {"W=8 KT=64 bf16", 8, 64, 1},
-};
+#define CASES(prefix, full)                                                                                        \
+    {prefix "W=1 KT=16 f16", 1, 16, 0, full}, {prefix "W=1 KT=32 f16", 1, 32, 0, full},                            \
+        {prefix "W=1 KT=64 f16", 1, 64, 0, full}, {prefix "W=2 KT=16 f16", 2, 16, 0, full},                        \
+        {prefix "W=2 KT=32 f16", 2, 32, 0, full}, {prefix "W=2 KT=64 f16", 2, 64, 0, full},                        \
+        {prefix "W=4 KT=16 f16", 4, 16, 0, full}, {prefix "W=4 KT=32 f16", 4, 32, 0, full},                        \
+        {prefix "W=4 KT=64 f16", 4, 64, 0, full}, {prefix "W=8 KT=16 f16", 8, 16, 0, full},                        \
+        {prefix "W=8 KT=32 f16", 8, 32, 0, full}, {prefix "W=8 KT=64 f16", 8, 64, 0, full},                        \
+        {prefix "W=1 KT=16 bf16", 1, 16, 1, full}, {prefix "W=1 KT=32 bf16", 1, 32, 1, full},                      \
+        {prefix "W=1 KT=64 bf16", 1, 64, 1, full}, {prefix "W=2 KT=16 bf16", 2, 16, 1, full},                      \
+        {prefix "W=2 KT=32 bf16", 2, 32, 1, full}, {prefix "W=2 KT=64 bf16", 2, 64, 1, full},                      \
+        {prefix "W=4 KT=16 bf16", 4, 16, 1, full}, {prefix "W=4 KT=32 bf16", 4, 32, 1, full},                      \
+        {prefix "W=4 KT=64 bf16", 4, 64, 1, full}, {prefix "W=8 KT=16 bf16", 8, 16, 1, full},                      \
+        {prefix "W=8 KT=32 bf16", 8, 32, 1, full}, {prefix "W=8 KT=64 bf16", 8, 64, 1, full}
 
-static void problem_of(const shape_case *c, iha_shape *s, iha_attention_options *o)
+static const mma_case kCases[] = {CASES("", 0), CASES("full_", 1)};
+
+/* The rotation's width for a configuration: log2 of the warps plus log2 of the key tile plus
+ * the type, so that each width meets every warp count, key tile and type. */
+static size_t rotation(const mma_case *mc)
 {
-    *s = (iha_shape){c->B, c->N, 0, c->H, c->d, c->P};
+    int w = 0, k = 0;
+    while ((1 << w) < mc->warps) ++w;
+    while ((16 << k) < mc->keys) ++k;
+    return (size_t)(w + k + mc->bf16) % COUNT(kWidths);
+}
+
+static void problem_of(const shape_case *c, size_t d, iha_shape *s, iha_attention_options *o)
+{
+    *s = (iha_shape){c->B, c->N, 0, c->H, d, c->P};
     iha_attention_options_init(o);
     o->mask = c->mask;
     o->window = c->window;
 }
 
-/* One shape through iha__attention_enqueue in the case's configuration (key blocks of 16, or
- * of 8 for odd-numbered shapes), o and lse against float64. */
-static void run_kernel(iha_context *ctx, const mma_case *mc, const shape_case *c, int key_block, uint64_t seed)
+/* One shape at head width d through iha__attention_enqueue in the case's configuration, o and
+ * lse against float64. */
+static void run_kernel(iha_context *ctx, const mma_case *mc, const shape_case *c, size_t d, int key_block,
+                       uint64_t seed)
 {
     iha_shape s;
     iha_attention_options o;
-    problem_of(c, &s, &o);
-    const iha_dims dims = {c->B, c->N, c->H, c->d, c->P, c->N * c->P, NULL};
+    problem_of(c, d, &s, &o);
+    const iha_dims dims = {c->B, c->N, c->H, d, c->P, c->N * c->P, NULL};
     tu_rng rng = tu_rng_seeded(seed);
     const size_t n = tu_count_virtual(&s), nl = c->B * c->H * dims.T;
     float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f);
@@ -112,12 +134,12 @@ static void run_kernel(iha_context *ctx, const mma_case *mc, const shape_case *c
     tu_assert_status(ctx,
                      iha__attention_enqueue(ctx, &cfg, &dims, (iha_buffer){q, 0}, (iha_buffer){packed, 0},
                                             (iha_buffer){v, 0}, (iha_buffer){out, 0}, (iha_buffer){lse, 0}, c->mask,
-                                            window, (float)(1.0 / sqrt((double)c->d))),
+                                            window, (float)(1.0 / sqrt((double)d))),
                      IHA_OK);
     tu_buffer_read(ctx, out, 0, got, n);
     tu_buffer_read(ctx, lse, 0, got_lse, nl);
     const double tol = mc->bf16 ? BF16_TOL : HALF_TOL;
-    print_message("%s d=%zu T=%zu KB=%d: o %.2e, lse %.2e\n", mc->name, c->d, dims.T, key_block,
+    print_message("%s d=%zu T=%zu KB=%d: o %.2e, lse %.2e\n", mc->name, d, dims.T, key_block,
                   tu_rel_l2(got, oref, n), tu_rel_l2(got_lse, lref, nl));
     tu_assert_close("o", got, oref, n, tol);
     tu_assert_close("lse", got_lse, lref, nl, tol);
@@ -126,18 +148,21 @@ static void run_kernel(iha_context *ctx, const mma_case *mc, const shape_case *c
     free(got), free(got_lse), free(oref), free(lref), free(qt), free(kt), free(vt);
 }
 
+/* Key blocks of 16, and of 8 for the widths of odd index. */
 static void configuration_test(void **state)
 {
     const mma_case *mc = *state;
     TU_REQUIRE_DEVICE(tu_ctx);
     assert_int_equal(tu_ctx->mma, IHA_MMA_EMULATED);
-    for (size_t i = 0; i < COUNT(kShapes); i++) {
-        const int key_block = i % 2 ? 8 : 16;
-        if (!iha__attention_mma_fits(tu_ctx, kShapes[i].d, 16 * mc->warps, mc->keys, key_block)) {
-            print_message("%s d=%zu does not fit this device: skipped\n", mc->name, kShapes[i].d);
+    for (size_t w = 0; w < COUNT(kWidths); w++) {
+        if ((w == rotation(mc)) == mc->full) continue;
+        const size_t d = kWidths[w];
+        const int key_block = w % 2 ? 8 : 16;
+        if (!iha__attention_mma_fits(tu_ctx, d, 16 * mc->warps, mc->keys, key_block)) {
+            print_message("%s d=%zu does not fit this device: skipped\n", mc->name, d);
             continue;
         }
-        run_kernel(tu_ctx, mc, &kShapes[i], key_block, 5300 + 17 * (uint64_t)i);
+        for (size_t i = 0; i < COUNT(kShapes); i++) run_kernel(tu_ctx, mc, &kShapes[i], d, key_block, 5300 + 17 * i + w);
     }
 }
 
