@@ -87,13 +87,12 @@ __attribute__((always_inline)) static inline void load_tile(__local uint *ks, __
         const int pair = i / DP, c = i % DP, j = j0 + 2 * pair;
         const float v0 = c < HEAD_DIM && j >= lo && j <= hi ? vb[(size_t)j * HEAD_DIM + c] : 0.0f;
         const float v1 = c < HEAD_DIM && j + 1 >= lo && j + 1 <= hi ? vb[(size_t)(j + 1) * HEAD_DIM + c] : 0.0f;
-        uint h0 = MMA_BITS(v0), h1 = MMA_BITS(v1);
-        if (MMA_NOT_FINITE(h0) || MMA_NOT_FINITE(h1)) {
+        uint h = mma_pack(v0, v1);
+        if (MMA_NOT_FINITE(h) || MMA_NOT_FINITE(h >> 16)) {
             atomic_max(bad, j0 + 1);
-            h0 = MMA_NOT_FINITE(h0) ? 0u : h0;
-            h1 = MMA_NOT_FINITE(h1) ? 0u : h1;
+            h &= (MMA_NOT_FINITE(h) ? 0xffff0000u : 0xffffffffu) & (MMA_NOT_FINITE(h >> 16) ? 0xffffu : 0xffffffffu);
         }
-        vs[c * VS + pair] = h0 | h1 << 16;
+        vs[c * VS + pair] = h;
     }
 }
 
@@ -103,7 +102,7 @@ static inline float poison(float acc, const __global float *vb, int j0, int2 r, 
 {
     if (c >= HEAD_DIM) return acc;
     for (int j = max(j0, r.x); j <= min(j0 + LOC_KEYS - 1, r.y); ++j)
-        if (MMA_NOT_FINITE(MMA_BITS(vb[(size_t)j * HEAD_DIM + c]))) return NAN;
+        if (MMA_NOT_FINITE(mma_pack(vb[(size_t)j * HEAD_DIM + c], 0.0f))) return NAN;
     return acc;
 }
 
