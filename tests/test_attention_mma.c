@@ -3,8 +3,10 @@
  * path (IHA_MMA_EMULATE=1, set before the context opens), so that any OpenCL device runs the
  * kernel's fragment indexing, tiling and 16-bit rounding: every configuration of its space
  * (warps 1, 2, 4, 8 x key tiles 16, 32, 64 x half and bfloat16 inputs) on ragged shapes against
- * the float64 reference, launched through the kernel module; then the tuning space's rule,
- * through iha_attention with a forced profile: 16-bit storage runs it, float storage never.
+ * the float64 reference, launched through the kernel module; doc/spec.md's non-finite rule
+ * (an infinite value, or one past half's range, reaches only the rows that see its key); then
+ * the tuning space's rule, through iha_attention with a forced profile: 16-bit storage runs it,
+ * float storage never.
  *
  * Tolerances: the kernel rounds float inputs to 16 bits (relative 2^-11 for half, 2^-8 for
  * bfloat16, per element) and accumulates in float, which is what doc/spec.md's 16-bit storage
@@ -166,6 +168,53 @@ static void configuration_test(void **state)
     }
 }
 
+/* doc/spec.md's non-finite rule through the tensor cores: an infinite value (and, in half, a
+ * finite one past half's range) makes NaN exactly the column of the rows that see its key, not
+ * the rows for which the same tile masks it; a NaN query makes its own row NaN only. */
+static void nonfinite_test(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    enum { N = 40, D = 24, KEY = 21, COL = 5, ROW = 9 };
+    const iha_dims dims = {1, N, 1, D, 1, N, NULL};
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int big = 0; big < 2 - bf16; big++) {
+            tu_rng rng = tu_rng_seeded(91 + (uint64_t)bf16);
+            const size_t n = (size_t)N * D;
+            float *qt = tu_random_array(&rng, n, 1.0f), *kt = tu_random_array(&rng, n, 1.0f);
+            float *vt = tu_random_array(&rng, n, 1.0f);
+            vt[KEY * D + COL] = big ? 1e5f : INFINITY;
+            qt[ROW * D + 3] = NAN;
+            cl_mem q = tu_buffer_new(tu_ctx, n), k = tu_buffer_new(tu_ctx, n), v = tu_buffer_new(tu_ctx, n);
+            cl_mem packed = tu_buffer_new(tu_ctx, iha__packed_keys_elements(&dims, 16)), out = tu_buffer_new(tu_ctx, n);
+            tu_buffer_write(tu_ctx, q, 0, qt, n);
+            tu_buffer_write(tu_ctx, k, 0, kt, n);
+            tu_buffer_write(tu_ctx, v, 0, vt, n);
+            const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = 16, .vec = 4, .group = 32,
+                                              .variant = bf16 ? IHA_ATTENTION_MMA_BF16 : IHA_ATTENTION_MMA_F16,
+                                              .local_keys = 32, .tile_ry = 4, .tile_rx = 4};
+            tu_assert_status(tu_ctx, iha__pack_keys_enqueue(tu_ctx, &dims, (iha_buffer){k, 0}, (iha_buffer){packed, 0}, 16),
+                             IHA_OK);
+            tu_assert_status(tu_ctx,
+                             iha__attention_enqueue(tu_ctx, &cfg, &dims, (iha_buffer){q, 0}, (iha_buffer){packed, 0},
+                                                    (iha_buffer){v, 0}, (iha_buffer){out, 0}, (iha_buffer){NULL, 0},
+                                                    IHA_MASK_CAUSAL, 0, 0.2f),
+                             IHA_OK);
+            float *got = tu_malloc(n * sizeof *got);
+            tu_buffer_read(tu_ctx, out, 0, got, n);
+            for (int t = 0; t < N; t++)
+                for (int c = 0; c < D; c++) {
+                    const int nonfinite = t == ROW || (t >= KEY && c == COL);
+                    if (nonfinite == !isfinite(got[t * D + c])) continue;
+                    fail_msg("%s%s: o[%d][%d] = %g, expected %s", bf16 ? "bf16" : "f16", big ? " (1e5)" : "", t, c,
+                             (double)got[t * D + c], nonfinite ? "non-finite" : "finite");
+                }
+            cl_mem m[5] = {q, k, v, packed, out};
+            for (int i = 0; i < 5; i++) tu_buffer_release(m[i]);
+            free(got), free(qt), free(kt), free(vt);
+        }
+}
+
 /* The lookup takes a forced mma configuration for 16-bit storage, runs it (the last choice says
  * so) within the half-storage contract, and passes over it for float storage. */
 static void storage_rule_test(void **state)
@@ -230,12 +279,14 @@ int main(int argc, char **argv)
 {
     /* Before any context opens: every context of this process offers the emulated path. */
     setenv("IHA_MMA_EMULATE", "1", 1);
-    struct CMUnitTest tests[COUNT(kCases) + 1];
+    struct CMUnitTest tests[COUNT(kCases) + 2];
     for (size_t i = 0; i < COUNT(kCases); i++) {
         struct CMUnitTest t = {kCases[i].name, configuration_test, NULL, NULL, (void *)&kCases[i]};
         tests[i] = t;
     }
     struct CMUnitTest rule = {"storage rule", storage_rule_test, NULL, NULL, NULL};
     tests[COUNT(kCases)] = rule;
+    struct CMUnitTest nonfinite = {"non-finite values", nonfinite_test, NULL, NULL, NULL};
+    tests[COUNT(kCases) + 1] = nonfinite;
     return tu_main(argc, argv, tests, COUNT(tests), tu_group_setup, tu_group_teardown);
 }
