@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check/check.h"
+#include "kernels/attention.h"
 #include "runtime/error.h"
 #include "tune/choose.h"
 #include "tune/state.h"
@@ -194,6 +195,19 @@ static int attention_cases(const iha_context *ctx, const iha_tunable *t, const i
     return n;
 }
 
+/* The lookup's configuration for a 16-bit bucket, where it is the tensor cores': other
+ * configurations run the same float kernels as the float bucket's rows. */
+static void add_mma_lookup(const iha_context *ctx, const iha_tunable *t, item_list *l, const iha_tune_bucket *b,
+                           size_t d, size_t P)
+{
+    iha_tune_config c;
+    int source;
+    const iha_profile_entry *e;
+    iha__tune_lookup(ctx, t, b, &c, &source, &e);
+    const long variant = c.v[iha__space_param_index(t->space, "variant")];
+    if (variant == IHA_ATTENTION_MMA_F16 || variant == IHA_ATTENTION_MMA_BF16) add_item(t, l, &c, d, P, 1, source);
+}
+
 /* 16-bit storage has buckets of its own where the tensor cores may serve it (the
  * profile's entries for them are added in any case). */
 iha_status iha__check_attention(iha_check_run *run)
@@ -209,7 +223,10 @@ iha_status iha__check_attention(iha_check_run *run)
                     o.storage = half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
                     iha_tune_bucket b;
                     t->bucket_of(run->ctx, &s, &o, &b);
-                    add_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo, half);
+                    if (half)
+                        add_mma_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo);
+                    else
+                        add_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo, 0);
                 }
     return check_items(run, t, "attention", &items, attention_cases);
 }
