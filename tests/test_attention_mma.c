@@ -216,7 +216,8 @@ static void nonfinite_test(void **state)
 }
 
 /* The lookup takes a forced mma configuration for 16-bit storage, runs it (the last choice says
- * so) within the half-storage contract, and passes over it for float storage. */
+ * so) within the half-storage contract, and passes over it for float storage or where the
+ * context offers no tensor cores; the tuner's bound for it is 1e-3. */
 static void storage_rule_test(void **state)
 {
     (void)state;
@@ -240,6 +241,13 @@ static void storage_rule_test(void **state)
     o.storage = IHA_STORAGE_F16;
     assert_true(t->bucket_of(ctx, &s, &o, &bucket));
     assert_true(iha__space_valid(t->space, &config, &bucket, &limits, NULL));
+    /* The verification bound: 1e-3 for the tensor cores on a 16-bit bucket, float32's for the rest. */
+    assert_true(iha__tune_tolerance(t, &bucket, &config) == 1e-3);
+    const iha_attention_config float_cfg = {.rows = 1, .tiles = 1, .key_block = 16, .vec = 4, .group = 64,
+                                            .variant = IHA_ATTENTION_LOCAL_TILES, .local_keys = 32, .tile_ry = 4,
+                                            .tile_rx = 4};
+    const iha_tune_config float_config = ac_tune_config(&float_cfg);
+    assert_true(iha__tune_tolerance(t, &bucket, &float_config) == 1e-5);
     limits.mma = 0;
     assert_false(iha__space_valid(t->space, &config, &bucket, &limits, NULL));
 
