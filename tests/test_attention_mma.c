@@ -6,7 +6,7 @@
  * the float64 reference, launched through the kernel module; doc/spec.md's non-finite rule
  * (an infinite value, or one past half's range, reaches only the rows that see its key); then
  * the tuning space's rule, through iha_attention with a forced profile: 16-bit storage runs it,
- * float storage never.
+ * float storage never; and a hardware build the driver refuses falls back without an error.
  *
  * Tolerances: the kernel rounds float inputs to 16 bits (relative 2^-11 for half, 2^-8 for
  * bfloat16, per element) and accumulates in float, which is what doc/spec.md's 16-bit storage
@@ -215,6 +215,21 @@ static void nonfinite_test(void **state)
         }
 }
 
+/* A driver that does not build the hardware path (here any non-NVIDIA one, told that it offers
+ * it) costs the caller nothing: the call runs the built-in and succeeds, and the context stops
+ * offering the tensor cores. */
+static void build_failure_test(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    iha_context *ctx = tu_context_create_or_fail(NULL);
+    ctx->mma = IHA_MMA_HARDWARE;
+    const mma_case mc = {"hardware path refused", 2, 32, 0, 0};
+    run_kernel(ctx, &mc, &kShapes[0], 24, 16, 7);
+    assert_int_equal(ctx->mma, IHA_MMA_NONE);
+    iha_context_free(ctx);
+}
+
 /* The lookup takes a forced mma configuration for 16-bit storage, runs it (the last choice says
  * so) within the half-storage contract, and passes over it for float storage or where the
  * context offers no tensor cores; the tuner's bound for it is 1e-3. */
@@ -287,7 +302,7 @@ int main(int argc, char **argv)
 {
     /* Before any context opens: every context of this process offers the emulated path. */
     setenv("IHA_MMA_EMULATE", "1", 1);
-    struct CMUnitTest tests[COUNT(kCases) + 2];
+    struct CMUnitTest tests[COUNT(kCases) + 3];
     for (size_t i = 0; i < COUNT(kCases); i++) {
         struct CMUnitTest t = {kCases[i].name, configuration_test, NULL, NULL, (void *)&kCases[i]};
         tests[i] = t;
@@ -296,5 +311,7 @@ int main(int argc, char **argv)
     tests[COUNT(kCases)] = rule;
     struct CMUnitTest nonfinite = {"non-finite values", nonfinite_test, NULL, NULL, NULL};
     tests[COUNT(kCases) + 1] = nonfinite;
+    struct CMUnitTest refused = {"build failure falls back", build_failure_test, NULL, NULL, NULL};
+    tests[COUNT(kCases) + 2] = refused;
     return tu_main(argc, argv, tests, COUNT(tests), tu_group_setup, tu_group_teardown);
 }
