@@ -14,7 +14,8 @@
  * pair], so a B fragment register is one 32-bit word in both products; rows padded by 4 words
  * put the 8 rows and 4 pairs that a warp's load touches in 32 different banks.
  *
- * Inputs are rounded to 16 bits when staged (queries once, keys and values per tile); scale
+ * Inputs are float, as for every attention variant (the library converts 16-bit storage before
+ * the core), and are rounded to 16 bits when staged (queries once, keys and values per tile); scale
  * and log2(e) multiply the float scores. What rounding costs is doc/spec.md's numerical
  * contract for this variant: the tuner offers it only where the storage's own tolerance holds
  * (src/tune/space_attention_mma.c). Masked keys never contribute: their scores are selected to
