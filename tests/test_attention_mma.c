@@ -215,6 +215,20 @@ static void nonfinite_test(void **state)
         }
 }
 
+/* Widths the rotation leaves out: d = 1 and an odd 13 (one k step, mostly padding) and 160,
+ * the widest the register budget allows (with 16-key tiles), in one configuration. */
+static void odd_widths_test(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    static const size_t widths[] = {1, 13, 160};
+    const mma_case mc = {"W=2 KT=16 f16", 2, 16, 0, 0};
+    for (size_t w = 0; w < COUNT(widths); w++) {
+        assert_true(iha__attention_mma_live_words(widths[w], 16) <= IHA_ATTENTION_MMA_REGISTER_WORDS);
+        run_kernel(tu_ctx, &mc, &kShapes[w], widths[w], 8, 6100 + w);
+    }
+}
+
 /* A driver that does not build the hardware path (here any non-NVIDIA one, told that it offers
  * it) costs the caller nothing: the call runs the built-in and succeeds, and the context stops
  * offering the tensor cores. */
@@ -302,7 +316,7 @@ int main(int argc, char **argv)
 {
     /* Before any context opens: every context of this process offers the emulated path. */
     setenv("IHA_MMA_EMULATE", "1", 1);
-    struct CMUnitTest tests[COUNT(kCases) + 3];
+    struct CMUnitTest tests[COUNT(kCases) + 4];
     for (size_t i = 0; i < COUNT(kCases); i++) {
         struct CMUnitTest t = {kCases[i].name, configuration_test, NULL, NULL, (void *)&kCases[i]};
         tests[i] = t;
@@ -313,5 +327,7 @@ int main(int argc, char **argv)
     tests[COUNT(kCases) + 1] = nonfinite;
     struct CMUnitTest refused = {"build failure falls back", build_failure_test, NULL, NULL, NULL};
     tests[COUNT(kCases) + 2] = refused;
+    struct CMUnitTest odd = {"odd widths", odd_widths_test, NULL, NULL, NULL};
+    tests[COUNT(kCases) + 3] = odd;
     return tu_main(argc, argv, tests, COUNT(tests), tu_group_setup, tu_group_teardown);
 }
