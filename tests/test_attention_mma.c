@@ -29,6 +29,7 @@
 #include "reference.h"
 #include "test_layer.h"
 #include "test_util.h"
+#include "iha_tune.h"
 #include "kernels/attention.h"
 #include "kernels/mix.h"
 #include "runtime/context.h"
@@ -229,6 +230,58 @@ static void odd_widths_test(void **state)
     }
 }
 
+/* What a tuning run's progress reports showed of the tensor cores. */
+typedef struct tune_seen {
+    int tried, passed;
+} tune_seen;
+
+static void on_progress(const iha_tune_progress *p, void *user)
+{
+    tune_seen *seen = user;
+    if (strcmp(p->kernel, "attention") != 0 || strstr(p->candidate_config, "variant=3") == NULL) return;
+    seen->tried++;
+    seen->passed += p->candidate_s >= 0.0;
+}
+
+/* The tuner starts from the tensor cores on a 16-bit bucket and accepts them (verified within
+ * its bound, then timed), and never tries them on a float bucket. */
+static tune_seen tune_attention(int storage, double budget_s)
+{
+    iha_context_options co;
+    iha_context_options_init(&co);
+    co.profile = "off";
+    iha_context *ctx = tu_context_create_or_fail(&co);
+    const iha_shape s = {1, 64, 32, 2, 16, 1};
+    iha_attention_options o;
+    iha_attention_options_init(&o);
+    o.storage = storage;
+    iha_tune_options to;
+    iha_tune_options_init(&to);
+    to.kernels = IHA_TUNE_ATTENTION;
+    to.budget_s = budget_s;
+    to.reps = 1;
+    to.dry_run = 1;
+    tune_seen seen = {0, 0};
+    to.progress = on_progress;
+    to.user = &seen;
+    iha_tune_result r;
+    size_t count = 0;
+    tu_assert_status(ctx, iha_tune(ctx, &s, &o, 1, &to, &r, 1, &count), IHA_OK);
+    iha_context_free(ctx);
+    return seen;
+}
+
+static void tuner_test(void **state)
+{
+    (void)state;
+    TU_REQUIRE_DEVICE(tu_ctx);
+    const tune_seen half = tune_attention(IHA_STORAGE_F16, 8.0);
+    print_message("half storage: %d tensor-core candidates, %d verified and timed\n", half.tried, half.passed);
+    assert_true(half.passed > 0);
+    const tune_seen single = tune_attention(IHA_STORAGE_F32, 2.0);
+    assert_int_equal(single.tried, 0);
+}
+
 /* A driver that does not build the hardware path (here any non-NVIDIA one, told that it offers
  * it) costs the caller nothing: the call runs the built-in and succeeds, and the context stops
  * offering the tensor cores. */
@@ -316,7 +369,7 @@ int main(int argc, char **argv)
 {
     /* Before any context opens: every context of this process offers the emulated path. */
     setenv("IHA_MMA_EMULATE", "1", 1);
-    struct CMUnitTest tests[COUNT(kCases) + 4];
+    struct CMUnitTest tests[COUNT(kCases) + 5];
     for (size_t i = 0; i < COUNT(kCases); i++) {
         struct CMUnitTest t = {kCases[i].name, configuration_test, NULL, NULL, (void *)&kCases[i]};
         tests[i] = t;
@@ -329,5 +382,7 @@ int main(int argc, char **argv)
     tests[COUNT(kCases) + 2] = refused;
     struct CMUnitTest odd = {"odd widths", odd_widths_test, NULL, NULL, NULL};
     tests[COUNT(kCases) + 3] = odd;
+    struct CMUnitTest tuner = {"tuner", tuner_test, NULL, NULL, NULL};
+    tests[COUNT(kCases) + 4] = tuner;
     return tu_main(argc, argv, tests, COUNT(tests), tu_group_setup, tu_group_teardown);
 }

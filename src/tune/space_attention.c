@@ -202,6 +202,24 @@ static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_co
     return 1;
 }
 
+/* Where the tensor cores may serve the bucket, a start among them: one parameter from a float
+ * configuration they are not always reachable (group 1 or LOC_KEYS that is not whole k steps),
+ * and the search would not meet them. 4 and 8 warps with 64-key tiles, 4 warps with 32; the
+ * space's constraints pass over those that do not fit. */
+static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *out, int capacity)
+{
+    static const int shapes[][2] = {{64, 64}, {128, 64}, {64, 32}};
+    if (ctx->mma == IHA_MMA_NONE || b->values[K_BYTES] != 2) return 0;
+    int n = 0;
+    for (; n < capacity && n < 3; ++n) {
+        const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = 16, .vec = 4, .group = (size_t)shapes[n][0],
+                                          .variant = IHA_ATTENTION_MMA_F16, .local_keys = shapes[n][1], .prefetch = 0,
+                                          .tile_ry = 4, .tile_rx = 4};
+        from_kernel_config(&cfg, &out[n]);
+    }
+    return n;
+}
+
 static void safe(const iha_tune_bucket *b, iha_tune_config *c)
 {
     (void)b;
@@ -373,6 +391,6 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
 }
 
 const iha_tunable iha__tunable_attention = {
-    &space, 3.0, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, canonical,
+    &space, 3.0, bucket_of, builtin, safe, seeds, problem_create, problem_free, problem_bytes, canonical,
     prepare, enqueue, check, NULL, tolerance,
 };

@@ -13,7 +13,8 @@
 #      passed through OCL_ICD_VENDORS;
 #   4. runs, each step with a time limit and within --total-seconds for all of them, each into a
 #      file of the output directory: `iha devices`, `iha check`, `iha bench --json` with the
-#      built-in tile sizes, `iha tune` with a short budget, the attention forward's local tiles in
+#      built-in tile sizes, `iha tune` with a short budget (and the attention of half storage,
+#      where the tuner tries the tensor cores), the attention forward's local tiles in
 #      six register sub-tile shapes and the tensor cores in four configurations with the core in
 #      half (forced through a profile, bench/peers/forced_profile.py), then `iha bench --json` on the
 #      problems of the side-by-side table (the causal and the unmasked core at d = 64 and 128
@@ -317,6 +318,9 @@ PY
 step bench_builtin 120 "$iha" bench --json --no-cold-start --no-layer --no-baseline $bench_args || true
 note "bench_builtin: $(bench_summary "$out/bench_builtin.txt")"
 step tune $((tune_seconds + 120)) "$iha" tune --budget-s "$tune_seconds" || true
+# The attention of half-storage calls, where the tuner starts from the tensor cores (their
+# entries go to the same profile; the float runs below do not read them).
+step tune_half 60 "$iha" tune --kernels attention --storage half --layers global --budget-s 20 || true
 
 # The local tiles' register sub-tiles (doc/performance.md, "A model of the GPU kernels"), each
 # forced as the attention kernel's device-wide default in a profile that carries the key of the
