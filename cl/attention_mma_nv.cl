@@ -130,7 +130,7 @@ void attention_fwd_mma_nv(ATTENTION_LOCAL_ARGS IHA_PROBE_PARAMS)
     const int row0 = t0 + 16 * warp + g, row1 = row0 + 8; /* the rows of this lane's fragments */
 
     uint4 qa[DP / 16];
-MMA_UNROLL
+    MMA_UNROLL
     for (int k = 0; k < DP / 16; ++k) {
         const int c = 16 * k + 2 * q4;
         qa[k] = (uint4)(query_pair(qb, row0, c, T), query_pair(qb, row1, c, T), query_pair(qb, row0, c + 8, T),
@@ -140,7 +140,7 @@ MMA_UNROLL
     const int2 r1 = visible_keys(min(row1, T - 1), T, P, mask, window, seq);
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float4 acc[DP / 8];
-MMA_UNROLL
+    MMA_UNROLL
     for (int n = 0; n < DP / 8; ++n) acc[n] = (float4)(0.0f);
     /* The same for every work-item of the group, so the barriers below are reached uniformly. */
     const int lo_min = visible_keys(t0, T, P, mask, window, seq).x;
@@ -155,18 +155,19 @@ MMA_UNROLL
         barrier(CLK_LOCAL_MEM_FENCE);
 
         float4 s[LOC_KEYS / 8];
-MMA_UNROLL
+        MMA_UNROLL
         for (int n = 0; n < LOC_KEYS / 8; ++n) s[n] = (float4)(0.0f);
-MMA_UNROLL
-        for (int k = 0; k < DP / 16; ++k)
-MMA_UNROLL
+        MMA_UNROLL
+        for (int k = 0; k < DP / 16; ++k) {
+            MMA_UNROLL
             for (int n = 0; n < LOC_KEYS / 8; ++n) {
                 const __local uint *kr = ks + (8 * n + g) * KS + 8 * k + q4;
                 s[n] = mma_16816(s[n], qa[k], (uint2)(kr[0], kr[4]) MMA_ENV);
             }
+        }
 
         float mx0 = -INFINITY, mx1 = -INFINITY;
-MMA_UNROLL
+        MMA_UNROLL
         for (int n = 0; n < LOC_KEYS / 8; ++n) {
             const int key = j0 + 8 * n + 2 * q4;
             s[n] = (float4)(score(s[n].x, key, r0, scale_log2), score(s[n].y, key + 1, r0, scale_log2),
@@ -183,11 +184,11 @@ MMA_UNROLL
         const float corr0 = exp2(m0 - base0), corr1 = exp2(m1 - base1);
         m0 = new0, m1 = new1;
         l0 *= corr0, l1 *= corr1;
-MMA_UNROLL
+        MMA_UNROLL
         for (int n = 0; n < DP / 8; ++n) acc[n] *= (float4)(corr0, corr0, corr1, corr1);
 
         uint4 pa[LOC_KEYS / 16];
-MMA_UNROLL
+        MMA_UNROLL
         for (int n = 0; n < LOC_KEYS / 8; ++n) {
             const float4 p = exp2(s[n] - (float4)(base0, base0, base1, base1));
             l0 += p.x + p.y;
@@ -200,20 +201,22 @@ MMA_UNROLL
                 pa[n / 2].w = mma_pack(p.z, p.w);
             }
         }
-MMA_UNROLL
-        for (int k = 0; k < LOC_KEYS / 16; ++k)
-MMA_UNROLL
+        MMA_UNROLL
+        for (int k = 0; k < LOC_KEYS / 16; ++k) {
+            MMA_UNROLL
             for (int n = 0; n < DP / 8; ++n) {
                 const __local uint *vr = vs + (8 * n + g) * VS + 8 * k + q4;
                 acc[n] = mma_16816(acc[n], pa[k], (uint2)(vr[0], vr[4]) MMA_ENV);
             }
-        if (bad == j0 + 1)
-MMA_UNROLL
+        }
+        if (bad == j0 + 1) {
+            MMA_UNROLL
             for (int n = 0; n < DP / 8; ++n) {
                 const int c = 8 * n + 2 * q4;
                 acc[n] = (float4)(poison(acc[n].x, vb, j0, r0, c), poison(acc[n].y, vb, j0, r0, c + 1),
                                   poison(acc[n].z, vb, j0, r1, c), poison(acc[n].w, vb, j0, r1, c + 1));
             }
+        }
     }
     IHA_PROBE_EXPECT(j0 > hi_max + IHA_PROBE_PAST * LOC_KEYS);
 
@@ -223,7 +226,7 @@ MMA_UNROLL
     const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
     __global float *o0 = o + o_off + ((size_t)bh * T + row0) * HEAD_DIM;
     __global float *o1 = o0 + 8 * HEAD_DIM;
-MMA_UNROLL
+    MMA_UNROLL
     for (int n = 0; n < DP / 8; ++n) {
         const int c = 8 * n + 2 * q4;
         if (row0 < T && c < HEAD_DIM) o0[c] = acc[n].x * inv0;

@@ -26,13 +26,13 @@
 #include <string.h>
 
 #include "attention_configs.h"
-#include "reference.h"
-#include "test_layer.h"
-#include "test_util.h"
 #include "iha_tune.h"
 #include "kernels/attention.h"
 #include "kernels/mix.h"
+#include "reference.h"
 #include "runtime/context.h"
+#include "test_layer.h"
+#include "test_util.h"
 #include "tune/tunable.h"
 
 #define HALF_TOL 2e-3
@@ -66,19 +66,22 @@ typedef struct mma_case {
     int full; /* 0: the width of the rotation; 1: the other two */
 } mma_case;
 
-#define CASES(prefix, full)                                                                                        \
-    {prefix "W=1 KT=16 f16", 1, 16, 0, full}, {prefix "W=1 KT=32 f16", 1, 32, 0, full},                            \
-        {prefix "W=1 KT=64 f16", 1, 64, 0, full}, {prefix "W=2 KT=16 f16", 2, 16, 0, full},                        \
-        {prefix "W=2 KT=32 f16", 2, 32, 0, full}, {prefix "W=2 KT=64 f16", 2, 64, 0, full},                        \
-        {prefix "W=4 KT=16 f16", 4, 16, 0, full}, {prefix "W=4 KT=32 f16", 4, 32, 0, full},                        \
-        {prefix "W=4 KT=64 f16", 4, 64, 0, full}, {prefix "W=8 KT=16 f16", 8, 16, 0, full},                        \
-        {prefix "W=8 KT=32 f16", 8, 32, 0, full}, {prefix "W=8 KT=64 f16", 8, 64, 0, full},                        \
-        {prefix "W=1 KT=16 bf16", 1, 16, 1, full}, {prefix "W=1 KT=32 bf16", 1, 32, 1, full},                      \
-        {prefix "W=1 KT=64 bf16", 1, 64, 1, full}, {prefix "W=2 KT=16 bf16", 2, 16, 1, full},                      \
-        {prefix "W=2 KT=32 bf16", 2, 32, 1, full}, {prefix "W=2 KT=64 bf16", 2, 64, 1, full},                      \
-        {prefix "W=4 KT=16 bf16", 4, 16, 1, full}, {prefix "W=4 KT=32 bf16", 4, 32, 1, full},                      \
-        {prefix "W=4 KT=64 bf16", 4, 64, 1, full}, {prefix "W=8 KT=16 bf16", 8, 16, 1, full},                      \
-        {prefix "W=8 KT=32 bf16", 8, 32, 1, full}, {prefix "W=8 KT=64 bf16", 8, 64, 1, full}
+#define CASES(prefix, full)                                                                                            \
+    {prefix "W=1 KT=16 f16", 1, 16, 0, full}, {prefix "W=1 KT=32 f16", 1, 32, 0, full},                                \
+        {prefix "W=1 KT=64 f16", 1, 64, 0, full}, {prefix "W=2 KT=16 f16", 2, 16, 0, full},                            \
+        {prefix "W=2 KT=32 f16", 2, 32, 0, full}, {prefix "W=2 KT=64 f16", 2, 64, 0, full},                            \
+        {prefix "W=4 KT=16 f16", 4, 16, 0, full}, {prefix "W=4 KT=32 f16", 4, 32, 0, full},                            \
+        {prefix "W=4 KT=64 f16", 4, 64, 0, full}, {prefix "W=8 KT=16 f16", 8, 16, 0, full},                            \
+        {prefix "W=8 KT=32 f16", 8, 32, 0, full}, {prefix "W=8 KT=64 f16", 8, 64, 0, full},                            \
+        {prefix "W=1 KT=16 bf16", 1, 16, 1, full}, {prefix "W=1 KT=32 bf16", 1, 32, 1, full},                          \
+        {prefix "W=1 KT=64 bf16", 1, 64, 1, full}, {prefix "W=2 KT=16 bf16", 2, 16, 1, full},                          \
+        {prefix "W=2 KT=32 bf16", 2, 32, 1, full}, {prefix "W=2 KT=64 bf16", 2, 64, 1, full},                          \
+        {prefix "W=4 KT=16 bf16", 4, 16, 1, full}, {prefix "W=4 KT=32 bf16", 4, 32, 1, full},                          \
+        {prefix "W=4 KT=64 bf16", 4, 64, 1, full}, {prefix "W=8 KT=16 bf16", 8, 16, 1, full},                          \
+        {prefix "W=8 KT=32 bf16", 8, 32, 1, full},                                                                     \
+    {                                                                                                                  \
+        prefix "W=8 KT=64 bf16", 8, 64, 1, full                                                                        \
+    }
 
 static const mma_case kCases[] = {CASES("", 0), CASES("full_", 1)};
 
@@ -127,10 +130,15 @@ static void run_kernel(iha_context *ctx, const mma_case *mc, const shape_case *c
     tu_fill_nan(got, n);
     tu_buffer_write(ctx, out, 0, got, n);
     tu_buffer_write(ctx, lse, 0, got, nl);
-    const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = key_block, .vec = 4,
+    const iha_attention_config cfg = {.rows = 1,
+                                      .tiles = 1,
+                                      .key_block = key_block,
+                                      .vec = 4,
                                       .group = (size_t)(16 * mc->warps),
                                       .variant = mc->bf16 ? IHA_ATTENTION_MMA_BF16 : IHA_ATTENTION_MMA_F16,
-                                      .local_keys = mc->keys, .tile_ry = 4, .tile_rx = 4};
+                                      .local_keys = mc->keys,
+                                      .tile_ry = 4,
+                                      .tile_rx = 4};
     tu_assert_status(ctx, iha__pack_keys_enqueue(ctx, &dims, (iha_buffer){k, 0}, (iha_buffer){packed, 0}, key_block),
                      IHA_OK);
     const size_t window = c->window > 0 && (size_t)c->window < c->N ? (size_t)c->window : 0;
@@ -142,8 +150,8 @@ static void run_kernel(iha_context *ctx, const mma_case *mc, const shape_case *c
     tu_buffer_read(ctx, out, 0, got, n);
     tu_buffer_read(ctx, lse, 0, got_lse, nl);
     const double tol = mc->bf16 ? BF16_TOL : HALF_TOL;
-    print_message("%s d=%zu T=%zu KB=%d: o %.2e, lse %.2e\n", mc->name, d, dims.T, key_block,
-                  tu_rel_l2(got, oref, n), tu_rel_l2(got_lse, lref, nl));
+    print_message("%s d=%zu T=%zu KB=%d: o %.2e, lse %.2e\n", mc->name, d, dims.T, key_block, tu_rel_l2(got, oref, n),
+                  tu_rel_l2(got_lse, lref, nl));
     tu_assert_close("o", got, oref, n, tol);
     tu_assert_close("lse", got_lse, lref, nl, tol);
     cl_mem m[6] = {q, k, v, packed, out, lse};
@@ -165,7 +173,8 @@ static void configuration_test(void **state)
             print_message("%s d=%zu does not fit this device: skipped\n", mc->name, d);
             continue;
         }
-        for (size_t i = 0; i < COUNT(kShapes); i++) run_kernel(tu_ctx, mc, &kShapes[i], d, key_block, 5300 + 17 * i + w);
+        for (size_t i = 0; i < COUNT(kShapes); i++)
+            run_kernel(tu_ctx, mc, &kShapes[i], d, key_block, 5300 + 17 * i + w);
     }
 }
 
@@ -191,11 +200,17 @@ static void nonfinite_test(void **state)
             tu_buffer_write(tu_ctx, q, 0, qt, n);
             tu_buffer_write(tu_ctx, k, 0, kt, n);
             tu_buffer_write(tu_ctx, v, 0, vt, n);
-            const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = 16, .vec = 4, .group = 32,
+            const iha_attention_config cfg = {.rows = 1,
+                                              .tiles = 1,
+                                              .key_block = 16,
+                                              .vec = 4,
+                                              .group = 32,
                                               .variant = bf16 ? IHA_ATTENTION_MMA_BF16 : IHA_ATTENTION_MMA_F16,
-                                              .local_keys = 32, .tile_ry = 4, .tile_rx = 4};
-            tu_assert_status(tu_ctx, iha__pack_keys_enqueue(tu_ctx, &dims, (iha_buffer){k, 0}, (iha_buffer){packed, 0}, 16),
-                             IHA_OK);
+                                              .local_keys = 32,
+                                              .tile_ry = 4,
+                                              .tile_rx = 4};
+            tu_assert_status(
+                tu_ctx, iha__pack_keys_enqueue(tu_ctx, &dims, (iha_buffer){k, 0}, (iha_buffer){packed, 0}, 16), IHA_OK);
             tu_assert_status(tu_ctx,
                              iha__attention_enqueue(tu_ctx, &cfg, &dims, (iha_buffer){q, 0}, (iha_buffer){packed, 0},
                                                     (iha_buffer){v, 0}, (iha_buffer){out, 0}, (iha_buffer){NULL, 0},
@@ -304,8 +319,15 @@ static void storage_rule_test(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = 16, .vec = 4, .group = 32,
-                                      .variant = IHA_ATTENTION_MMA_F16, .local_keys = 32, .tile_ry = 4, .tile_rx = 4};
+    const iha_attention_config cfg = {.rows = 1,
+                                      .tiles = 1,
+                                      .key_block = 16,
+                                      .vec = 4,
+                                      .group = 32,
+                                      .variant = IHA_ATTENTION_MMA_F16,
+                                      .local_keys = 32,
+                                      .tile_ry = 4,
+                                      .tile_rx = 4};
     char expected[512];
     iha_context *ctx = ac_context_forcing(&cfg, expected, sizeof expected);
     assert_int_equal(ctx->mma, IHA_MMA_EMULATED);
@@ -325,8 +347,14 @@ static void storage_rule_test(void **state)
     assert_true(iha__space_valid(t->space, &config, &bucket, &limits, NULL));
     /* The verification bound: 1e-3 for the tensor cores on a 16-bit bucket, float32's for the rest. */
     assert_true(iha__tune_tolerance(t, &bucket, &config) == 1e-3);
-    const iha_attention_config float_cfg = {.rows = 1, .tiles = 1, .key_block = 16, .vec = 4, .group = 64,
-                                            .variant = IHA_ATTENTION_LOCAL_TILES, .local_keys = 32, .tile_ry = 4,
+    const iha_attention_config float_cfg = {.rows = 1,
+                                            .tiles = 1,
+                                            .key_block = 16,
+                                            .vec = 4,
+                                            .group = 64,
+                                            .variant = IHA_ATTENTION_LOCAL_TILES,
+                                            .local_keys = 32,
+                                            .tile_ry = 4,
                                             .tile_rx = 4};
     const iha_tune_config float_config = ac_tune_config(&float_cfg);
     assert_true(iha__tune_tolerance(t, &bucket, &float_config) == 1e-5);
@@ -335,7 +363,8 @@ static void storage_rule_test(void **state)
 
     tu_rng rng = tu_rng_seeded(77);
     const size_t n = tu_count_virtual(&s), nl = s.batch * s.heads * s.tokens * s.pseudo;
-    float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f), *vt = tu_random_array(&rng, n, 1.0f);
+    float *qt = tu_random_array(&rng, n, 1.5f), *kt = tu_random_array(&rng, n, 1.5f),
+          *vt = tu_random_array(&rng, n, 1.0f);
     iha_buffer qb = {tu_tensor_guarded(ctx, IHA_STORAGE_F16, qt, n, 3, TU_GUARD, TU_SENTINEL), 3};
     iha_buffer kb = {tu_tensor_guarded(ctx, IHA_STORAGE_F16, kt, n, 1, TU_GUARD, TU_SENTINEL), 1};
     iha_buffer vb = {tu_tensor_guarded(ctx, IHA_STORAGE_F16, vt, n, 2, TU_GUARD, TU_SENTINEL), 2};
