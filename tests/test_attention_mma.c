@@ -95,6 +95,14 @@ static size_t rotation(const mma_case *mc)
     return (size_t)(w + k + mc->bf16) % COUNT(kWidths);
 }
 
+/* A configuration of the local variants (the tensor cores' among them): the register tiles'
+ * parameters at the values the tuning space fixes for them. */
+static iha_attention_config local_config(iha_attention_variant variant, int rows, int keys, int key_block)
+{
+    iha_attention_config c = {1, 1, key_block, 4, (size_t)rows, variant, keys, 0, 4, 4};
+    return c;
+}
+
 static void problem_of(const shape_case *c, size_t d, iha_shape *s, iha_attention_options *o)
 {
     *s = (iha_shape){c->B, c->N, 0, c->H, d, c->P};
@@ -130,15 +138,8 @@ static void run_kernel(iha_context *ctx, const mma_case *mc, const shape_case *c
     tu_fill_nan(got, n);
     tu_buffer_write(ctx, out, 0, got, n);
     tu_buffer_write(ctx, lse, 0, got, nl);
-    const iha_attention_config cfg = {.rows = 1,
-                                      .tiles = 1,
-                                      .key_block = key_block,
-                                      .vec = 4,
-                                      .group = (size_t)(16 * mc->warps),
-                                      .variant = mc->bf16 ? IHA_ATTENTION_MMA_BF16 : IHA_ATTENTION_MMA_F16,
-                                      .local_keys = mc->keys,
-                                      .tile_ry = 4,
-                                      .tile_rx = 4};
+    const iha_attention_config cfg =
+        local_config(mc->bf16 ? IHA_ATTENTION_MMA_BF16 : IHA_ATTENTION_MMA_F16, 16 * mc->warps, mc->keys, key_block);
     tu_assert_status(ctx, iha__pack_keys_enqueue(ctx, &dims, (iha_buffer){k, 0}, (iha_buffer){packed, 0}, key_block),
                      IHA_OK);
     const size_t window = c->window > 0 && (size_t)c->window < c->N ? (size_t)c->window : 0;
@@ -200,15 +201,8 @@ static void nonfinite_test(void **state)
             tu_buffer_write(tu_ctx, q, 0, qt, n);
             tu_buffer_write(tu_ctx, k, 0, kt, n);
             tu_buffer_write(tu_ctx, v, 0, vt, n);
-            const iha_attention_config cfg = {.rows = 1,
-                                              .tiles = 1,
-                                              .key_block = 16,
-                                              .vec = 4,
-                                              .group = 32,
-                                              .variant = bf16 ? IHA_ATTENTION_MMA_BF16 : IHA_ATTENTION_MMA_F16,
-                                              .local_keys = 32,
-                                              .tile_ry = 4,
-                                              .tile_rx = 4};
+            const iha_attention_config cfg =
+                local_config(bf16 ? IHA_ATTENTION_MMA_BF16 : IHA_ATTENTION_MMA_F16, 32, 32, 16);
             tu_assert_status(
                 tu_ctx, iha__pack_keys_enqueue(tu_ctx, &dims, (iha_buffer){k, 0}, (iha_buffer){packed, 0}, 16), IHA_OK);
             tu_assert_status(tu_ctx,
@@ -319,15 +313,7 @@ static void storage_rule_test(void **state)
 {
     (void)state;
     TU_REQUIRE_DEVICE(tu_ctx);
-    const iha_attention_config cfg = {.rows = 1,
-                                      .tiles = 1,
-                                      .key_block = 16,
-                                      .vec = 4,
-                                      .group = 32,
-                                      .variant = IHA_ATTENTION_MMA_F16,
-                                      .local_keys = 32,
-                                      .tile_ry = 4,
-                                      .tile_rx = 4};
+    const iha_attention_config cfg = local_config(IHA_ATTENTION_MMA_F16, 32, 32, 16);
     char expected[512];
     iha_context *ctx = ac_context_forcing(&cfg, expected, sizeof expected);
     assert_int_equal(ctx->mma, IHA_MMA_EMULATED);
@@ -347,15 +333,7 @@ static void storage_rule_test(void **state)
     assert_true(iha__space_valid(t->space, &config, &bucket, &limits, NULL));
     /* The verification bound: 1e-3 for the tensor cores on a 16-bit bucket, float32's for the rest. */
     assert_true(iha__tune_tolerance(t, &bucket, &config) == 1e-3);
-    const iha_attention_config float_cfg = {.rows = 1,
-                                            .tiles = 1,
-                                            .key_block = 16,
-                                            .vec = 4,
-                                            .group = 64,
-                                            .variant = IHA_ATTENTION_LOCAL_TILES,
-                                            .local_keys = 32,
-                                            .tile_ry = 4,
-                                            .tile_rx = 4};
+    const iha_attention_config float_cfg = local_config(IHA_ATTENTION_LOCAL_TILES, 64, 32, 16);
     const iha_tune_config float_config = ac_tune_config(&float_cfg);
     assert_true(iha__tune_tolerance(t, &bucket, &float_config) == 1e-5);
     limits.mma = 0;
