@@ -26,6 +26,11 @@
 #      in several tile configurations, forced whatever the simulator's built-in (those larger
 #      than its local memory are skipped); the simulator's own built-in at d <= 72 is the local
 #      tiles, so every GPU forward of the other runs goes through them as well;
+#   3b. tests/test_attention_mma with --data-races: the tensor-core attention's emulated path
+#      (fragments exchanged through local memory between barriers) with 8 warps and 64-key tiles
+#      in bfloat16 and 2 warps and 32-key tiles in half, each on three ragged shapes, d = 1, 13
+#      and 160, the non-finite rule (its tile flag is a local atomic) and the lookup's storage
+#      rule (16-bit storage runs it through iha_attention);
 #   4. tests/test_gemm with --data-races: the library's SGEMM kernel in every tile of its tuning
 #      space on ragged shapes, with buffers that end where their matrices do;
 #   5. tests/test_backward with --data-races: the attention backward kernels on ragged shapes
@@ -90,6 +95,11 @@ run bf16_convert -- "$tests/test_bf16_convert"
 run small_shapes_races --data-races -- "$tests/test_small_shapes"
 IHA_TEST_SKIP='long_prompt_many_splits*' run decode_compact -- "$tests/test_decode_compact"
 run attention_variants_races --data-races -- "$tests/test_attention_variants"
+IHA_TEST_ONLY='W=8 KT=64 bf16' run attention_mma_w8_races --data-races -- "$tests/test_attention_mma"
+IHA_TEST_ONLY='W=2 KT=32 f16' run attention_mma_w2_races --data-races -- "$tests/test_attention_mma"
+IHA_TEST_ONLY='storage rule' run attention_mma_rule_races --data-races -- "$tests/test_attention_mma"
+IHA_TEST_ONLY='non-finite values' run attention_mma_nonfinite_races --data-races -- "$tests/test_attention_mma"
+IHA_TEST_ONLY='odd widths' run attention_mma_widths_races --data-races -- "$tests/test_attention_mma"
 run gemm_races --data-races -- "$tests/test_gemm"
 IHA_TEST_SKIP='long_cache_*' run decode -- "$tests/test_decode"
 IHA_TEST_ONLY=uneven_key_groups run decode_groups_uneven_races --data-races -- "$tests/test_decode_groups"

@@ -13,6 +13,8 @@
 #     local tiles), and the local tiles' 8 x 8, 8 x 4 and 4 x 8 register sub-tiles on a shorter
 #     shape set with packed sequences (those over 32 KiB of local memory skipped);
 #   - test_mha: multi-head attention (P = 1, the identity shortcut);
+#   - test_attention_mma's 8-warp, 64-key cases: the tensor-core attention's emulated path in
+#     half and bfloat16 (the whole of its quick tier with IHA_RUSTICL_ALL=1);
 #   - test_backward without its tiles_ cases: the row kernels, which the library uses there;
 #   - test_partial's invisible block (the partial attention kernels and their merge).
 # (The packed sequences' bounds in the attention kernels are checked on a second implementation
@@ -71,12 +73,14 @@ if [ "${IHA_RUSTICL_ALL:-0}" = 1 ]; then
   run test_accumulate
   run test_partial
   run test_bf16 IHA_TEST_ONLY='decode_steps'
+  run test_attention_mma IHA_TEST_SKIP='full_*'
 else
   run test_backward IHA_TEST_SKIP='tiles_*'
   run test_loop_limit
   run test_attention_variants
   run test_mha
   run test_partial IHA_TEST_ONLY='invisible_block_keeps_state'
+  run test_attention_mma IHA_TEST_ONLY='W=8 KT=64*'
 fi
 failed=0
 lanes_finish || failed=1

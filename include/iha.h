@@ -287,7 +287,11 @@ IHA_API void iha_context_stage_times(const iha_context *ctx, iha_stage_times *ou
 typedef enum iha_mask { IHA_MASK_CAUSAL = 0, IHA_MASK_TOKEN_CAUSAL = 1, IHA_MASK_NONE = 2 } iha_mask;
 
 /* Storage type of tensors in device memory: of a call's activations and weights (the two
- * fields of iha_attention_options below) and of a KV cache. Arithmetic is always float32:
+ * fields of iha_attention_options below) and of a KV cache. Arithmetic is float32 (with one
+ * exception: on NVIDIA devices of compute capability 8.0 or more, a tuning profile may run the
+ * attention core of a half or bfloat16 call on tensor cores, which round its inputs to 16 bits;
+ * the tuner and iha_check accept that only within the storage's contract, and float storage
+ * never gets it; doc/spec.md, "Numerical contract"):
  * IHA_STORAGE_F16 tensors are read with vload_half and written with vstore_half (round to
  * nearest even), which are core OpenCL and need no cl_khr_fp16, so half storage works on every
  * device. It halves the bytes of what it stores; results meet doc/spec.md's half-storage contract

@@ -273,7 +273,7 @@ static void space_rules(void **state)
     iha__tune_decode_bucket(&dd, IHA_MASK_CAUSAL, 0, &b);
     const long values[7] = {4, 4, 128, 256, 4, 1, 2};
     for (int i = 0; i < 7; i++) c.v[i] = values[i];
-    iha_tune_limits lim = {1024, 48 * 1024};
+    iha_tune_limits lim = {1024, 48 * 1024, 0};
     const char *why = NULL;
     assert_true(iha__space_valid(s, &c, &b, &lim, &why));
     c.v[iha__space_param_index(s, "group")] = 16;

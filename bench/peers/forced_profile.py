@@ -9,7 +9,8 @@ so that the library loads the result; the configuration becomes the attention ke
 default, every parameter not named taking the value of a local-tile configuration's canonical
 form (src/tune/space_attention.c). `iha bench` then reports the configuration it ran, which a
 caller compares with the one it asked for: the library passes over an entry that does not fit
-the device. Standard library only.
+the device. The tensor-core variants (3 and 4) are valid for 16-bit storage only, so their entry's
+bucket says elem_bytes 2 and `iha bench` must run the core with --core-half. Standard library only.
 """
 
 import argparse
@@ -39,8 +40,9 @@ def main():
         config[name] = int(value)
     with open(args.key_from) as f:
         key = json.load(f)["key"]
+    bucket = dict(BUCKET, elem_bytes=2 if config["variant"] in (3, 4) else 4)
     profile = {"format": "iha-tuning-profile", "format_version": FORMAT_VERSION, "key": key,
-               "entries": [{"kernel": "attention", "role": "device_default", "bucket": BUCKET, "config": config,
+               "entries": [{"kernel": "attention", "role": "device_default", "bucket": bucket, "config": config,
                             "seconds": 0, "default_seconds": 0, "error": 0}]}
     with open(args.out, "w") as f:
         json.dump(profile, f, indent=1)

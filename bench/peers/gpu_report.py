@@ -9,7 +9,11 @@ The ceilings (peak FMA, copy bandwidth) are those of the --ceilings report's run
 --core16 names a report of iha's attention core with 16-bit inputs, for the target that a
 16-bit path be at least twice the float32 forward; without it that target is "not measured".
 --forced names forward runs in configurations forced through a profile (gpu-check.sh's local
-tiles): a row each, with the configuration that ran and the model's fraction, no peers or targets.
+tiles and tensor-core variants): a row each, with the configuration that ran and the model's
+fraction. A tensor-core row (variants 3 and 4, `iha bench --core-half`) is a fraction of the
+16-bit tensor peak (--tensor-peak-tflops, dense, from the datasheet: the ceilings measure none),
+with PyTorch's SDPA beside it where the float runs had the same problem; without --core16 the
+fastest such row at d = 64 stands for the 16-bit target.
 Standard library only: it runs wherever the iha reports are.
 """
 
@@ -27,6 +31,11 @@ CORE16_OVER_F32 = 2.0
 # warps' FMAs and one 128-byte local-memory access (32 words) per clock, so an inner loop whose
 # every local word read feeds fewer than 4 FMAs is bound by local memory at that share of peak.
 FMA_PER_WORD_AT_PEAK = 4.0
+# The tensor cores (cl/attention_mma_nv.cl) on SM 9.0: 2048 dense 16-bit FMAs per SM and clock
+# against the same 32 words of local memory, so 64 FMAs per word at peak. H100 and H200 SXM:
+# 989 TFLOP/s dense.
+TENSOR_FMA_PER_WORD_AT_PEAK = 64.0
+TENSOR_PEAK_TFLOPS = 989.0
 
 
 def bound(parts):
@@ -58,6 +67,15 @@ def model_forward(config, d):
             return 32.0 / 2 / 128  # a spilled word read and written per FMA, through the L1's 32 words a clock
         return bound([(1.0, float(rows))])
     return None
+
+
+def model_mma(config):
+    """The tensor-core forward's local-memory bound as a fraction of the tensor peak: per key tile
+    a group of W warps does 32·W·KT·d' FMAs and reads W·KT·d' words of B fragments, writes KT·d'
+    words of tiles and, transposing the values, meets 4-way bank conflicts on KT·d'/2 of them."""
+    warps = (param(config, "group") or 64) // 16
+    per_word = 32.0 * warps / (warps + 2.5)
+    return min(1.0, per_word / TENSOR_FMA_PER_WORD_AT_PEAK)
 
 
 def model_backward(d):
@@ -103,6 +121,8 @@ def main():
     ap.add_argument("--ceilings", required=True)
     ap.add_argument("--core16", help="an `iha bench --json` report of a 16-bit attention core")
     ap.add_argument("--forced", nargs="+", default=[], help="forward runs in forced configurations")
+    ap.add_argument("--tensor-peak-tflops", type=float, default=TENSOR_PEAK_TFLOPS,
+                    help="the device's dense 16-bit tensor peak (default: H100 and H200 SXM)")
     ap.add_argument("--table", required=True)
     ap.add_argument("--targets", required=True)
     args = ap.parse_args()
@@ -132,7 +152,7 @@ def main():
     def bytes_rate(prob, r):
         return r["cache_bytes_per_second"] / 1e9
 
-    f32_forward = {}
+    f32_forward, forward_peers = {}, {}
     for path in args.iha_json:
         name = os.path.basename(path)
         rep = load(path)
@@ -155,6 +175,7 @@ def main():
                 what = f"{kind} fp32 {a['mask']} d={a['d']} T={a['t']} >= fraction of peak FMA"
                 if kind == "forward":
                     f32_forward[(a["d"], a["t"], a["mask"])] = seconds
+                    forward_peers[(a["d"], a["t"], a["mask"], a["batch"] * a["heads"])] = prob
                     target(what, of_peak, FORWARD_OF_PEAK.get(a["d"], FORWARD_OF_PEAK[128]))
                     target(f"forward fp32 {a['mask']} d={a['d']} faster than PyTorch fp32 SDPA (PyTorch's time over "
                            f"iha's)", ratio(p32, seconds), 1.0, "x", met=p32 is not None and seconds < p32)
@@ -174,25 +195,42 @@ def main():
             if dec["batch"] == 1:
                 target(f"decode B=1 {storage} cache d={dec['d']} L={dec['cached_tokens']} >= fraction of copy bandwidth",
                        of_copy, DECODE_OF_COPY)
+    core16_best = None
     for path in args.forced:
         a = load(path).get("attention", {})
         if a.get("state") != "ran":
             continue
         forced = a.get("config_source") == "profile_device_default"
+        head = (f"{a['mask']} forward, B·H = {a['batch'] * a['heads']}, T = {a['t']}, d = {a['d']}, "
+                f"{'forced' if forced else 'NOT the forced configuration, the library passed over it:'} "
+                f"`{a.get('config')}`")
+        tflops = a["flops"] / a["seconds"] / 1e12
+        if param(a.get("config"), "variant") in (3, 4):
+            prob = forward_peers.get((a["d"], a["t"], a["mask"], a["batch"] * a["heads"]))
+            p32, p16 = peer_seconds(prob, "float32"), peer_seconds(prob, "bfloat16")
+            rows.append([head + " (half storage)", "TFLOP/s", fmt(tflops),
+                         fmt(tflops / args.tensor_peak_tflops, 2) + " of 16-bit tensor peak",
+                         fmt(model_mma(a.get("config")), 2), peer_cell(prob, "float32", flops_rate),
+                         peer_cell(prob, "bfloat16", flops_rate), fmt(ratio(p32, a["seconds"]), 2),
+                         fmt(ratio(p16, a["seconds"]), 2)])
+            if forced and a["d"] == 64 and (core16_best is None or a["seconds"] < core16_best["seconds"]):
+                core16_best = a
+            continue
         of_peak = a["flops"] / a["seconds"] / 1e9 / peak if peak else None
-        rows.append([f"{a['mask']} forward, B·H = {a['batch'] * a['heads']}, T = {a['t']}, d = {a['d']}, "
-                     f"{'forced' if forced else 'NOT the forced configuration, the library passed over it:'} "
-                     f"`{a.get('config')}`", "TFLOP/s", fmt(a["flops"] / a["seconds"] / 1e12),
-                     fmt(of_peak, 2) + " of peak FMA", fmt(model_forward(a.get("config"), a["d"]), 2),
-                     "-", "-", "-", "-"])
+        rows.append([head, "TFLOP/s", fmt(tflops), fmt(of_peak, 2) + " of peak FMA",
+                     fmt(model_forward(a.get("config"), a["d"]), 2), "-", "-", "-", "-"])
+    a16 = None
     if args.core16 and os.path.exists(args.core16):
         a16 = load(args.core16).get("attention", {})
+    elif core16_best is not None:
+        a16 = core16_best
+    if a16 is not None:
         base = f32_forward.get((a16.get("d"), a16.get("t"), a16.get("mask")))
         sp = ratio(base, a16.get("seconds")) if a16.get("state") == "ran" else None
         target(f"16-bit attention core d={a16.get('d')} >= times the fp32 forward's speed", sp, CORE16_OVER_F32, "x")
     else:
-        targets.append("target 16-bit matrix-engine path >= 2x the fp32 forward: not measured (no --core16 report: "
-                       "iha bench has no 16-bit attention core to run)")
+        targets.append("target 16-bit matrix-engine path >= 2x the fp32 forward: not measured (no --core16 report and "
+                       "no forced tensor-core run at d = 64 ran)")
 
     head = ["problem (iha: `iha bench --json`)", "unit", "iha", "iha of ceiling", "model (doc/performance.md)", "PyTorch SDPA fp32",
             "PyTorch SDPA bf16", "iha / PyTorch fp32 (speed)", "iha / PyTorch bf16 (speed)"]

@@ -52,6 +52,8 @@ static iha_status setup(iha_context *ctx, const iha_context_options *o)
     IHA_RETURN_ERROR_IF(!choose_cache_dir(o->cache_dir, &cache_dir), ctx, IHA_ERROR_HOST_MEMORY,
                         "out of host memory");
     const char *kernel_dir = o->kernel_dir ? o->kernel_dir : getenv("IHA_KERNEL_DIR");
+    /* A test hook, not an option: the tensor-core attention's emulated path on any device. */
+    const char *mma_emulate = getenv("IHA_MMA_EMULATE");
     iha_runtime_options r = {
         .device = o->device ? o->device : getenv("IHA_DEVICE"),
         .opencl_context = o->opencl_context,
@@ -59,6 +61,7 @@ static iha_status setup(iha_context *ctx, const iha_context_options *o)
         .cache_dir = cache_dir,
         .kernel_dir = kernel_dir != NULL && kernel_dir[0] != '\0' ? kernel_dir : NULL,
         .time_stages = o->time_stages,
+        .mma_emulate = mma_emulate != NULL && strcmp(mma_emulate, "1") == 0,
     };
     iha_status st = iha__runtime_setup(ctx, &r);
     free(cache_dir);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check/check.h"
+#include "kernels/attention.h"
 #include "runtime/error.h"
 #include "tune/choose.h"
 #include "tune/state.h"
@@ -28,7 +29,7 @@ static const char *const mask_names[3] = {"causal", "token_causal", "none"};
 typedef struct item {
     iha_tune_config config;
     size_t d, P;
-    int half; /* decode: a half cache */
+    int half; /* decode: a half cache; attention: 16-bit storage */
     int source;
 } item;
 
@@ -137,11 +138,15 @@ static iha_status run_row(iha_check_run *run, const iha_tunable *t, iha_check_ro
     return IHA_OK;
 }
 
-static void begin_row(const iha_tunable *t, const item *it, const char *family, const char *shape, iha_check_row *row)
+/* The row's limit is the tunable's tolerance for the configuration on its first case's bucket
+ * (a row's cases share the storage). */
+static void begin_row(const iha_tunable *t, const item *it, const char *family, const char *shape,
+                      const iha_tune_bucket *bucket, iha_check_row *row)
 {
     char config[IHA_TUNE_CONFIG_TEXT];
     if (iha__space_format(t->space, &it->config, config, sizeof config) != 0) snprintf(config, sizeof config, "?");
-    iha__check_row_init(row, family, config, it->source, shape, IHA_TUNE_TOLERANCE);
+    iha__check_row_init(row, family, config, it->source, shape,
+                        bucket != NULL ? iha__tune_tolerance(t, bucket, &it->config) : IHA_TUNE_TOLERANCE);
 }
 
 /* The most cases a family runs a configuration on (decoding: 2 step sizes, 3 masks, 2 windows). */
@@ -164,7 +169,7 @@ static iha_status check_items(iha_check_run *run, const iha_tunable *t, const ch
         char shape[160];
         const int n = cases_of(run->ctx, t, it, cases, shape, sizeof shape);
         iha_check_row row;
-        begin_row(t, it, family, shape, &row);
+        begin_row(t, it, family, shape, n > 0 ? &cases[0].bucket : NULL, &row);
         st = run_row(run, t, &row, &it->config, cases, n);
     }
     free(items->v);
@@ -181,26 +186,48 @@ static int attention_cases(const iha_context *ctx, const iha_tunable *t, const i
         for (int w = 0; w < 2; ++w, ++n) {
             cases[n].shape = layer_shape(it->d, it->P);
             cases[n].options = masked(mask, w);
+            cases[n].options.storage = it->half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
             t->bucket_of(ctx, &cases[n].shape, &cases[n].options, &cases[n].bucket);
             snprintf(cases[n].label, sizeof cases[n].label, "%s %s", mask_names[mask], w ? "windowed" : "global");
         }
-    snprintf(shape, shape_size, "d=%zu P=%zu, the tuner's ragged problem; 3 masks, global and windowed", it->d, it->P);
+    snprintf(shape, shape_size, "d=%zu P=%zu%s, the tuner's ragged problem; 3 masks, global and windowed", it->d,
+             it->P, it->half ? ", 16-bit storage" : "");
     return n;
 }
 
+/* The lookup's configuration for a 16-bit bucket, where it is the tensor cores': other
+ * configurations run the same float kernels as the float bucket's rows. */
+static void add_mma_lookup(const iha_context *ctx, const iha_tunable *t, item_list *l, const iha_tune_bucket *b,
+                           size_t d, size_t P)
+{
+    iha_tune_config c;
+    int source;
+    const iha_profile_entry *e;
+    iha__tune_lookup(ctx, t, b, &c, &source, &e);
+    const long variant = c.v[iha__space_param_index(t->space, "variant")];
+    if (variant == IHA_ATTENTION_MMA_F16 || variant == IHA_ATTENTION_MMA_BF16) add_item(t, l, &c, d, P, 1, source);
+}
+
+/* 16-bit storage has buckets of its own where the tensor cores may serve it (the
+ * profile's entries for them are added in any case). */
 iha_status iha__check_attention(iha_check_run *run)
 {
     const iha_tunable *t = &iha__tunable_attention;
     item_list items = {NULL, 0, 0, 0};
-    for (size_t i = 0; i < DIMS; ++i)
-        for (int mask = 0; mask < 3; ++mask)
-            for (int w = 0; w < 2; ++w) {
-                const iha_shape s = layer_shape(dims[i][0], dims[i][1]);
-                const iha_attention_options o = masked(mask, w);
-                iha_tune_bucket b;
-                t->bucket_of(run->ctx, &s, &o, &b);
-                add_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo, 0);
-            }
+    for (int half = 0; half < (run->ctx->mma != IHA_MMA_NONE ? 2 : 1); ++half)
+        for (size_t i = 0; i < DIMS; ++i)
+            for (int mask = 0; mask < 3; ++mask)
+                for (int w = 0; w < 2; ++w) {
+                    const iha_shape s = layer_shape(dims[i][0], dims[i][1]);
+                    iha_attention_options o = masked(mask, w);
+                    o.storage = half ? IHA_STORAGE_F16 : IHA_STORAGE_F32;
+                    iha_tune_bucket b;
+                    t->bucket_of(run->ctx, &s, &o, &b);
+                    if (half)
+                        add_mma_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo);
+                    else
+                        add_lookup(run->ctx, t, &items, &b, s.head_dim, s.pseudo, 0);
+                }
     return check_items(run, t, "attention", &items, attention_cases);
 }
 

@@ -1,5 +1,6 @@
-/* Host side of the attention kernels: the configuration per device, the arguments both
- * variants share, and cl/attention.cl's launch (cl/attention_local.cl's is attention_local.c). */
+/* Host side of the attention kernels: the configuration per device, the arguments every
+ * variant shares, and cl/attention.cl's launch (the local variants' is attention_local.c, the
+ * tensor cores' attention_mma.c). */
 #include "kernels/attention.h"
 #include "runtime/error.h"
 
@@ -155,6 +156,19 @@ iha_status iha__attention_enqueue(iha_context *ctx, const iha_attention_config *
         const iha_attention_tiles t = {(int)cfg->group, cfg->local_keys, cfg->tile_ry, cfg->tile_rx};
         return iha__attention_tiles_enqueue(ctx, &t, cfg->key_block, dims, qt, kt_packed, vt, o, lse, mask, window,
                                             scale);
+    }
+    if (cfg->variant == IHA_ATTENTION_MMA_F16 || cfg->variant == IHA_ATTENTION_MMA_BF16) {
+        const iha_status st = iha__attention_mma_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block,
+                                                         cfg->variant == IHA_ATTENTION_MMA_BF16, dims, qt, kt_packed,
+                                                         vt, o, lse, mask, window, scale);
+        if (st != IHA_ERROR_BUILD || ctx->mma != IHA_MMA_NONE) return st;
+        /* The driver refused the tensor-core program, and the context no longer offers it
+         * (runtime/context.h): the built-in runs instead, without an error to the caller. */
+        iha__message_clear(&ctx->message);
+        iha_attention_config fallback;
+        iha__attention_config_default(ctx, dims->d, &fallback);
+        fallback.key_block = cfg->key_block; /* the keys are packed for it; every default tile holds such blocks */
+        return iha__attention_enqueue(ctx, &fallback, dims, qt, kt_packed, vt, o, lse, mask, window, scale);
     }
     if (cfg->variant == IHA_ATTENTION_LOCAL_ROWS)
         return iha__attention_local_enqueue(ctx, (int)cfg->group, cfg->local_keys, cfg->key_block, dims, qt,

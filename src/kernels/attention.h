@@ -17,7 +17,12 @@ typedef enum iha_attention_variant {
     /* cl/attention_local_tiles.cl (GPUs): `group` query rows and tiles of local_keys keys in local
      * memory, each work-item a tile_ry x tile_rx register sub-tile of the scores
      * (group/tile_ry * local_keys/tile_rx work-items) */
-    IHA_ATTENTION_LOCAL_TILES = 2
+    IHA_ATTENTION_LOCAL_TILES = 2,
+    /* cl/attention_mma_nv.cl (NVIDIA tensor cores, or their emulation): `group` query rows per
+     * work-group, 16 per warp, and tiles of local_keys keys; Q.K^T and P.V on half inputs (3) or
+     * bfloat16 inputs (4) with float accumulation, so only for 16-bit storage (doc/spec.md) */
+    IHA_ATTENTION_MMA_F16 = 3,
+    IHA_ATTENTION_MMA_BF16 = 4
 } iha_attention_variant;
 
 /* Configuration of the attention kernel, chosen per device and bucket. key_block is the packed
@@ -78,6 +83,19 @@ int iha__attention_tiles_fits(const iha_context *ctx, size_t head_dim, const iha
 iha_status iha__attention_tiles_enqueue(iha_context *ctx, const iha_attention_tiles *t, int key_block,
                                         const iha_dims *dims, iha_buffer qt, iha_buffer kt_packed, iha_buffer vt,
                                         iha_buffer o, iha_buffer lse, int mask, size_t window, float scale);
+/* The tensor-core variant (cl/attention_mma_nv.cl): `rows` query rows per work-group (16, 32, 64
+ * or 128: a warp of 32 work-items per 16 rows), tiles of `keys` keys (16, 32 or 64, a multiple of
+ * key_block), bf16 inputs or half. iha__attention_mma_live_words is a work-item's fragments and
+ * accumulators in 32-bit registers, which the tuning space bounds by
+ * IHA_ATTENTION_MMA_REGISTER_WORDS. IHA_ERROR_UNSUPPORTED where the context offers no mma path
+ * or the shape does not fit; a hardware build that fails makes the context offer none. */
+#define IHA_ATTENTION_MMA_REGISTER_WORDS 128
+size_t iha__attention_mma_bytes(size_t head_dim, int keys, int emulated, int rows);
+long iha__attention_mma_live_words(size_t head_dim, int keys);
+int iha__attention_mma_fits(const iha_context *ctx, size_t head_dim, int rows, int keys, int key_block);
+iha_status iha__attention_mma_enqueue(iha_context *ctx, int rows, int keys, int key_block, int bf16,
+                                      const iha_dims *dims, iha_buffer qt, iha_buffer kt_packed, iha_buffer vt,
+                                      iha_buffer o, iha_buffer lse, int mask, size_t window, float scale);
 /* The packed sequences' arguments of cl/masks.clh (IHA_SEQ_PARAMS): dims->seq_bounds and H, or
  * `unread` (any buffer) and 0 when each batch row is one sequence. */
 void iha__attention_seq_args(struct iha_args *a, const iha_dims *dims, cl_mem unread);

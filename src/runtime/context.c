@@ -131,6 +131,7 @@ iha_status iha__runtime_setup(iha_context *ctx, const iha_runtime_options *o)
     IHA_RETURN_ERROR_IF(o->kernel_dir != NULL && ctx->kernel_dir == NULL, ctx, IHA_ERROR_HOST_MEMORY,
                         "out of host memory");
     ctx->time_stages = o->time_stages != 0;
+    ctx->mma = o->mma_emulate ? IHA_MMA_EMULATED : iha__device_has_mma(ctx->device) ? IHA_MMA_HARDWARE : IHA_MMA_NONE;
     return iha__loop_limit_detect(ctx);
 }
 

@@ -9,6 +9,8 @@
 #include "runtime/program.h"
 #include "runtime/workspace.h"
 
+enum { IHA_MMA_NONE, IHA_MMA_HARDWARE, IHA_MMA_EMULATED };
+
 struct iha_context {
     cl_platform_id platform;
     cl_device_id device;
@@ -51,6 +53,12 @@ struct iha_context {
     long loop_limit;
     cl_mem loop_flag;
 
+    /* The tensor-core attention (cl/attention_mma_nv.cl): IHA_MMA_HARDWARE on NVIDIA devices of
+     * compute capability 8.0 or more, IHA_MMA_EMULATED where IHA_MMA_EMULATE=1 asks for its
+     * emulated path (the tests, on any device), else IHA_MMA_NONE; a failed build of the
+     * hardware path sets IHA_MMA_NONE, so the variant stops being offered. */
+    int mma;
+
     /* The higher modules' state, owned by them. */
     struct iha_rope_cache *rope;  /* what the rotary table's slot holds (src/kernels/rope.h) */
     struct iha_gemm_state *gemm;  /* the backend of iha__sgemm (src/gemm/sgemm.h) */
@@ -66,6 +74,7 @@ typedef struct iha_runtime_options {
     const char *cache_dir;            /* NULL: disk cache off */
     const char *kernel_dir;           /* NULL: embedded sources */
     int time_stages;
+    int mma_emulate;                  /* IHA_MMA_EMULATED whatever the device */
 } iha_runtime_options;
 
 /* Chooses or borrows the device and queue, records the directories and probes the driver's loop

@@ -68,6 +68,26 @@ void iha__device_identity_free(iha_device_identity *id)
     memset(id, 0, sizeof *id);
 }
 
+/* cl_nv_device_attribute_query's CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV and NVIDIA's PCI vendor. */
+#define COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#define VENDOR_NVIDIA 0x10DEu
+
+int iha__device_has_mma(cl_device_id device)
+{
+    cl_uint vendor = 0, major = 0;
+    size_t size = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_VENDOR_ID, sizeof vendor, &vendor, NULL) != CL_SUCCESS || vendor != VENDOR_NVIDIA)
+        return 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || size == 0) return 0;
+    char *extensions = malloc(size);
+    if (extensions == NULL) return 0;
+    const int query = clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, extensions, NULL) == CL_SUCCESS &&
+                      strstr(extensions, "cl_nv_device_attribute_query") != NULL;
+    free(extensions);
+    return query && clGetDeviceInfo(device, COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major, NULL) == CL_SUCCESS &&
+           major >= 8;
+}
+
 iha_status iha__device_describe(cl_platform_id platform, cl_device_id device, unsigned pi, unsigned di,
                                 iha_device_info *info)
 {

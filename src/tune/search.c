@@ -171,7 +171,8 @@ static iha_status evaluate(search_state *s, iha_tune_config *cands, size_t n)
         double error = INFINITY, secs = -1.0;
         /* A candidate that fails to time (say, out of resources at the real size) is rejected
          * like one that fails its check. */
-        if (ok[i] && t->check(ctx, s->verify, &cands[i], &error) == IHA_OK && error <= IHA_TUNE_TOLERANCE &&
+        if (ok[i] && t->check(ctx, s->verify, &cands[i], &error) == IHA_OK &&
+            error <= iha__tune_tolerance(t, &s->task->bucket, &cands[i]) &&
             time_candidate(ctx, t, s->timing, s->copies, &cands[i], s->settings->reps,
                            s->out->found ? s->out->best_s : 0.0, &secs) != IHA_OK)
             secs = -1.0;

@@ -30,6 +30,7 @@ static long named_value(const iha_tune_space *s, const iha_tune_config *c, const
     if (i >= 0 && b != NULL) return b->values[i];
     if (strcmp(name, "max_group") == 0) return lim->max_group;
     if (strcmp(name, "local_bytes") == 0) return lim->local_bytes;
+    if (strcmp(name, "mma") == 0) return lim->mma;
     *found = 0;
     return 0;
 }

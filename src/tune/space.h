@@ -47,8 +47,8 @@ typedef struct iha_tune_bucket {
 } iha_tune_bucket;
 
 /* A constraint: holds(v) over the values of up to IHA_TUNE_CONSTRAINT_NAMES names, looked up first among the
- * parameters, then among the bucket's keys, then among the device properties "max_group" and
- * "local_bytes" (so a constraint may relate a tile to the head width d). */
+ * parameters, then among the bucket's keys, then among the device properties "max_group",
+ * "local_bytes" and "mma" (so a constraint may relate a tile to the head width d). */
 #define IHA_TUNE_CONSTRAINT_NAMES 6
 typedef struct iha_tune_constraint {
     int (*holds)(const long *v);
@@ -83,6 +83,7 @@ typedef struct iha_tune_config {
 typedef struct iha_tune_limits {
     long max_group;   /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
     long local_bytes; /* CL_DEVICE_LOCAL_MEM_SIZE */
+    long mma;         /* 1 where the context offers the tensor-core attention (runtime/context.h) */
 } iha_tune_limits;
 
 /* Index of a parameter or key by name, or -1. */

@@ -9,6 +9,7 @@
 #include "kernels/mix.h"
 #include "runtime/error.h"
 #include "tune/buffers.h"
+#include "tune/search.h"
 #include "tune/state.h"
 
 enum { P_ROWS, P_TILES, P_KB, P_VD, P_GROUP, P_VARIANT, P_LOC_KEYS, P_PREFETCH, P_TILE_RY, P_TILE_RX };
@@ -19,10 +20,11 @@ static const iha_tune_param params[] = {
     {"ATT_TILES", 4, {1, 2, 4, 8}, NULL},
     {"ATT_KB", 3, {4, 8, 16}, NULL},
     {"ATT_VD", 3, {4, 8, 16}, NULL},
-    {"group", 4, {1, 16, 64, 128}, NULL},
+    {"group", 5, {1, 16, 32, 64, 128}, NULL},
     /* 0: register tiles (attention.cl), 1: local memory, a row per work-item (attention_local.cl),
-     * 2: local memory with register sub-tiles (attention_local_tiles.cl) */
-    {"variant", 3, {0, 1, 2}, NULL},
+     * 2: local memory with register sub-tiles (attention_local_tiles.cl), 3 and 4: NVIDIA's
+     * tensor cores on half and bfloat16 inputs (attention_mma_nv.cl) */
+    {"variant", 5, {0, 1, 2, 3, 4}, NULL},
     {"LOC_KEYS", 3, {16, 32, 64}, NULL},
     {"ATT_PREFETCH", 2, {0, 1}, NULL}, /* register tiles: prefetch the next key block's values */
     {"TILE_RY", 2, {4, 8}, NULL}, /* local tiles: query rows of a work-item's score sub-tile */
@@ -71,6 +73,22 @@ static int tiles_registers_fit(const long *v)
     return iha__attention_tiles_live_floats((size_t)v[5], &t) <= IHA_ATTENTION_TILES_REGISTER_FLOATS;
 }
 
+/* The tensor cores: only where the context offers them (NVIDIA, compute capability 8.0), and
+ * only for 16-bit storage, whose contract allows inputs rounded to 16 bits (doc/spec.md); a
+ * float-storage call never gets them. */
+static int is_mma(long variant) { return variant == IHA_ATTENTION_MMA_F16 || variant == IHA_ATTENTION_MMA_BF16; }
+static int mma_offered(const long *v) { return !is_mma(v[0]) || (v[1] != 0 && v[2] == 2); }
+/* 16 query rows per warp, two work-items per row, key tiles of whole k steps. */
+static int mma_shape(const long *v)
+{
+    return !is_mma(v[0]) || (v[1] >= 16 && v[2] % 16 == 0 && 2 * v[1] <= v[3]);
+}
+/* Query fragments, accumulators and scores in registers: past the budget they spill. */
+static int mma_registers_fit(const long *v)
+{
+    return !is_mma(v[0]) || iha__attention_mma_live_words((size_t)v[2], (int)v[1]) <= IHA_ATTENTION_MMA_REGISTER_WORDS;
+}
+
 static const iha_tune_constraint constraints[] = {
     {tile_fits, {"ATT_ROWS", "ATT_TILES", "d", NULL}, "ATT_ROWS*ATT_TILES rows of d floats exceed private memory"},
     {vector_fits_head, {"ATT_VD", "d", NULL, NULL}, "ATT_VD is wider than the head"},
@@ -80,6 +98,12 @@ static const iha_tune_constraint constraints[] = {
      "exceed the device's work-group"},
     {tiles_registers_fit, {"variant", "group", "LOC_KEYS", "TILE_RY", "TILE_RX", "d"},
      "the local tiles' sub-tile, output columns and row state exceed the register budget"},
+    {mma_offered, {"variant", "mma", "elem_bytes", NULL},
+     "the tensor cores are not offered on this device, or the storage is not 16-bit"},
+    {mma_shape, {"variant", "group", "LOC_KEYS", "max_group"},
+     "the tensor cores' group is not 16 rows per warp within the device's work-group, or LOC_KEYS is not whole k steps"},
+    {mma_registers_fit, {"variant", "LOC_KEYS", "d", NULL},
+     "the tensor cores' fragments and accumulators exceed the register budget"},
 };
 
 /* The local rows stage LOC_KEYS keys and values of d floats each; the local tiles also the query
@@ -91,11 +115,12 @@ static long local_bytes(const long *v)
         const iha_attention_tiles t = {(int)v[3], (int)v[1], (int)v[4], (int)v[5]};
         return (long)iha__attention_tiles_bytes((size_t)v[2], &t);
     }
+    if (is_mma(v[0])) return (long)iha__attention_mma_bytes((size_t)v[2], (int)v[1], 0, (int)v[3]);
     return 0;
 }
 
 static const iha_tune_space space = {
-    "attention", params, 10, keys, K_COUNT, constraints, 5, local_bytes,
+    "attention", params, 10, keys, K_COUNT, constraints, 8, local_bytes,
     {"variant", "LOC_KEYS", "d", "group", "TILE_RY", "TILE_RX"},
     {"group", NULL, NULL}, added, 2,
 };
@@ -161,7 +186,7 @@ static int bucket_of(const iha_context *ctx, const iha_shape *s, const iha_atten
     b->count = K_COUNT;
     b->values[K_MASK] = o->mask;
     b->values[K_WINDOWED] = w != 0;
-    b->values[K_BYTES] = 4;
+    b->values[K_BYTES] = o->storage == IHA_STORAGE_F16 || o->storage == IHA_STORAGE_BF16 ? 2 : 4;
     b->values[K_D] = (long)s->head_dim;
     b->values[K_P] = (long)s->pseudo;
     b->values[K_T] = iha__pow2_ceil((long)T);
@@ -175,6 +200,24 @@ static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_co
     iha__attention_config_default(ctx, (size_t)b->values[K_D], &cfg);
     from_kernel_config(&cfg, c);
     return 1;
+}
+
+/* Where the tensor cores may serve the bucket, a start among them: one parameter from a float
+ * configuration they are not always reachable (group 1 or LOC_KEYS that is not whole k steps),
+ * and the search would not meet them. 4 and 8 warps with 64-key tiles, 4 warps with 32; the
+ * space's constraints pass over those that do not fit. */
+static int seeds(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *out, int capacity)
+{
+    static const int shapes[][2] = {{64, 64}, {128, 64}, {64, 32}};
+    if (ctx->mma == IHA_MMA_NONE || b->values[K_BYTES] != 2) return 0;
+    int n = 0;
+    for (; n < capacity && n < 3; ++n) {
+        const iha_attention_config cfg = {.rows = 1, .tiles = 1, .key_block = 16, .vec = 4, .group = (size_t)shapes[n][0],
+                                          .variant = IHA_ATTENTION_MMA_F16, .local_keys = shapes[n][1], .prefetch = 0,
+                                          .tile_ry = 4, .tile_rx = 4};
+        from_kernel_config(&cfg, &out[n]);
+    }
+    return n;
 }
 
 static void safe(const iha_tune_bucket *b, iha_tune_config *c)
@@ -309,7 +352,11 @@ static iha_status prepare(iha_context *ctx, void *p, const iha_tune_config *c)
         IHA_FORWARD_IF_ERROR(packed_keys(ctx, pr, i, cfg.key_block, &packed));
     }
     /* One launch builds the program and, on PoCL, the machine code for this work-group size. */
-    return enqueue(ctx, pr, c, 0);
+    IHA_FORWARD_IF_ERROR(enqueue(ctx, pr, c, 0));
+    /* A tensor-core program the driver refused ran the built-in instead: not this candidate. */
+    IHA_RETURN_ERROR_IF(is_mma(cfg.variant) && ctx->mma == IHA_MMA_NONE, ctx, IHA_ERROR_UNSUPPORTED,
+                        "the driver does not build the tensor-core attention");
+    return IHA_OK;
 }
 
 static void reference(const void *p, double *ref)
@@ -327,6 +374,16 @@ static void reference(const void *p, double *ref)
     free(s);
 }
 
+/* The tensor cores round their inputs to 16 bits, so a 16-bit bucket allows them half of
+ * doc/spec.md's half-storage bound, leaving the other half to the storage's own rounding around
+ * them (the bucket does not tell half from bfloat16 storage, so the stricter contract holds);
+ * every float kernel is held to the float32 bound. */
+#define MMA_TOLERANCE 1e-3
+static double tolerance(const iha_tune_bucket *b, const iha_tune_config *c)
+{
+    return b->values[K_BYTES] == 2 && is_mma(c->v[P_VARIANT]) ? MMA_TOLERANCE : IHA_TUNE_TOLERANCE;
+}
+
 static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, double *error)
 {
     problem *pr = p;
@@ -334,6 +391,6 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
 }
 
 const iha_tunable iha__tunable_attention = {
-    &space, 3.0, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, canonical,
-    prepare, enqueue, check, NULL,
+    &space, 3.0, bucket_of, builtin, safe, seeds, problem_create, problem_free, problem_bytes, canonical,
+    prepare, enqueue, check, NULL, tolerance,
 };

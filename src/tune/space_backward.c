@@ -89,9 +89,12 @@ static size_t effective_window(const iha_shape *s, const iha_attention_options *
     return o->window <= 0 || (uint64_t)o->window >= s->tokens ? 0 : (size_t)o->window;
 }
 
+/* elem_bytes 4 whatever the storage: the backward runs in float. */
 static int bucket_of(const iha_context *ctx, const iha_shape *s, const iha_attention_options *o, iha_tune_bucket *b)
 {
-    return iha__tunable_attention.bucket_of(ctx, s, o, b);
+    const int used = iha__tunable_attention.bucket_of(ctx, s, o, b);
+    b->values[K_BYTES] = 4;
+    return used;
 }
 
 static int builtin(const iha_context *ctx, const iha_tune_bucket *b, iha_tune_config *c)
@@ -332,5 +335,5 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
 
 const iha_tunable iha__tunable_backward = {
     &space, 2.0, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, canonical,
-    prepare, enqueue, check, NULL,
+    prepare, enqueue, check, NULL, NULL,
 };

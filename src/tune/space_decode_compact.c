@@ -388,5 +388,5 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
 /* Weight 0.5: a layer shape makes two tasks (float and half cache), together one share. */
 const iha_tunable iha__tunable_decode_compact = {
     &space,       0.5,           bucket_of, builtin, safe,    NULL,  problem_create,
-    problem_free, problem_bytes, NULL,      prepare, enqueue, check, NULL,
+    problem_free, problem_bytes, NULL,      prepare, enqueue, check, NULL, NULL,
 };

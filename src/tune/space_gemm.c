@@ -484,5 +484,5 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
 
 const iha_tunable iha__tunable_gemm = {
     &space, 6.0, bucket_of, builtin, safe, seeds, problem_create, problem_free, problem_bytes, canonical,
-    prepare, enqueue, check, apply,
+    prepare, enqueue, check, apply, NULL,
 };

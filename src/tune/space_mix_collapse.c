@@ -269,5 +269,5 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
 
 const iha_tunable iha__tunable_mix_collapse = {
     &space, 1.0, bucket_of, builtin, safe, NULL, problem_create, problem_free, problem_bytes, canonical,
-    prepare, enqueue, check, NULL,
+    prepare, enqueue, check, NULL, NULL,
 };

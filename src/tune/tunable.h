@@ -50,6 +50,9 @@ typedef struct iha_tunable {
     /* Makes `config` the one the library uses from now on where that is process state (CLBlast's
      * parameters); NULL does nothing. NULL for kernels configured per call. */
     iha_status (*apply)(iha_context *ctx, const iha_tune_config *config);
+    /* The largest relative L2 error a configuration may show on this bucket's verification
+     * problem; NULL: IHA_TUNE_TOLERANCE, doc/spec.md's float32 bound. */
+    double (*tolerance)(const iha_tune_bucket *bucket, const iha_tune_config *config);
 } iha_tunable;
 
 /* Every tunable, in tuning order. */
@@ -58,6 +61,9 @@ extern const iha_tunable iha__tunable_mix_collapse, iha__tunable_attention, iha_
 #define IHA_TUNABLE_COUNT 6
 const iha_tunable *iha__tunable_at(int index);
 const iha_tunable *iha__tunable_find(const char *kernel);
+
+/* What t allows on bucket b: its tolerance, else IHA_TUNE_TOLERANCE (tune/search.h). */
+double iha__tune_tolerance(const iha_tunable *t, const iha_tune_bucket *b, const iha_tune_config *c);
 
 /* The device's limits for iha__space_valid. */
 void iha__tune_limits(const iha_context *ctx, iha_tune_limits *limits);

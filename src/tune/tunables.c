@@ -1,6 +1,7 @@
 /* The table of tunable kernels and the device limits their spaces are checked against. */
 #include <string.h>
 
+#include "tune/search.h"
 #include "tune/tunable.h"
 
 /* Tuning order: CLBlast's GEMM first, where PoCL spends many seconds compiling each candidate and
@@ -27,4 +28,10 @@ void iha__tune_limits(const iha_context *ctx, iha_tune_limits *limits)
 {
     limits->max_group = (long)ctx->info.max_work_group_size;
     limits->local_bytes = (long)ctx->info.local_mem_bytes;
+    limits->mma = ctx->mma != IHA_MMA_NONE;
+}
+
+double iha__tune_tolerance(const iha_tunable *t, const iha_tune_bucket *b, const iha_tune_config *c)
+{
+    return t->tolerance != NULL ? t->tolerance(b, c) : IHA_TUNE_TOLERANCE;
 }

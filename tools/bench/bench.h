@@ -42,6 +42,7 @@ typedef struct bench_config {
     size_t seq_count;                /* 0: no --seq-lens */
     int bf16;                        /* --bf16: as --half-weights in bfloat16, and with --decode also
                                         the cache */
+    int core_half;                   /* --core-half: the core's qt, kt, vt and o stored half */
 } bench_config;
 
 /* What a section holds: measured, skipped by an option, or not possible (note says why). */

@@ -4,6 +4,7 @@
  * --backward the core's gradients (iha_attention_backward) from the same inputs.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -33,8 +34,11 @@ static int create_buffers(iha_context *ctx, const bench_config *c, core_buffers 
 {
     const iha_shape *s = &c->core;
     b->elems = s->batch * s->heads * s->tokens * s->pseudo * s->head_dim; /* bounded by the option caps */
+    const size_t bytes = c->core_half ? sizeof(uint16_t) : sizeof(float);
     float *host = malloc(b->elems * sizeof *host);
-    if (!host) {
+    uint16_t *halves = c->core_half ? malloc(b->elems * sizeof *halves) : NULL;
+    if (!host || (c->core_half && !halves)) {
+        free(host);
         fprintf(stderr, "iha bench: out of host memory for the attention inputs\n");
         return -1;
     }
@@ -46,11 +50,14 @@ static int create_buffers(iha_context *ctx, const bench_config *c, core_buffers 
     rng g = {7};
     for (int i = 0; i < n_inputs && err == CL_SUCCESS; i++) {
         rng_fill(&g, host, b->elems, 1.0f);
-        *inputs[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, b->elems * sizeof *host, host, &err);
+        if (halves) iha_half_from_float(host, halves, b->elems);
+        *inputs[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, b->elems * bytes,
+                                    halves ? (void *)halves : (void *)host, &err);
     }
     free(host);
+    free(halves);
     for (int i = 0; i < n_outputs && err == CL_SUCCESS; i++)
-        *outputs[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE, b->elems * sizeof(float), NULL, &err);
+        *outputs[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE, b->elems * bytes, NULL, &err);
     if (err == CL_SUCCESS && c->run_backward)
         b->lse = clCreateBuffer(cl, CL_MEM_READ_WRITE, b->elems / s->head_dim * sizeof(float), NULL, &err);
     if (err != CL_SUCCESS) {
@@ -66,9 +73,12 @@ static iha_buffer at(cl_mem m) { return (iha_buffer){m, 0}; }
 /* One call of what is timed, until it has finished on the device. */
 typedef iha_status (*core_call)(iha_context *ctx, const bench_config *c, const core_buffers *b);
 
+/* --core-half stores the core's tensors in half; the layer keeps its own storage. */
 static iha_status fused_once(iha_context *ctx, const bench_config *c, const core_buffers *b)
 {
-    iha_status st = iha_attention(ctx, &c->core, &c->options, at(b->qt), at(b->kt), at(b->vt), at(b->fused),
+    iha_attention_options o = c->options;
+    if (c->core_half) o.storage = IHA_STORAGE_F16;
+    iha_status st = iha_attention(ctx, &c->core, &o, at(b->qt), at(b->kt), at(b->vt), at(b->fused),
                                   (iha_buffer){NULL, 0});
     return st == IHA_OK ? iha_context_finish(ctx) : st;
 }
@@ -208,7 +218,7 @@ int bench_core_run(iha_context *ctx, const bench_config *c, bench_core *core, be
     const double pairs = bh * cost_visible_pairs(s, &c->options); /* over all B*H sequences */
     core->flops = 4 * d * pairs;
     backward->flops = 10 * d * pairs; /* FlashAttention-2's convention (bench.h) */
-    core->bytes = 4 * bh * (double)(s->tokens * s->pseudo) * d * sizeof(float);
+    core->bytes = 4 * bh * (double)(s->tokens * s->pseudo) * d * (c->core_half ? 2.0 : 4.0);
     core_buffers b = {0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     if (create_buffers(ctx, c, &b))
         return -1;

@@ -126,6 +126,7 @@ static void json_core(json_writer *w, const bench_config *cfg, const bench_resul
     const double g = report_rate(c->flops, c->seconds);
     if (json_section(w, "attention", c->state, NULL)) {
         json_shape(w, &cfg->core, &cfg->options, 0);
+        json_bool(w, "core_half", cfg->core_half);
         json_number(w, "flops", c->flops);
         json_number(w, "bytes", c->bytes);
         json_number(w, "seconds", c->seconds);

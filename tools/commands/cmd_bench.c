@@ -45,6 +45,9 @@ static cli_option options[] = {
     {"half-weights", NULL, "store the layer's (or with --decode the step's) weights, x and z in half precision", NULL},
     {"bf16", NULL, "store the layer's (or the step's) weights, x and z, with --decode also the cache, in bfloat16",
      NULL},
+    {"core-half", NULL, "store the attention core's qt, kt, vt and o in half (where a tuned profile allows, NVIDIA's "
+                        "tensor cores run it); needs --no-baseline, excludes --backward",
+     NULL},
     {"cold-start-child", "DIR", "internal: measure one cold start with program cache DIR and print one line", NULL},
     {NULL, NULL, NULL, NULL},
 };
@@ -78,7 +81,7 @@ static cli_spec spec = {
     "the layer's, and with --backward also dz, dx and every gradient; with --decode the step's.\n"
     "--bf16 stores the same tensors in bfloat16 (IHA_STORAGE_BF16), and with --decode also the\n"
     "cache; it excludes --half and --half-weights.\n"
-    "The attention core stays float.\n"
+    "The attention core stays float unless --core-half stores its qt, kt, vt and o in half.\n"
     "With --seq-lens, instead of the core, baseline, layer and cold start: iha_attention on one\n"
     "batch row packing the sequences (options->seq_lens; H, d, P, mask and window as given), the\n"
     "same sequences run one by one, and one sequence of their total length; --n, --batch,\n"
@@ -169,6 +172,11 @@ static int read_options(int argc, char **argv, bench_config *c)
     c->decode_compact = cli_get(&spec, "compact") != NULL;
     c->half_weights = cli_get(&spec, "half-weights") != NULL;
     c->bf16 = cli_get(&spec, "bf16") != NULL;
+    c->core_half = cli_get(&spec, "core-half") != NULL;
+    if (c->core_half && (c->run_baseline || c->run_backward)) {
+        cli_error(&spec, "--core-half needs --no-baseline (the baseline compares in float) and excludes --backward");
+        return CLI_EXIT_USAGE;
+    }
     if (c->bf16 && (c->decode_half || c->half_weights)) {
         cli_error(&spec, "--bf16 excludes --half and --half-weights");
         return CLI_EXIT_USAGE;
@@ -181,7 +189,7 @@ static int read_options(int argc, char **argv, bench_config *c)
     /* An option that the chosen measurement would not use is refused rather than ignored: a run
      * with --half but without --decode would otherwise look like a half-precision result. */
     static const char *const decode_only[] = {"cache-tokens", "half", "ring", "compact", "rope-base", NULL};
-    static const char *const core_only[] = {"n", "baseline-reps", "backward", NULL};
+    static const char *const core_only[] = {"n", "baseline-reps", "backward", "core-half", NULL};
     const char *const *unused = c->run_decode ? core_only : decode_only;
     for (size_t i = 0; unused[i]; i++) {
         if (!cli_get(&spec, unused[i]))

@@ -25,6 +25,9 @@ static cli_option options[] = {
     {"kernels", "LIST", "comma-separated attention,rows,gemm,decode,backward,decode_compact (default all)", NULL},
     CLI_OPTION_ROPE_BASE("rotary embedding with this base in the layers (default off); of the kernels only "
                          "decode_compact tunes per rotary setting"),
+    {"storage", "float|half|bf16", "the layers' activation storage: half and bf16 have attention buckets of their own, "
+                                   "where NVIDIA's tensor cores may serve them (default float)",
+     NULL},
     {"reps", "R", "timed runs per candidate, median taken (default 5)", NULL},
     {"dry-run", NULL, "measure and report, but store nothing", NULL},
     {"exhaustive", NULL, "benchmark: budgeted search, then every configuration (slow); needs --kernels without gemm",
@@ -312,6 +315,10 @@ int cmd_tune(int argc, char **argv)
     iha_attention_options global, sliding;
     iha_attention_options_init(&global);
     if (cli_get_attention(&spec, 0, 0, &global)) return CLI_EXIT_USAGE;
+    static const char *const storage_names[] = {"float", "half", "bf16", NULL};
+    int storage = 0; /* the names' order is iha_storage's */
+    if (cli_get(&spec, "storage") && cli_get_choice(&spec, "storage", storage_names, &storage)) return CLI_EXIT_USAGE;
+    global.storage = storage;
     for (size_t i = 0; i < width_count; ++i) {
         const iha_shape at = at_width(&shape, widths[i]);
         if (cli_check_layer(&spec, &at, &global, "the layer")) return CLI_EXIT_USAGE;
@@ -340,10 +347,11 @@ int cmd_tune(int argc, char **argv)
     if (iha_context_profile(ctx, &info) != IHA_OK || info.message[0])
         fprintf(stderr, "iha tune: note: %s\n", info.message);
     printf("iha tune (library %s) on %s\n", iha_version_string(), iha_context_device_name(ctx));
-    printf("  shape B=%zu N=%zu D=%s H=%zu d=%s P=%zu, causal, %s%s; budget %.0f s, median of %d runs\n",
+    printf("  shape B=%zu N=%zu D=%s H=%zu d=%s P=%zu, causal, %s%s%s; budget %.0f s, median of %d runs\n",
            shape.batch, shape.tokens, dim_text, shape.heads, width_text, shape.pseudo,
            which == 0 ? "global and sliding window" : which == 1 ? "global" : "sliding window",
-           global.rope ? ", rotary" : "", to.budget_s, to.reps);
+           global.rope ? ", rotary" : "", storage == 1 ? ", half storage" : storage == 2 ? ", bf16 storage" : "",
+           to.budget_s, to.reps);
     fflush(stdout);
     code = run(ctx, shapes, layers, count, &to, cli_get(&spec, "exhaustive") != NULL);
     iha_context_free(ctx);

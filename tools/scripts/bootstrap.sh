@@ -19,9 +19,9 @@ packages=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-headers lib
 # a second implementation), clang with libFuzzer and the sanitizer runtimes (a recommendation
 # of clang, so named here), llvm-symbolizer, shellcheck; for the package stage clang++ (in
 # clang), dpkg-shlibdeps (dpkg-dev, with file) and lintian; Open MPI for libiha_mpi and its
-# mpirun tests (doc/mpi.md).
+# mpirun tests (doc/mpi.md); clang-15 and libclc-15 (its NVPTX built-ins) for the ptx stage.
 [ "$mode" = ci-deps ] && packages+=(oclgrind mesa-opencl-icd clang libclang-rt-dev llvm shellcheck
-                                   dpkg-dev file lintian libopenmpi-dev openmpi-bin)
+                                   dpkg-dev file lintian libopenmpi-dev openmpi-bin clang-15 libclc-15)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

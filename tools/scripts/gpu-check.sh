@@ -13,8 +13,10 @@
 #      passed through OCL_ICD_VENDORS;
 #   4. runs, each step with a time limit and within --total-seconds for all of them, each into a
 #      file of the output directory: `iha devices`, `iha check`, `iha bench --json` with the
-#      built-in tile sizes, `iha tune` with a short budget, the attention forward's local tiles in
-#      six register sub-tile shapes (forced through a profile, bench/peers/forced_profile.py), then `iha bench --json` on the
+#      built-in tile sizes, `iha tune` with a short budget (and the attention of half storage,
+#      where the tuner tries the tensor cores), the attention forward's local tiles in
+#      six register sub-tile shapes and the tensor cores in four configurations with the core in
+#      half (forced through a profile, bench/peers/forced_profile.py), then `iha bench --json` on the
 #      problems of the side-by-side table (the causal and the unmasked core at d = 64 and 128
 #      with their backward, T = 8192; a decoding step, B = 1, --cache-tokens cached tokens,
 #      float and bf16 cache, d = 64 and a float cache at d = 128), PyTorch's SDPA on the same
@@ -316,6 +318,9 @@ PY
 step bench_builtin 120 "$iha" bench --json --no-cold-start --no-layer --no-baseline $bench_args || true
 note "bench_builtin: $(bench_summary "$out/bench_builtin.txt")"
 step tune $((tune_seconds + 120)) "$iha" tune --budget-s "$tune_seconds" || true
+# The attention of half-storage calls, where the tuner starts from the tensor cores (their
+# entries go to the same profile; the float runs below do not read them).
+step tune_half 60 "$iha" tune --kernels attention --storage half --layers global --budget-s 20 || true
 
 # The local tiles' register sub-tiles (doc/performance.md, "A model of the GPU kernels"), each
 # forced as the attention kernel's device-wide default in a profile that carries the key of the
@@ -326,23 +331,30 @@ step tune $((tune_seconds + 120)) "$iha" tune --budget-s "$tune_seconds" || true
 key_profile=""
 for f in "$IHA_CACHE_DIR"/profile-*.json; do [ -e "$f" ] && key_profile=$f; done
 forced_runs=()
-forced() { # NAME D ROWS KEYS TILE_RY TILE_RX
-  local name=$1 d=$2 forced_file="$scratch/$1.json"
+# forced_run NAME D LIMIT BENCH-OPTION... -- PARAM=VALUE...: one such run.
+forced_run() {
+  local name=$1 d=$2 limit=$3 forced_file="$scratch/$1.json" opts=()
+  shift 3
+  while [ "$1" != -- ]; do opts+=("$1"); shift; done
+  shift
   if [ $dry_run -eq 0 ] && [ -z "$key_profile" ]; then
     note "$name: SKIPPED, the tune step wrote no profile to take the device's key from"
     return 0
   fi
   if [ $dry_run -eq 0 ]; then
-    python3 "$root/bench/peers/forced_profile.py" --key-from "$key_profile" --out "$forced_file" group="$3" \
-      LOC_KEYS="$4" TILE_RY="$5" TILE_RX="$6" > /dev/null || { note "$name: FAILED to write $forced_file"; return 0; }
+    python3 "$root/bench/peers/forced_profile.py" --key-from "$key_profile" --out "$forced_file" "$@" > /dev/null ||
+      { note "$name: FAILED to write $forced_file"; return 0; }
   fi
   # shellcheck disable=SC2086 # --bench-args holds several options
-  if step "$name" 45 env IHA_PROFILE="$forced_file" "$iha" bench --json --no-cold-start --no-layer --no-baseline \
-      --no-ceilings --d "$d" --mask causal $bench_args; then
+  if step "$name" "$limit" env IHA_PROFILE="$forced_file" "$iha" bench --json --no-cold-start --no-layer --no-baseline \
+      --no-ceilings --d "$d" --mask causal "${opts[@]}" $bench_args; then
     forced_runs+=("$out/$name.txt")
     note "$name: $(bench_summary "$out/$name.txt")"
   fi
   return 0
+}
+forced() { # NAME D ROWS KEYS TILE_RY TILE_RX
+  forced_run "$1" "$2" 45 -- group="$3" LOC_KEYS="$4" TILE_RY="$5" TILE_RX="$6"
 }
 forced tiles_d64_64x32_8x4 64 64 32 8 4
 forced tiles_d64_64x32_4x4 64 64 32 4 4
@@ -350,6 +362,18 @@ forced tiles_d64_64x32_4x8 64 64 32 4 8
 forced tiles_d32_64x64_8x8 32 64 64 8 8
 forced tiles_d128_16x32_4x4 128 16 32 4 4
 forced tiles_d128_32x16_4x4 128 32 16 4 4
+# The tensor cores (cl/attention_mma_nv.cl), on the same causal problem with the core stored in
+# half (the only storage they serve): 4 and 8 warps with 64-key tiles, half and bfloat16 inputs
+# at d = 64, and 32-key tiles at d = 128. The table puts PyTorch's SDPA beside them (bf16 is the
+# fair peer) and the fastest at d = 64 stands for the 16-bit target. On a device that does not
+# offer them, the library passes over the profile and the table says so.
+mma() { # NAME D WARPS KEYS VARIANT
+  forced_run "$1" "$2" 40 --core-half -- group=$(($3 * 16)) LOC_KEYS="$4" variant="$5"
+}
+mma mma_d64_w4_k64_f16 64 4 64 3
+mma mma_d64_w8_k64_f16 64 8 64 3
+mma mma_d64_w4_k64_bf16 64 4 64 4
+mma mma_d128_w4_k32_f16 128 4 32 3
 
 # The table's problems, each as one JSON report: the first one also measures the ceilings that
 # every fraction of the table divides by.
