@@ -162,8 +162,8 @@ static iha_status per_head_enqueue(iha_context *ctx, const iha_decode_compact *d
 }
 
 /* Lanes per vector of cl/attention_decode_compact_lanes.cl: 16 where the configuration's vector
- * width and the device's native one are 16 floats (AVX-512; half of each FMA idles at 8 lanes),
- * else 8. */
+ * width and the device's native one are 16 floats (AVX-512, where an 8-lane vector fills half a
+ * register), else 8. */
 static size_t lanes_width(const iha_context *ctx, const iha_decode_compact_config *cfg)
 {
     return cfg->vec >= 16 && ctx->vector_floats >= 16 ? 16 : 8;
