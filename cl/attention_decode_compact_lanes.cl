@@ -62,6 +62,15 @@
 #if DEC_ROPE && DEC_RAW_Q
 #error "DEC_RAW_Q serves steps without rotary"
 #endif
+/* 1: the first pass of a folded step (cl/attention_decode_fold.cl): the scores only, stored for
+ * the second pass, and each row's softmax state; no values are read. */
+#ifndef DEC_FOLD
+#define DEC_FOLD 0
+#endif
+/* Tokens ahead of a first pass's prefetch. */
+#ifndef FOLD_AHEAD
+#define FOLD_AHEAD 16
+#endif
 #include "kv_compact.clh"
 
 /* Lanes per vector: 8 (AVX2's floats) or 16 (AVX-512's). */
@@ -91,6 +100,25 @@
 #else
 #define QN QG
 #endif
+/* 1: the raw rows fill at most half the lanes, so a lane pair (2r, 2r + 1) holds row r's columns
+ * 2i and 2i + 1, and each FMA reads two of a key row's columns: half the FMAs, each dot the sum
+ * of its pair. */
+#if DEC_RAW_Q && 2 * DEC_H <= LANES && HEAD_DIM % 2 == 0
+#define DEC_PAIR 1
+#else
+#define DEC_PAIR 0
+#endif
+#if DEC_PAIR
+#define QS_RAW(j, r) qs[(j) / 2 * LANES + 2 * (r) + (j) % 2]
+#if LANES == 16
+#define ulongP ulong8
+#else
+#define ulongP ulong4
+#endif
+#define as_floatL LCAT(as_float, LANES)
+#else
+#define QS_RAW(j, r) qs[(j) * QN * LANES + (r)]
+#endif
 /* Rows of a token per register tile of the dots: as many accumulators when there are fewer lane
  * vectors than DEC_GB. */
 #define DOT_MB (DEC_GB * DEC_MB / (QN < DEC_GB ? QN : DEC_GB))
@@ -115,19 +143,41 @@
 
 #include "decode_combine.clh"
 
+/* Where the scores read keys: a first pass of float keys without rotary reads them in the cache
+ * (their next tokens prefetched), other steps in the block's private float copy. */
+#if DEC_FOLD && !KV_HALF && !KV_BF16 && !DEC_ROPE
+#define KDIRECT 1
+#define KSPACE __global
+#else
+#define KDIRECT 0
+#define KSPACE
+#endif
+
 /* The helpers take tile widths and flags that are constants at each call: inlined, their guards
  * fold away and the tiles stay in registers. */
 #define TILE_FN static inline __attribute__((always_inline))
 
 /* dm[g][m] = dot of the dot rows (qs: [HEAD_DIM][QN] lane vectors) with row m of token k, for
  * lane vectors g0 .. g0+gw-1 and rows m0 .. m0+mw-1 (gw, mw constants at each call). */
-TILE_FN void dots_tile(const float *k, const float *qs, int g0, int gw, int m0, int mw, floatL dm[QN][DEC_H])
+TILE_FN void dots_tile(const KSPACE float *k, const float *qs, int g0, int gw, int m0, int mw, floatL dm[QN][DEC_H])
 {
     floatL a[DEC_GB][DOT_MB];
 #pragma unroll
     for (int gg = 0; gg < DEC_GB; ++gg)
 #pragma unroll
         for (int mm = 0; mm < DOT_MB; ++mm) a[gg][mm] = (floatL)(0.0f);
+#if DEC_PAIR
+#pragma unroll 4
+    for (int j = 0; j < HEAD_DIM / 2; ++j) {
+        const floatL qv = vloadL(j, qs);
+#pragma unroll
+        for (int mm = 0; mm < DOT_MB; ++mm) {
+            if (mm >= mw) continue;
+            const floatL kv = as_floatL((ulongP)(as_ulong(vload2(0, k + (m0 + mm) * HEAD_DIM + 2 * j))));
+            a[0][mm] = fma(qv, kv, a[0][mm]);
+        }
+    }
+#else
 #pragma unroll 4
     for (int j = 0; j < HEAD_DIM; ++j) {
         floatL qv[DEC_GB];
@@ -143,6 +193,7 @@ TILE_FN void dots_tile(const float *k, const float *qs, int g0, int gw, int m0, 
                 if (gg < gw) a[gg][mm] = fma(qv[gg], kv, a[gg][mm]);
         }
     }
+#endif
 #pragma unroll
     for (int gg = 0; gg < DEC_GB; ++gg)
 #pragma unroll
@@ -150,7 +201,7 @@ TILE_FN void dots_tile(const float *k, const float *qs, int g0, int gw, int m0, 
             if (gg < gw && mm < mw) dm[g0 + gg][m0 + mm] = a[gg][mm];
 }
 
-TILE_FN void dots_rows(const float *k, const float *qs, int g0, int gw, floatL dm[QN][DEC_H])
+TILE_FN void dots_rows(const KSPACE float *k, const float *qs, int g0, int gw, floatL dm[QN][DEC_H])
 {
     int m0 = 0;
     for (; m0 + DOT_MB <= DEC_H; m0 += DOT_MB) dots_tile(k, qs, g0, gw, m0, DOT_MB, dm);
@@ -174,7 +225,11 @@ TILE_FN void query_dots(floatL dm[QN][DEC_H], const floatL *aq, floatL gm[QG][DE
         for (int g = 0; g < QG; ++g) a[g] = (floatL)(0.0f);
 #pragma unroll
         for (int r = 0; r < DEC_H; ++r) {
+#if DEC_PAIR
+            const floatL x = (floatL)(d_s[m * LANES + 2 * r] + d_s[m * LANES + 2 * r + 1]);
+#else
             const floatL x = (floatL)(d_s[m * QN * LANES + r]);
+#endif
 #pragma unroll
             for (int g = 0; g < QG; ++g) a[g] = fma(aq[g * DEC_H + r], x, a[g]);
         }
@@ -186,7 +241,7 @@ TILE_FN void query_dots(floatL dm[QN][DEC_H], const floatL *aq, floatL gm[QG][DE
 
 /* The scores of the lanes' rows against the P pseudo-keys of token k, in base 2 and unmasked:
  * sc[p][g] = scale * log2(e) * sum over m of alpha_K[m][h][p] * dot(q, K[m]). */
-TILE_FN void token_scores(const float *k, const float *qs, const floatL *aq, const floatL *ak, float scale_log2,
+TILE_FN void token_scores(const KSPACE float *k, const float *qs, const floatL *aq, const floatL *ak, float scale_log2,
                           floatL sc[DEC_P][QG])
 {
     floatL dm[QN][DEC_H];
@@ -213,7 +268,7 @@ TILE_FN void token_scores(const float *k, const float *qs, const floatL *aq, con
 /* A -inf score from finite operands is float32 overflow, not a masked key, and becomes NaN (see
  * SCORE_SHRINK in masks.clh): the lanes whose score from operands scaled by SCORE_SHRINK is
  * finite. */
-static inline intL overflowed(const float *k, const float *qs, const floatL *aq, const floatL *ak, int g, int p)
+static inline intL overflowed(const KSPACE float *k, const float *qs, const floatL *aq, const floatL *ak, int g, int p)
 {
     floatL t = (floatL)(0.0f);
     for (int m = 0; m < DEC_H; ++m) {
@@ -222,7 +277,7 @@ static inline intL overflowed(const float *k, const float *qs, const floatL *aq,
         for (int r = 0; r < DEC_H; ++r) {
             float x = 0.0f;
             for (int j = 0; j < HEAD_DIM; ++j)
-                x = fma(qs[j * QN * LANES + r] * SCORE_SHRINK, k[m * HEAD_DIM + j] * SCORE_SHRINK, x);
+                x = fma(QS_RAW(j, r) * SCORE_SHRINK, k[m * HEAD_DIM + j] * SCORE_SHRINK, x);
             dot = fma(aq[g * DEC_H + r], (floatL)(x), dot);
         }
 #else
@@ -329,8 +384,9 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
                                                  __global const float *q_raw, ulong qr_off,
                                                  __global const float *alpha_q, ulong aq_off, int k_step,
                                                  __global const float *angles,
-                                                 __global float *part, __global const int *step, int rows, int slots,
-                                                 int splits, int split_tokens, int mask, int window,
+                                                 __global float *part, ulong fold_off, int fold_blocks,
+                                                 __global const int *step, int rows, int slots, int splits,
+                                                 int split_tokens, int mask, int window,
                                                  float scale_log2 IHA_PROBE_PARAMS)
 {
     const int r0 = get_global_id(0) * DEC_ROWS;
@@ -361,10 +417,10 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
     /* The step token's raw query rows across the lanes, and each lane's row of alpha_Q. */
     float aq_s[QG * DEC_H * LANES];
     const int jt = r0 / P;
-    for (int r = 0; r < QN * LANES; ++r)
+    for (int i = 0; i < HEAD_DIM * QN * LANES; ++i) qs[i] = 0.0f;
+    for (int r = 0; r < DEC_H; ++r)
         for (int j = 0; j < HEAD_DIM; ++j)
-            qs[j * QN * LANES + r] =
-                r < DEC_H && jt < count ? q_raw[qr_off + (((size_t)b * k_step + jt) * DEC_H + r) * HEAD_DIM + j] : 0.0f;
+            QS_RAW(j, r) = jt < count ? q_raw[qr_off + (((size_t)b * k_step + jt) * DEC_H + r) * HEAD_DIM + j] : 0.0f;
 #endif
     int first = end, last = -1;
     for (int l = 0; l < QG * LANES; ++l) {
@@ -460,30 +516,60 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
         mx[g] = (floatL)(-INFINITY);
         sum[g] = (floatL)(0.0f);
     }
+#if DEC_FOLD
+    /* The stored scores of sequence b, [token][p'][h·rows + r], tokens by their place past the
+     * first one a ring holds (cl/attention_decode_fold.cl). */
+    __global float *fold = part + fold_off + (size_t)b * fold_blocks * FOLD_TOKENS * DEC_P * DEC_H * rows;
+    const int fold_base = KV_RING ? max(0, end - slots) : 0;
+#else
     float accs[HEAD_DIM * QG * LANES];
     for (int i = 0; i < HEAD_DIM * QG; ++i) vstoreL((floatL)(0.0f), i, accs);
+    (void)fold_off;
+    (void)fold_blocks;
+#endif
 
     const int blocks = last >= first ? (last - first + DEC_TB) / DEC_TB : 0;
     int blk = 0;
     for (; blk < blocks + IHA_PROBE_PAST; ++blk) {
         IHA_PROBE_SKIP_PAST(blk >= blocks);
         const int nb = first + blk * DEC_TB, cnt = min(DEC_TB, last + 1 - nb);
-        float kf[DEC_TB * TOKEN_ELEMS], vf[DEC_TB * TOKEN_ELEMS];
-        for (int t = 0; t < cnt; ++t) {
+#if KDIRECT
+#define KROW(t) (kc + ((size_t)b * slots + (KV_RING ? (nb + (t)) % slots : nb + (t))) * TOKEN_ELEMS)
+#else
+        float kf[DEC_TB * TOKEN_ELEMS];
+#define KROW(t) (kf + (t) * TOKEN_ELEMS)
+#endif
+#if !DEC_FOLD
+        float vf[DEC_TB * TOKEN_ELEMS];
+#endif
+        /* The keys' copy (unless read in place) and the values'. */
+        const int copied = KDIRECT && DEC_FOLD ? 0 : cnt;
+        for (int t = 0; t < copied; ++t) {
             const int slot = KV_RING ? (nb + t) % slots : nb + t;
             const size_t at = ((size_t)b * slots + slot) * TOKEN_ELEMS;
-            const __global kv_t *kt = kc + at, *vt = vc + at;
-            float *kd = kf + t * TOKEN_ELEMS, *vd = vf + t * TOKEN_ELEMS;
-            for (int i = 0; i < TOKEN_ELEMS / LANES; ++i) {
-                vstoreL(LOAD_KV(i, kt), i, kd);
-                vstoreL(LOAD_KV(i, vt), i, vd);
-            }
-            for (int i = TOKEN_ELEMS / LANES * LANES; i < TOKEN_ELEMS; ++i) {
-                kd[i] = LOAD_ONE(i, kt);
-                vd[i] = LOAD_ONE(i, vt);
-            }
+#if !KDIRECT
+            const __global kv_t *kt = kc + at;
+            float *kd = kf + t * TOKEN_ELEMS;
+            for (int i = 0; i < TOKEN_ELEMS / LANES; ++i) vstoreL(LOAD_KV(i, kt), i, kd);
+            for (int i = TOKEN_ELEMS / LANES * LANES; i < TOKEN_ELEMS; ++i) kd[i] = LOAD_ONE(i, kt);
+#endif
+#if !DEC_FOLD
+            const __global kv_t *vt = vc + at;
+            float *vd = vf + t * TOKEN_ELEMS;
+            for (int i = 0; i < TOKEN_ELEMS / LANES; ++i) vstoreL(LOAD_KV(i, vt), i, vd);
+            for (int i = TOKEN_ELEMS / LANES * LANES; i < TOKEN_ELEMS; ++i) vd[i] = LOAD_ONE(i, vt);
+#endif
         }
-#if DEC_PREFETCH
+#if DEC_PREFETCH && DEC_FOLD
+        /* A first pass reads keys only, with little to compute per token: the keys FOLD_AHEAD
+         * tokens on are requested into the second-level cache, as the hardware's prefetch does
+         * not cross pages. */
+        for (int t = 0; t < cnt && nb + FOLD_AHEAD + t <= last; ++t) {
+            const int slot = KV_RING ? (nb + FOLD_AHEAD + t) % slots : nb + FOLD_AHEAD + t;
+            const __global char *kt = (const __global char *)(kc + ((size_t)b * slots + slot) * TOKEN_ELEMS);
+            for (int i = 0; i < (int)(TOKEN_ELEMS * sizeof(kv_t)); i += 64) __builtin_prefetch(kt + i, 0, 2);
+        }
+#elif DEC_PREFETCH
         /* The next block's K and V are requested while this one is computed: a CPU work-item
          * reads its split in order and would otherwise wait for each block from memory. */
         for (int t = 0; t < DEC_TB && nb + DEC_TB + t <= last; ++t) {
@@ -501,7 +587,7 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
         floatL sc[DEC_TB][DEC_P][QG];
         intL suspects = (intL)(0);
         for (int t = 0; t < cnt; ++t) {
-            SCORES(kf + t * TOKEN_ELEMS, sc[t]);
+            SCORES(KROW(t), sc[t]);
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 const intL u = (intL)((nb + t) * P + p);
@@ -516,7 +602,7 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
         if (any(suspects))
             for (int t = 0; t < cnt; ++t) {
                 floatL raw[DEC_P][QG];
-                SCORES(kf + t * TOKEN_ELEMS, raw);
+                SCORES(KROW(t), raw);
                 for (int p = 0; p < P; ++p) {
                     const intL u = (intL)((nb + t) * P + p);
                     for (int g = 0; g < QG; ++g) {
@@ -524,7 +610,7 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
                         const intL suspect = vis & (raw[p][g] == (floatL)(-INFINITY));
                         if (any(suspect))
                             sc[t][p][g] = select(sc[t][p][g], (floatL)(NAN),
-                                                 suspect & OVERFLOWED(kf + t * TOKEN_ELEMS, g, p));
+                                                 suspect & OVERFLOWED(KROW(t), g, p));
                     }
                 }
             }
@@ -542,9 +628,39 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
             if (!any(up)) continue;
             const floatL f = select((floatL)(1.0f), exp2(mx[g] - top[g]), up);
             sum[g] *= f;
+#if !DEC_FOLD
             for (int j = 0; j < HEAD_DIM; ++j) vstoreL(vloadL(j * QG + g, accs) * f, j * QG + g, accs);
+#endif
             mx[g] = select(mx[g], top[g], up);
         }
+#if DEC_FOLD
+        /* The sums, and the scores for the second pass (which masks them again). */
+        for (int t = 0; t < cnt; ++t) {
+            __global float *at = fold + (size_t)(nb + t - fold_base) * DEC_P * DEC_H * rows;
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+#pragma unroll
+                for (int g = 0; g < QG; ++g) {
+                    const floatL x = sc[t][p][g];
+                    sum[g] += select(exp2(x - mx[g]), (floatL)(0.0f), x == (floatL)(-INFINITY));
+                }
+                /* A tile of whole heads' rows is one run of the row index h·rows + r. */
+                const int whole = DEC_ROWS == DEC_P ? TILE % LANES == 0 : 0;
+                if (whole && h0 + DEC_HEADS <= DEC_H) {
+#pragma unroll
+                    for (int g = 0; g < QG; ++g) vstoreL(sc[t][p][g], 0, at + p * DEC_H * rows + h0 * rows + g * LANES);
+                } else {
+                    float row_s[QG * LANES];
+#pragma unroll
+                    for (int g = 0; g < QG; ++g) vstoreL(sc[t][p][g], g, row_s);
+                    for (int l = 0; l < TILE; ++l) {
+                        const int h = h0 + l / DEC_ROWS, r = r0 + l % DEC_ROWS;
+                        if (h < DEC_H && r < rows) at[p * DEC_H * rows + h * rows + r] = row_s[l];
+                    }
+                }
+            }
+        }
+#else
         /* The probabilities, folded with alpha_V into one weight per (token, row m, lane). */
         floatL w[DEC_TB * DEC_H * QG];
         intL seen[DEC_TB * QG];
@@ -572,6 +688,7 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
                 }
             }
         add_values(vf, cnt, w, seen, accs, any(unseen) && !values_finite(vf, cnt));
+#endif
     }
     IHA_PROBE_EXPECT(blk >= blocks + IHA_PROBE_PAST);
 
@@ -587,7 +704,13 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
         if (h >= DEC_H || r >= rows) continue;
         __global float *out = part + (((size_t)(b * DEC_H + h) * rows + r) * splits + s) * PART_STRIDE;
         const int on = valid_s[l] != 0;
+#if DEC_FOLD
+        (void)on;
+        (void)g;
+        (void)lane;
+#else
         for (int c = 0; c < HEAD_DIM; ++c) out[c] = on ? accs[(c * QG + g) * LANES + lane] : 0.0f;
+#endif
         out[HEAD_DIM] = mx_s[l];
         out[HEAD_DIM + 1] = sum_s[l];
     }

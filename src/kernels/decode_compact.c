@@ -91,10 +91,34 @@ size_t iha__decode_compact_splits(const iha_context *ctx, const iha_decode_compa
     return splits;
 }
 
-size_t iha__decode_compact_partial_elements(const iha_context *ctx, const iha_decode_compact *dc)
+/* A folded step's blocks of FOLD_TOKENS stored scores per sequence (cl/decode_combine.clh). */
+#define FOLD_TOKENS 16
+static size_t fold_blocks(const iha_decode_compact *dc)
+{
+    return (tokens_of(dc) + FOLD_TOKENS - 1) / FOLD_TOKENS;
+}
+
+/* The partial results: the softmax states (with a folded step's first pass, no outputs), then
+ * for a folded step the scores and the splits' shares of Y. */
+static size_t states_elements(const iha_context *ctx, const iha_decode_compact *dc)
 {
     const iha_decode_dims *dd = &dc->dd;
     return dd->B * dd->H * dd->k * dd->P * iha__decode_compact_splits(ctx, dc) * (dd->d + 2);
+}
+
+static size_t scores_elements(const iha_decode_compact *dc)
+{
+    const iha_decode_dims *dd = &dc->dd;
+    /* 16 more: the second pass reads each token's scores sixteen at a time. */
+    return dd->B * fold_blocks(dc) * FOLD_TOKENS * dd->P * dd->H * dd->P + 16;
+}
+
+size_t iha__decode_compact_partial_elements(const iha_context *ctx, const iha_decode_compact *dc)
+{
+    const iha_decode_dims *dd = &dc->dd;
+    const size_t states = states_elements(ctx, dc);
+    if (!dc->fold) return states;
+    return states + scores_elements(dc) + dd->B * iha__decode_compact_splits(ctx, dc) * dd->H * dd->d;
 }
 
 iha_status iha__decode_store_compact_enqueue(iha_context *ctx, const iha_decode_compact *dc, cl_mem k, cl_mem v,
@@ -194,7 +218,7 @@ static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, 
                                 const size_t global[3], size_t splits, size_t per_split, iha_buffer q, iha_buffer q_raw,
                                 cl_mem keys, cl_mem values, iha_buffer alpha_q, iha_buffer alpha_k, iha_buffer alpha_v,
                                 cl_mem angles, cl_mem partial, cl_mem step, int mask, size_t window, float scale,
-                                size_t block)
+                                size_t block, int fold)
 {
     const iha_decode_dims *dd = &dc->dd;
     /* Without rotary a tile of one token's P rows reads the token's H raw query rows instead. */
@@ -202,9 +226,9 @@ static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, 
     char options[256];
     snprintf(options, sizeof options,
              "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_RAW_Q=%d -DDEC_ROPE=%d "
-             "-DDEC_TB=%zu -DDEC_LANES=%zu -DDEC_PREFETCH=%d -DKV_HALF=%d -DKV_BF16=%d -DKV_RING=%d",
+             "-DDEC_TB=%zu -DDEC_LANES=%zu -DDEC_PREFETCH=%d -DDEC_FOLD=%d -DKV_HALF=%d -DKV_BF16=%d -DKV_RING=%d",
              dd->d, dd->H, dd->P, cfg->rows, cfg->heads, raw_q, angles != NULL, block, lanes_width(ctx, cfg),
-             ctx->cpu_prefetch, dd->half, dd->bf16, dd->ring);
+             ctx->cpu_prefetch, fold, dd->half, dd->bf16, dd->ring);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(
         iha__kernel_get(ctx, "attention_decode_compact_lanes.cl", options, "attention_decode_compact_lanes_f32", &k));
@@ -219,6 +243,8 @@ static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, 
     iha__arg_int(&a, (cl_int)dd->k);
     iha__arg_mem(&a, angles ? angles : q.mem);
     iha__arg_mem(&a, partial);
+    iha__arg_ulong(&a, fold ? states_elements(ctx, dc) : 0);
+    iha__arg_int(&a, fold ? (cl_int)fold_blocks(dc) : 0);
     iha__arg_mem(&a, step);
     iha__arg_int(&a, (cl_int)(dd->k * dd->P));
     iha__arg_int(&a, (cl_int)dc->slots);
@@ -253,10 +279,72 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
         cfg.lanes && alpha_q.mem && alpha_k.mem && alpha_v.mem ? lanes_block(ctx, dc, &cfg, angles != NULL) : 0;
     if (block)
         IHA_FORWARD_IF_ERROR(lanes_enqueue(ctx, dc, &cfg, global, splits, per_split, q, q_raw, keys, values, alpha_q,
-                                           alpha_k, alpha_v, angles, partial, step, mask, window, scale, block));
+                                           alpha_k, alpha_v, angles, partial, step, mask, window, scale, block, 0));
     else
         IHA_FORWARD_IF_ERROR(per_head_enqueue(ctx, dc, options, global, splits, per_split, q, keys, values, alpha_k,
                                               alpha_v, angles, partial, step, mask, window, scale));
 
     return iha__decode_combine_enqueue(ctx, dd, partial, o, step, splits);
+}
+
+int iha__decode_compact_can_fold(const iha_context *ctx, const iha_decode_compact *dc, int rope, int mixing)
+{
+    iha_decode_compact_config cfg;
+    config_of(ctx, dc, &cfg);
+    return mixing && cfg.lanes && dc->dd.k == 1 && lanes_block(ctx, dc, &cfg, rope) != 0;
+}
+
+iha_status iha__decode_compact_fold_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
+                                            iha_buffer q_raw, cl_mem keys, cl_mem values, iha_buffer alpha_q,
+                                            iha_buffer alpha_k, iha_buffer alpha_v, iha_buffer r, cl_mem angles,
+                                            cl_mem partial, iha_buffer y, cl_mem step, int mask, size_t window,
+                                            float scale)
+{
+    const iha_decode_dims *dd = &dc->dd;
+    iha_decode_compact_config cfg;
+    size_t splits, per_split;
+    config_of(ctx, dc, &cfg);
+    splits_of(ctx, dc, &cfg, &splits, &per_split);
+    const size_t block = lanes_block(ctx, dc, &cfg, angles != NULL);
+    IHA_RETURN_ERROR_IF(!dc->fold || block == 0 || r.mem == NULL, ctx, IHA_ERROR_UNSUPPORTED,
+                        "a folded decoding step planned where its first pass does not fit");
+    const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
+    const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
+    const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups};
+    IHA_FORWARD_IF_ERROR(lanes_enqueue(ctx, dc, &cfg, global, splits, per_split, q, q_raw, keys, values, alpha_q,
+                                       alpha_k, alpha_v, angles, partial, step, mask, window, scale, block, 1));
+
+    char options[160];
+    snprintf(options, sizeof options,
+             "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_PREFETCH=%d -DKV_HALF=%d -DKV_BF16=%d -DKV_RING=%d", dd->d,
+             dd->H, dd->P, ctx->cpu_prefetch, dd->half, dd->bf16, dd->ring);
+    const size_t states = states_elements(ctx, dc), shares = states + scores_elements(dc);
+    cl_kernel k;
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_decode_fold.cl", options, "attention_decode_fold_values", &k));
+    iha_args a = iha__args_begin(k);
+    iha__arg_mem(&a, partial);
+    iha__arg_ulong(&a, states);
+    iha__arg_int(&a, (cl_int)fold_blocks(dc));
+    iha__arg_mem(&a, partial);
+    iha__arg_ulong(&a, shares);
+    iha__arg_mem(&a, values);
+    iha__arg_tensor(&a, alpha_v.mem, alpha_v.offset);
+    iha__arg_tensor(&a, r.mem, r.offset);
+    iha__arg_mem(&a, step);
+    iha__arg_int(&a, (cl_int)dc->slots);
+    iha__arg_int(&a, (cl_int)splits);
+    iha__arg_int(&a, (cl_int)per_split);
+    iha__arg_int(&a, mask);
+    iha__arg_int(&a, (cl_int)window);
+    const size_t values_global[3] = {splits, dd->B, 1};
+    IHA_FORWARD_IF_ERROR(launch_attention(ctx, &a, values_global, "attention_decode_fold_values"));
+
+    IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_decode_fold.cl", options, "attention_decode_fold_sum", &k));
+    a = iha__args_begin(k);
+    iha__arg_mem(&a, partial);
+    iha__arg_ulong(&a, shares);
+    iha__arg_tensor(&a, y.mem, y.offset);
+    iha__arg_int(&a, (cl_int)splits);
+    const size_t sum_global[2] = {dd->H * dd->d, dd->B};
+    return iha__launch(ctx, &a, 2, sum_global, NULL, "attention_decode_fold_sum");
 }

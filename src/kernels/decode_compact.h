@@ -34,6 +34,7 @@ typedef struct iha_decode_compact {
     iha_decode_dims dd;
     size_t slots;
     iha_decode_compact_config cfg; /* rows 0: iha__decode_compact_config_default */
+    int fold;                      /* 1: the step runs iha__decode_compact_fold_enqueue */
 } iha_decode_compact;
 
 /* The new tokens' K and V [B][k][H][d] into the cache at their tokens' slots; with rope (the
@@ -55,4 +56,19 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
                                                  iha_buffer alpha_k, iha_buffer alpha_v, cl_mem angles,
                                                  cl_mem partial, iha_buffer o, cl_mem step, int mask, size_t window,
                                                  float scale);
+
+/* Whether a step folds the collapse into its attention: one token per sequence (k = 1), mixing
+ * present (mixing 1) and cl/attention_decode_compact_lanes.cl chosen for it, with rotary or not
+ * (rope). */
+int iha__decode_compact_can_fold(const iha_context *ctx, const iha_decode_compact *dc, int rope, int mixing);
+
+/* A folded step (dc->fold; cl/attention_decode_fold.cl): the attention of the step's rows as
+ * iha__decode_compact_attention_enqueue's, collapsed by r [H][H][P] -> y [B][1][H][d], what
+ * iha__collapse_enqueue makes of that call's o. partial holds
+ * iha__decode_compact_partial_elements floats. */
+iha_status iha__decode_compact_fold_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
+                                            iha_buffer q_raw, cl_mem keys, cl_mem values, iha_buffer alpha_q,
+                                            iha_buffer alpha_k, iha_buffer alpha_v, iha_buffer r, cl_mem angles,
+                                            cl_mem partial, iha_buffer y, cl_mem step, int mask, size_t window,
+                                            float scale);
 #endif

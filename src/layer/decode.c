@@ -104,6 +104,7 @@ static iha_status plan_step(iha_context *ctx, iha_kv_cache *c, const iha_shape *
         s->dc.dd = s->dd;
         s->dc.slots = c->slots;
         IHA_FORWARD_IF_ERROR(iha__tune_choose_decode_compact(ctx, &s->dc, p->mask, p->window, p->rope));
+        s->dc.fold = iha__decode_compact_can_fold(ctx, &s->dc, p->rope, w->alpha_q.mem != NULL);
     } else {
         IHA_FORWARD_IF_ERROR(iha__tune_choose_decode(ctx, &s->dd, p->mask, p->window));
     }
@@ -242,7 +243,13 @@ static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s
     }
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.mixing, &mark));
 
-    if (c->compact) {
+    if (s->dc.fold) {
+        /* Attention and collapse in one (cl/attention_decode_fold.cl). */
+        IHA_FORWARD_IF_ERROR(iha__decode_compact_fold_enqueue(
+            ctx, &s->dc, (iha_buffer){qt, 0}, (iha_buffer){q, 0}, c->keys, c->values, mw.alpha_q, mw.alpha_k,
+            mw.alpha_v, mw.r, !p.rope ? NULL : c->angles ? c->angles : rope, partial, (iha_buffer){y, 0}, step,
+            p.mask, p.window, p.scale));
+    } else if (c->compact) {
         IHA_FORWARD_IF_ERROR(iha__decode_compact_attention_enqueue(
             ctx, &s->dc, (iha_buffer){qt, 0}, (iha_buffer){q, 0}, c->keys, c->values, mw.alpha_q, mw.alpha_k,
             mw.alpha_v, !p.rope ? NULL : c->angles ? c->angles : rope, partial, (iha_buffer){o, 0}, step, p.mask, p.window, p.scale));
@@ -252,7 +259,9 @@ static iha_status run_step(iha_context *ctx, iha_kv_cache *c, const step_plan *s
     }
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.attention, &mark));
 
-    IHA_FORWARD_IF_ERROR(iha__collapse_enqueue(ctx, &p.mix_collapse, &p.dims, (iha_buffer){o, 0}, mw.r, (iha_buffer){y, 0}));
+    if (!s->dc.fold)
+        IHA_FORWARD_IF_ERROR(
+            iha__collapse_enqueue(ctx, &p.mix_collapse, &p.dims, (iha_buffer){o, 0}, mw.r, (iha_buffer){y, 0}));
     IHA_FORWARD_IF_ERROR(iha__stage_done(ctx, &ctx->stage_times.collapse, &mark));
 
     IHA_FORWARD_IF_ERROR(iha__project(ctx, &p, rows, p.D, hd, (iha_buffer){y, 0}, w->wo, zf));
