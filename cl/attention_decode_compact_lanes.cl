@@ -153,6 +153,13 @@
 #define KSPACE
 #endif
 
+/* A token's H rows, in any storage, into private floats. */
+static inline void widen_token(const __global kv_t *src, float *dst)
+{
+    for (int i = 0; i < TOKEN_ELEMS / LANES; ++i) vstoreL(LOAD_KV(i, src), i, dst);
+    for (int i = TOKEN_ELEMS / LANES * LANES; i < TOKEN_ELEMS; ++i) dst[i] = LOAD_ONE(i, src);
+}
+
 /* The helpers take tile widths and flags that are constants at each call: inlined, their guards
  * fold away and the tiles stay in registers. */
 #define TILE_FN static inline __attribute__((always_inline))
@@ -548,16 +555,10 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
             const int slot = KV_RING ? (nb + t) % slots : nb + t;
             const size_t at = ((size_t)b * slots + slot) * TOKEN_ELEMS;
 #if !KDIRECT
-            const __global kv_t *kt = kc + at;
-            float *kd = kf + t * TOKEN_ELEMS;
-            for (int i = 0; i < TOKEN_ELEMS / LANES; ++i) vstoreL(LOAD_KV(i, kt), i, kd);
-            for (int i = TOKEN_ELEMS / LANES * LANES; i < TOKEN_ELEMS; ++i) kd[i] = LOAD_ONE(i, kt);
+            widen_token(kc + at, kf + t * TOKEN_ELEMS);
 #endif
 #if !DEC_FOLD
-            const __global kv_t *vt = vc + at;
-            float *vd = vf + t * TOKEN_ELEMS;
-            for (int i = 0; i < TOKEN_ELEMS / LANES; ++i) vstoreL(LOAD_KV(i, vt), i, vd);
-            for (int i = TOKEN_ELEMS / LANES * LANES; i < TOKEN_ELEMS; ++i) vd[i] = LOAD_ONE(i, vt);
+            widen_token(vc + at, vf + t * TOKEN_ELEMS);
 #endif
         }
 #if DEC_PREFETCH && DEC_FOLD

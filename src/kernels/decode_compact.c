@@ -256,6 +256,20 @@ static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, 
     return launch_attention(ctx, &a, global, "attention_decode_compact_lanes_f32");
 }
 
+/* A step's configuration, splits and attention work-items (row tiles, splits, (b, head group)). */
+static void geometry_of(const iha_context *ctx, const iha_decode_compact *dc, iha_decode_compact_config *cfg,
+                        size_t *splits, size_t *per_split, size_t global[3])
+{
+    const iha_decode_dims *dd = &dc->dd;
+    config_of(ctx, dc, cfg);
+    splits_of(ctx, dc, cfg, splits, per_split);
+    const size_t rows = dd->k * dd->P, tile = (size_t)cfg->rows;
+    const size_t head_groups = (dd->H + (size_t)cfg->heads - 1) / (size_t)cfg->heads;
+    global[0] = (rows + tile - 1) / tile;
+    global[1] = *splits;
+    global[2] = dd->B * head_groups;
+}
+
 iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_decode_compact *dc, iha_buffer q,
                                                  iha_buffer q_raw, cl_mem keys, cl_mem values, iha_buffer alpha_q,
                                                  iha_buffer alpha_k, iha_buffer alpha_v, cl_mem angles,
@@ -264,17 +278,13 @@ iha_status iha__decode_compact_attention_enqueue(iha_context *ctx, const iha_dec
 {
     const iha_decode_dims *dd = &dc->dd;
     iha_decode_compact_config cfg;
-    size_t splits, per_split;
-    config_of(ctx, dc, &cfg);
-    splits_of(ctx, dc, &cfg, &splits, &per_split);
+    size_t splits, per_split, global[3];
+    geometry_of(ctx, dc, &cfg, &splits, &per_split, global);
     char options[192];
     snprintf(options, sizeof options,
              "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_ROWS=%d -DDEC_HEADS=%d -DDEC_VD=%d -DKV_HALF=%d "
              "-DKV_BF16=%d -DKV_RING=%d",
              dd->d, dd->H, dd->P, cfg.rows, cfg.heads, cfg.vec, dd->half, dd->bf16, dd->ring);
-    const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
-    const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
-    const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups};
     const size_t block =
         cfg.lanes && alpha_q.mem && alpha_k.mem && alpha_v.mem ? lanes_block(ctx, dc, &cfg, angles != NULL) : 0;
     if (block)
@@ -302,15 +312,11 @@ iha_status iha__decode_compact_fold_enqueue(iha_context *ctx, const iha_decode_c
 {
     const iha_decode_dims *dd = &dc->dd;
     iha_decode_compact_config cfg;
-    size_t splits, per_split;
-    config_of(ctx, dc, &cfg);
-    splits_of(ctx, dc, &cfg, &splits, &per_split);
+    size_t splits, per_split, global[3];
+    geometry_of(ctx, dc, &cfg, &splits, &per_split, global);
     const size_t block = lanes_block(ctx, dc, &cfg, angles != NULL);
     IHA_RETURN_ERROR_IF(!dc->fold || block == 0 || r.mem == NULL, ctx, IHA_ERROR_UNSUPPORTED,
                         "a folded decoding step planned where its first pass does not fit");
-    const size_t rows = dd->k * dd->P, tile = (size_t)cfg.rows;
-    const size_t head_groups = (dd->H + (size_t)cfg.heads - 1) / (size_t)cfg.heads;
-    const size_t global[3] = {(rows + tile - 1) / tile, splits, dd->B * head_groups};
     IHA_FORWARD_IF_ERROR(lanes_enqueue(ctx, dc, &cfg, global, splits, per_split, q, q_raw, keys, values, alpha_q,
                                        alpha_k, alpha_v, angles, partial, step, mask, window, scale, block, 1));
 
