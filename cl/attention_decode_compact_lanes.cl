@@ -62,14 +62,10 @@
 #if DEC_ROPE && DEC_RAW_Q
 #error "DEC_RAW_Q serves steps without rotary"
 #endif
-/* 1: the first pass of a folded step (cl/attention_decode_fold.cl): the scores only, stored for
- * the second pass, and each row's softmax state; no values are read. */
+/* 1: the first pass of a folded step (cl/attention_decode_fold.cl): the scores only, their
+ * exponentials stored for the second pass, and each row's softmax state; no values are read. */
 #ifndef DEC_FOLD
 #define DEC_FOLD 0
-#endif
-/* Tokens ahead of a first pass's prefetch. */
-#ifndef FOLD_AHEAD
-#define FOLD_AHEAD 16
 #endif
 #include "kv_compact.clh"
 
@@ -524,9 +520,10 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
         sum[g] = (floatL)(0.0f);
     }
 #if DEC_FOLD
-    /* The stored scores of sequence b, [token][p'][h·rows + r], tokens by their place past the
-     * first one a ring holds (cl/attention_decode_fold.cl). */
-    __global float *fold = part + fold_off + (size_t)b * fold_blocks * FOLD_TOKENS * DEC_P * DEC_H * rows;
+    /* What sequence b stores for the second pass, [token][P + 1][h·rows + r]: each score's
+     * exponential by key position p', then the maxima they are taken against; tokens by their
+     * place past the first one a ring holds (cl/attention_decode_fold.cl). */
+    __global float *fold = part + fold_off + (size_t)b * fold_blocks * FOLD_TOKENS * (DEC_P + 1) * DEC_H * rows;
     const int fold_base = KV_RING ? max(0, end - slots) : 0;
 #else
     float accs[HEAD_DIM * QG * LANES];
@@ -635,25 +632,28 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
             mx[g] = select(mx[g], top[g], up);
         }
 #if DEC_FOLD
-        /* The sums, and the scores for the second pass (which masks them again). */
+        /* The sums, and for the second pass each token's exponentials and the maxima they are
+         * taken against (the second pass masks them again). */
         for (int t = 0; t < cnt; ++t) {
-            __global float *at = fold + (size_t)(nb + t - fold_base) * DEC_P * DEC_H * rows;
+            __global float *at = fold + (size_t)(nb + t - fold_base) * (DEC_P + 1) * DEC_H * rows;
 #pragma unroll
-            for (int p = 0; p < P; ++p) {
+            for (int p = 0; p <= P; ++p) {
+                floatL e[QG];
 #pragma unroll
                 for (int g = 0; g < QG; ++g) {
-                    const floatL x = sc[t][p][g];
-                    sum[g] += select(exp2(x - mx[g]), (floatL)(0.0f), x == (floatL)(-INFINITY));
+                    const floatL x = p < P ? sc[t][p][g] : mx[g];
+                    e[g] = p < P ? select(exp2(x - mx[g]), (floatL)(0.0f), x == (floatL)(-INFINITY)) : x;
+                    if (p < P) sum[g] += e[g];
                 }
                 /* A tile of whole heads' rows is one run of the row index h·rows + r. */
                 const int whole = DEC_ROWS == DEC_P ? TILE % LANES == 0 : 0;
                 if (whole && h0 + DEC_HEADS <= DEC_H) {
 #pragma unroll
-                    for (int g = 0; g < QG; ++g) vstoreL(sc[t][p][g], 0, at + p * DEC_H * rows + h0 * rows + g * LANES);
+                    for (int g = 0; g < QG; ++g) vstoreL(e[g], 0, at + p * DEC_H * rows + h0 * rows + g * LANES);
                 } else {
                     float row_s[QG * LANES];
 #pragma unroll
-                    for (int g = 0; g < QG; ++g) vstoreL(sc[t][p][g], g, row_s);
+                    for (int g = 0; g < QG; ++g) vstoreL(e[g], g, row_s);
                     for (int l = 0; l < TILE; ++l) {
                         const int h = h0 + l / DEC_ROWS, r = r0 + l % DEC_ROWS;
                         if (h < DEC_H && r < rows) at[p * DEC_H * rows + h * rows + r] = row_s[l];

@@ -6,9 +6,10 @@
  * with a the normalised probabilities of the step's query row (h, p), so a cached token's values
  * cost H·H·d multiply-adds instead of the H·P·H·d of attending first and collapsing after. A
  * row's normaliser must be known before rows are mixed: the first pass
- * (cl/attention_decode_compact_lanes.cl with DEC_FOLD) stores the scores by token lanes and each
- * split's softmax state; attention_decode_fold_values merges the states, weighs the values of its
- * split's tokens and writes its split's share of Y; attention_decode_fold_sum adds the shares.
+ * (cl/attention_decode_compact_lanes.cl with DEC_FOLD) stores each token's exponentials against
+ * its running maxima, and each split's softmax state; attention_decode_fold_values merges the
+ * states, weighs the values of its split's tokens and writes its split's share of Y;
+ * attention_decode_fold_sum adds the shares.
  * Tokens lie across the lanes of the probabilities and weights, so their mixing is made of
  * vector FMAs with broadcast coefficients; the values' columns lie across the lanes of the sums. */
 #include "loop_probe.clh"
@@ -25,20 +26,18 @@
 #ifndef DEC_P
 #error "DEC_P must be defined"
 #endif
-/* 1: prefetch each next block's values and scores (where the host knows the intrinsic compiles). */
+/* 1: prefetch (where the host knows the intrinsic compiles): the values FOLD_AHEAD tokens on
+ * into the second-level cache, as the hardware's prefetch does not cross pages, and each next
+ * block's stored rows. */
 #ifndef DEC_PREFETCH
 #define DEC_PREFETCH 0
 #endif
-#ifndef FOLD_AHEAD
-#define FOLD_AHEAD 16
-#endif
-#ifndef FOLD_LOCALITY
-#define FOLD_LOCALITY 2
-#endif
 
 #define HP (DEC_H * DEC_P)
-/* Scores per cached token: P key positions by H·P query rows. */
+/* Floats stored per cached token: P exponentials (by key position) for each of the H·P query
+ * rows, then the rows' maxima they were taken against. */
 #define SCORES (DEC_P * HP)
+#define STORED (SCORES + HP)
 #define TOKEN_ELEMS (DEC_H * HEAD_DIM)
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -120,6 +119,22 @@ TILE_FN void transpose16(float16 x[16])
     }
 }
 
+/* x[j] = columns c0 + j of the 16 tokens' stored rows at sc, across lanes; next: request the
+ * same columns of the next block. */
+TILE_FN void load_columns(const __global float *sc, int c0, float16 x[16], int next)
+{
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+        x[t] = vload16(0, sc + t * STORED + c0);
+#if DEC_PREFETCH
+        if (next) __builtin_prefetch((const __global char *)(sc + (FOLD_TOKENS + t) * STORED + c0), 0, 3);
+#else
+        (void)next;
+#endif
+    }
+    transpose16(x);
+}
+
 /* sums[h][c] += sum over the block's tokens t0 .. t1 and cached heads m of
  * w[h][m][t] · V[t][m][c], for heads h0 .. h0+hw-1 and column vectors c0 .. c0+cw-1 (hw, cw
  * constants at each call). */
@@ -140,7 +155,7 @@ TILE_FN void values_tile(__global const kv_t *vc, size_t seq, int slots, int nb,
         if (t + FOLD_AHEAD <= ahead) {
             const int next = KV_RING ? (nb + FOLD_AHEAD + t) % slots : nb + FOLD_AHEAD + t;
             const __global char *nv = (const __global char *)(vc + (seq + next) * TOKEN_ELEMS);
-            for (int i = 0; i < (int)(TOKEN_ELEMS * sizeof(kv_t)); i += 64) __builtin_prefetch(nv + i, 0, FOLD_LOCALITY);
+            for (int i = 0; i < (int)(TOKEN_ELEMS * sizeof(kv_t)); i += 64) __builtin_prefetch(nv + i, 0, 2);
         }
 #else
         (void)ahead;
@@ -181,9 +196,9 @@ TILE_FN void values_heads(__global const kv_t *vc, size_t seq, int slots, int nb
 
 /* Work-item (split s, sequence b): the share of split s in Y[b] [H][HEAD_DIM], written to
  * share[b][s] from share_off. part: the first pass's softmax states (cl/decode_combine.clh's layout, rows the
- * step's P) and, from fold_off, its scores [B][fold_blocks·FOLD_TOKENS][P][H·P] (base 2, by
- * token, key position p' and query row h·P + p, tokens by their place past the first one a ring
- * holds); alpha_v [H][H][P] and r [H][H][P] as the layer's; the other arguments as the first
+ * step's P) and, from fold_off, [B][fold_blocks·FOLD_TOKENS][STORED]: per token the exponentials
+ * of its scores against the first pass's running maxima, by key position p' and query row
+ * h·P + p, then those maxima by row (tokens by their place past the first one a ring holds); alpha_v [H][H][P] and r [H][H][P] as the layer's; the other arguments as the first
  * pass's. */
 __kernel void attention_decode_fold_values(__global const float *part, ulong fold_off, int fold_blocks,
                                            __global float *share, ulong share_off, __global const kv_t *vc,
@@ -226,6 +241,12 @@ __kernel void attention_decode_fold_values(__global const float *part, ulong fol
         top[i] = mx;
         inv[i] = 1.0f / total;
     }
+    /* The virtual keys every row sees. */
+    int all_lo = 0, all_hi = T - 1;
+    for (int i = 0; i < HP; ++i) {
+        all_lo = max(all_lo, lo[i]);
+        all_hi = min(all_hi, hi[i]);
+    }
     const int held = KV_RING ? max(0, end - slots) : 0;
     first = max(first, held + s * split_tokens);
     last = min(last, min(end - 1, held + (s + 1) * split_tokens - 1));
@@ -244,29 +265,43 @@ __kernel void attention_decode_fold_values(__global const float *part, ulong fol
     for (; k < blocks + IHA_PROBE_PAST; ++k) {
         IHA_PROBE_SKIP_PAST(k >= blocks);
         const int blk = b0 + k, nb = held + blk * FOLD_TOKENS;
-        const __global float *sc = part + fold_off + ((size_t)b * fold_blocks + blk) * FOLD_TOKENS * SCORES;
+        const __global float *sc = part + fold_off + ((size_t)b * fold_blocks + blk) * FOLD_TOKENS * STORED;
         const int16 n = (int16)(nb) + lane;
         const int16 on = (n >= (int16)(first)) & (n <= (int16)(last));
-        /* The probabilities, 0 where masked or outside the split: the block's scores, a row of
-         * SCORES per token, turned to token lanes sixteen columns at a time. */
-        float16 a[HP * DEC_P];
+        /* Every row sees every key of the block's tokens: no masks. */
+        const int inside = nb >= first && nb + FOLD_TOKENS - 1 <= last && nb * P >= all_lo &&
+                           (nb + FOLD_TOKENS) * P - 1 <= all_hi;
+        /* The probabilities, 0 where masked or outside the split, from the block's stored rows
+         * (STORED floats per token) turned to token lanes sixteen columns at a time: first each
+         * row's factor 2^(max then - top) / sum (an exponential against a maximum of -inf is 0,
+         * unless the row's own maximum is -inf too: NaN, as the merge makes such a row), then
+         * the exponentials times their row's factor. */
+        float16 f[HP], a[HP * DEC_P];
+        for (int c0 = SCORES; c0 < STORED; c0 += 16) {
+            float16 x[16];
+            load_columns(sc, c0, x, k + 1 < blocks);
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const int i = c0 + j - SCORES;
+                if (i >= HP) break;
+                const int16 unseen = (x[j] == (float16)(-INFINITY)) & (int16)(top[i] != -INFINITY ? -1 : 0);
+                f[i] = select(exp2(x[j] - top[i]) * inv[i], (float16)(0.0f), unseen);
+            }
+        }
         for (int c0 = 0; c0 < SCORES; c0 += 16) {
             float16 x[16];
-#pragma unroll
-            for (int t = 0; t < 16; ++t) {
-                x[t] = vload16(0, sc + t * SCORES + c0);
-#if DEC_PREFETCH
-                if (k + 1 < blocks) __builtin_prefetch((const __global char *)(sc + (FOLD_TOKENS + t) * SCORES + c0), 0, 3);
-#endif
-            }
-            transpose16(x);
+            load_columns(sc, c0, x, k + 1 < blocks);
 #pragma unroll
             for (int j = 0; j < 16; ++j) {
                 const int c = c0 + j, q = c / HP, i = c % HP;
                 if (c >= SCORES) break;
-                const int16 u = n * P + q;
-                const int16 vis = on & (u >= (int16)(lo[i])) & (u <= (int16)(hi[i]));
-                a[i * DEC_P + q] = select((float16)(0.0f), exp2(x[j] - top[i]) * inv[i], vis);
+                if (inside) {
+                    a[i * DEC_P + q] = x[j] * f[i];
+                } else {
+                    const int16 u = n * P + q;
+                    const int16 vis = on & (u >= (int16)(lo[i])) & (u <= (int16)(hi[i]));
+                    a[i * DEC_P + q] = select((float16)(0.0f), x[j] * f[i], vis);
+                }
             }
         }
         /* w[h'][m][t] = sum over h, p' of alpha_V[m][h][p'] · (sum over p of R[h'][h][p] · a). */

@@ -109,8 +109,9 @@ static size_t states_elements(const iha_context *ctx, const iha_decode_compact *
 static size_t scores_elements(const iha_decode_compact *dc)
 {
     const iha_decode_dims *dd = &dc->dd;
-    /* 16 more: the second pass reads each token's scores sixteen at a time. */
-    return dd->B * fold_blocks(dc) * FOLD_TOKENS * dd->P * dd->H * dd->P + 16;
+    /* Per token P exponentials and a maximum per query row; 16 more: the second pass reads
+     * each token's sixteen at a time. */
+    return dd->B * fold_blocks(dc) * FOLD_TOKENS * (dd->P + 1) * dd->H * dd->P + 16;
 }
 
 size_t iha__decode_compact_partial_elements(const iha_context *ctx, const iha_decode_compact *dc)
