@@ -2,9 +2,10 @@
  * lanes 1, cl/attention_decode_compact_lanes.cl; iha_decode_compact_config: query rows and target
  * heads per work-item, vector width, token-split policy, lanes) and its problems: timing on the
  * bucket's step (k new tokens per sequence) against a full compact cache of the layer's B, H and
- * N, verification on two ragged sequences of three heads (one long enough for several splits at
- * every min_split_tokens, one short enough to leave splits empty) against a float64 attention
- * over the pseudo-keys and -values doc/spec.md's "The compact cache" forms from the heads' rows. */
+ * N (folded, as steps run, where a one-token step can be), verification on two ragged sequences
+ * of three heads (one long enough for several splits at every min_split_tokens, one short enough
+ * to leave splits empty) against a float64 attention over the pseudo-keys and -values
+ * doc/spec.md's "The compact cache" forms from the heads' rows (collapsed by R where folded). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,10 +159,12 @@ typedef struct problem {
     float scale;
     int copies;
     cl_int step[4]; /* (n0, count) per sequence; verification has 2 sequences, timing shares one pair */
+    int fold;       /* the configuration being checked folds the collapse in (o then holds Y) */
     cl_mem q, q_raw, alphas, angles, o, partial, steps;
     cl_mem keys[MAX_COPIES], values[MAX_COPIES];
     /* verification: pseudo-queries [B][H][k*P][d], the cache's K and V as stored (rounded to
-     * half where the cache is half), alpha_Q, alpha_K, alpha_V [H][H][P], the angle rows [P][d] */
+     * half where the cache is half), alpha_Q, alpha_K, alpha_V and R [H][H][P], the angle rows
+     * [P][d] */
     float *hq, *hk, *hv, *ha, *hangles;
 } problem;
 
@@ -259,16 +262,22 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     pr->step[2] = (cl_int)n1, pr->step[3] = (cl_int)(verify && k > 1 ? k - 1 : k);
 
     const size_t B = dd->B, H = dd->H, nq = B * H * k * P * d, na = H * H * P;
-    float *raw = iha__tune_random(B * k * H * d, 50), *alphas = iha__tune_random(3 * na, 49);
+    float *raw = iha__tune_random(B * k * H * d, 50), *alphas = iha__tune_random(4 * na, 49);
     float *q = raw && alphas ? mix_queries(raw, alphas, B, k, H, d, P) : NULL;
     float *angles = angle_rows(P, d);
     iha_status st = q && angles ? IHA_OK : iha__fail(ctx, IHA_ERROR_HOST_MEMORY, "out of host memory");
     if (st == IHA_OK) st = iha__tune_buffer(ctx, nq, q, &pr->q);
     if (st == IHA_OK) st = iha__tune_buffer(ctx, B * k * H * d, raw, &pr->q_raw);
-    if (st == IHA_OK) st = iha__tune_buffer(ctx, 3 * na, alphas, &pr->alphas);
+    if (st == IHA_OK) st = iha__tune_buffer(ctx, 4 * na, alphas, &pr->alphas);
     if (st == IHA_OK) st = iha__tune_buffer(ctx, P * d, angles, &pr->angles);
     if (st == IHA_OK) st = iha__tune_buffer(ctx, nq, NULL, &pr->o);
-    if (st == IHA_OK) st = iha__tune_buffer(ctx, nq * IHA_DECODE_COMPACT_MAX_SPLITS / d * (d + 2), NULL, &pr->partial);
+    /* The most any configuration's partial results take: the softmax states at the most splits
+     * and, for a folded step, its stored rows and the splits' shares of Y. */
+    const size_t folded = k == 1 ? B * ((pr->dc.slots + 15) / 16 * 16 * (P + 1) * H * P + 16 +
+                                        IHA_DECODE_COMPACT_MAX_SPLITS * H * d)
+                                 : 0;
+    if (st == IHA_OK)
+        st = iha__tune_buffer(ctx, nq * IHA_DECODE_COMPACT_MAX_SPLITS / d * (d + 2) + folded, NULL, &pr->partial);
     if (st == IHA_OK) st = iha__tune_buffer(ctx, 2 * B, NULL, &pr->steps);
     for (size_t i = 0; i < B && st == IHA_OK; ++i) {
         const cl_int *pair = &pr->step[i == 0 || !verify ? 0 : 2];
@@ -292,9 +301,10 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     return IHA_OK;
 }
 
-static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, int copy)
+/* The problem's step with configuration c (NULL: the built-in); a step of one token folds where
+ * it can, as iha_decode_step runs it. */
+static iha_decode_compact configured_step(iha_context *ctx, const problem *pr, const iha_tune_config *c)
 {
-    problem *pr = p;
     iha_decode_compact dc = pr->dc;
     iha_tune_config builtin_config;
     if (c == NULL) {
@@ -304,7 +314,21 @@ static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, i
         c = &builtin_config;
     }
     iha__tune_decode_compact_config(c, &dc.cfg);
+    dc.fold = iha__decode_compact_can_fold(ctx, &dc, pr->rope, 1);
+    return dc;
+}
+
+static iha_status enqueue(iha_context *ctx, void *p, const iha_tune_config *c, int copy)
+{
+    problem *pr = p;
+    iha_decode_compact dc = configured_step(ctx, pr, c);
     const size_t na = dc.dd.H * dc.dd.H * dc.dd.P;
+    if (dc.fold)
+        return iha__decode_compact_fold_enqueue(
+            ctx, &dc, (iha_buffer){pr->q, 0}, (iha_buffer){pr->q_raw, 0}, pr->keys[copy], pr->values[copy],
+            (iha_buffer){pr->alphas, 0}, (iha_buffer){pr->alphas, na}, (iha_buffer){pr->alphas, 2 * na},
+            (iha_buffer){pr->alphas, 3 * na}, pr->rope ? pr->angles : NULL, pr->partial, (iha_buffer){pr->o, 0},
+            pr->steps, pr->mask, pr->window, pr->scale);
     return iha__decode_compact_attention_enqueue(
         ctx, &dc, (iha_buffer){pr->q, 0}, (iha_buffer){pr->q_raw, 0}, pr->keys[copy], pr->values[copy],
         (iha_buffer){pr->alphas, 0}, (iha_buffer){pr->alphas, na}, (iha_buffer){pr->alphas, 2 * na},
@@ -338,10 +362,39 @@ static void pseudo_rows(const problem *pr, size_t b, size_t n, size_t h, size_t 
     }
 }
 
-/* Float64 attention of each active query row over its sequence's pseudo-keys; inactive rows are 0. */
+/* Float64 attention of each active query row over its sequence's pseudo-keys; inactive rows are
+ * 0. With pr->fold, those rows (one token per sequence) collapsed by R: Y [B][H][d]. */
+static void attention_reference(const problem *pr, double *ref);
+
 static void reference(const void *p, double *ref)
 {
     const problem *pr = p;
+    if (!pr->fold) {
+        attention_reference(pr, ref);
+        return;
+    }
+    const iha_decode_dims *dd = &pr->dc.dd;
+    const size_t H = dd->H, P = dd->P, d = dd->d, na = H * H * P;
+    double *o = malloc(dd->B * H * P * d * sizeof *o);
+    if (o == NULL) {
+        for (size_t i = 0; i < dd->B * H * d; ++i) ref[i] = NAN;
+        return;
+    }
+    attention_reference(pr, o);
+    for (size_t b = 0; b < dd->B; ++b)
+        for (size_t ho = 0; ho < H; ++ho)
+            for (size_t c = 0; c < d; ++c) {
+                double y = 0.0;
+                for (size_t h = 0; h < H; ++h)
+                    for (size_t p = 0; p < P; ++p)
+                        y += (double)pr->ha[3 * na + (ho * H + h) * P + p] * o[((b * H + h) * P + p) * d + c];
+                ref[(b * H + ho) * d + c] = y;
+            }
+    free(o);
+}
+
+static void attention_reference(const problem *pr, double *ref)
+{
     const iha_decode_dims *dd = &pr->dc.dd;
     const long P = (long)dd->P, d = (long)dd->d, rows = (long)(dd->k * dd->P), W = (long)pr->window;
     const size_t T_most = pr->dc.slots * dd->P;
@@ -382,7 +435,9 @@ static iha_status check(iha_context *ctx, void *p, const iha_tune_config *c, dou
 {
     problem *pr = p;
     const iha_decode_dims *dd = &pr->dc.dd;
-    return iha__tune_check_output(ctx, pr, c, enqueue, pr->o, dd->B * dd->H * dd->k * dd->P * dd->d, reference, error);
+    pr->fold = configured_step(ctx, pr, c).fold;
+    const size_t n = pr->fold ? dd->B * dd->H * dd->d : dd->B * dd->H * dd->k * dd->P * dd->d;
+    return iha__tune_check_output(ctx, pr, c, enqueue, pr->o, n, reference, error);
 }
 
 /* Weight 0.5: a layer shape makes two tasks (float and half cache), together one share. */
