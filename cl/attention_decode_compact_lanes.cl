@@ -649,7 +649,18 @@ __kernel void attention_decode_compact_lanes_f32(__global const float *q, ulong 
                 const int whole = DEC_ROWS == DEC_P ? TILE % LANES == 0 : 0;
                 if (whole && h0 + DEC_HEADS <= DEC_H) {
 #pragma unroll
-                    for (int g = 0; g < QG; ++g) vstoreL(e[g], 0, at + p * DEC_H * rows + h0 * rows + g * LANES);
+                    for (int g = 0; g < QG; ++g) {
+                        __global float *to = at + p * DEC_H * rows + h0 * rows + g * LANES;
+#if DEC_PREFETCH && defined(__clang__)
+                        /* Rows the second pass reads from memory: stored past the caches,
+                         * without first reading the lines they overwrite. */
+                        if (((size_t)to & (sizeof(floatL) - 1)) == 0) {
+                            __builtin_nontemporal_store(e[g], (__global floatL *)to);
+                            continue;
+                        }
+#endif
+                        vstoreL(e[g], 0, to);
+                    }
                 } else {
                     float row_s[QG * LANES];
 #pragma unroll

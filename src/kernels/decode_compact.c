@@ -106,6 +106,13 @@ static size_t states_elements(const iha_context *ctx, const iha_decode_compact *
     return dd->B * dd->H * dd->k * dd->P * iha__decode_compact_splits(ctx, dc) * (dd->d + 2);
 }
 
+/* Where a folded step's stored rows start: past the states, on a 64-byte boundary (the first
+ * pass writes them with whole-vector stores). */
+static size_t stored_offset(const iha_context *ctx, const iha_decode_compact *dc)
+{
+    return (states_elements(ctx, dc) + 15) / 16 * 16;
+}
+
 static size_t scores_elements(const iha_decode_compact *dc)
 {
     const iha_decode_dims *dd = &dc->dd;
@@ -117,9 +124,8 @@ static size_t scores_elements(const iha_decode_compact *dc)
 size_t iha__decode_compact_partial_elements(const iha_context *ctx, const iha_decode_compact *dc)
 {
     const iha_decode_dims *dd = &dc->dd;
-    const size_t states = states_elements(ctx, dc);
-    if (!dc->fold) return states;
-    return states + scores_elements(dc) + dd->B * iha__decode_compact_splits(ctx, dc) * dd->H * dd->d;
+    if (!dc->fold) return states_elements(ctx, dc);
+    return stored_offset(ctx, dc) + scores_elements(dc) + dd->B * iha__decode_compact_splits(ctx, dc) * dd->H * dd->d;
 }
 
 iha_status iha__decode_store_compact_enqueue(iha_context *ctx, const iha_decode_compact *dc, cl_mem k, cl_mem v,
@@ -244,7 +250,7 @@ static iha_status lanes_enqueue(iha_context *ctx, const iha_decode_compact *dc, 
     iha__arg_int(&a, (cl_int)dd->k);
     iha__arg_mem(&a, angles ? angles : q.mem);
     iha__arg_mem(&a, partial);
-    iha__arg_ulong(&a, fold ? states_elements(ctx, dc) : 0);
+    iha__arg_ulong(&a, fold ? stored_offset(ctx, dc) : 0);
     iha__arg_int(&a, fold ? (cl_int)fold_blocks(dc) : 0);
     iha__arg_mem(&a, step);
     iha__arg_int(&a, (cl_int)(dd->k * dd->P));
@@ -325,12 +331,12 @@ iha_status iha__decode_compact_fold_enqueue(iha_context *ctx, const iha_decode_c
     snprintf(options, sizeof options,
              "-DHEAD_DIM=%zu -DDEC_H=%zu -DDEC_P=%zu -DDEC_PREFETCH=%d -DKV_HALF=%d -DKV_BF16=%d -DKV_RING=%d", dd->d,
              dd->H, dd->P, ctx->cpu_prefetch, dd->half, dd->bf16, dd->ring);
-    const size_t states = states_elements(ctx, dc), shares = states + scores_elements(dc);
+    const size_t stored = stored_offset(ctx, dc), shares = stored + scores_elements(dc);
     cl_kernel k;
     IHA_FORWARD_IF_ERROR(iha__kernel_get(ctx, "attention_decode_fold.cl", options, "attention_decode_fold_values", &k));
     iha_args a = iha__args_begin(k);
     iha__arg_mem(&a, partial);
-    iha__arg_ulong(&a, states);
+    iha__arg_ulong(&a, stored);
     iha__arg_int(&a, (cl_int)fold_blocks(dc));
     iha__arg_mem(&a, partial);
     iha__arg_ulong(&a, shares);

@@ -273,7 +273,7 @@ static iha_status problem_create(iha_context *ctx, const iha_shape *s, const iha
     if (st == IHA_OK) st = iha__tune_buffer(ctx, nq, NULL, &pr->o);
     /* The most any configuration's partial results take: the softmax states at the most splits
      * and, for a folded step, its stored rows and the splits' shares of Y. */
-    const size_t folded = k == 1 ? B * ((pr->dc.slots + 15) / 16 * 16 * (P + 1) * H * P + 16 +
+    const size_t folded = k == 1 ? B * ((pr->dc.slots + 15) / 16 * 16 * (P + 1) * H * P + 32 +
                                         IHA_DECODE_COMPACT_MAX_SPLITS * H * d)
                                  : 0;
     if (st == IHA_OK)
